@@ -1,0 +1,23 @@
+# Every target sets up .venv first (tools/setup_env.sh): torch (reused or torch==2.13.0),
+# torchsort built against it, and this package with its test extras.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.mlem_neuro_installed
+
+.PHONY: install test bench clean
+
+$(STAMP): setup.cfg pyproject.toml tools/setup_env.sh
+	PYTHON=$(PYTHON) bash tools/setup_env.sh $(VENV)
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_engine.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

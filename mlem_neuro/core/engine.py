@@ -1,0 +1,150 @@
+"""The training engine: fit a stack of ``M`` independent MLEM models in one tensor program.
+
+All models share the stimuli, hence the pair feature distances; each has its own neural
+distances (one row of an ``(M, n_pairs)`` block) and its own parameters ``A[m]``.  One step
+computes every model's soft Spearman at once; per-model early stopping is done by masking
+(a stopped model's gradient is dropped and its parameters are held), never by a Python loop
+over models.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+import numbers
+
+import numpy as np
+import torch
+
+from ..utils import check_device, check_random_state, logger
+from .batch_size import select_batch_size
+from .metric import (CONSTRAINTS, init_params, make_W, predict, term_index, term_matrix,
+                     term_weights)
+from .pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
+from .spearman import rankdata, soft_spearman, standardize
+
+
+@dataclass
+class StackFit:
+    """What :func:`fit_stack` returns (numpy arrays on the CPU).
+
+    Attributes
+    ----------
+    W : ndarray (M, m, m)
+        Frobenius-normalised metric of each model (the best state seen in training).
+    n_iter : ndarray of int (M,)
+        Training steps each model ran.
+    converged : ndarray of bool (M,)
+        Whether the model stopped early (no improvement for ``patience`` steps).
+    history : ndarray (M, n_steps)
+        Training soft Spearman at each step (NaN once a model has stopped).
+    best_score : ndarray (M,)
+        Best training soft Spearman (the state kept in ``W``).
+    batch_size : int
+        Pairs per step.
+    full_batch : bool
+        Whether every step used all pairs (deterministic full-batch training).
+    """
+
+    W: np.ndarray
+    n_iter: np.ndarray
+    converged: np.ndarray
+    history: np.ndarray
+    best_score: np.ndarray
+    batch_size: int
+    full_batch: bool
+
+
+def resolve_batch_size(batch_size, enc_t, n, k, l, rng):
+    total = n_pairs(n)
+    if isinstance(batch_size, str):
+        if batch_size == "auto":
+            return select_batch_size(enc_t, n, k, l, rng)
+        if batch_size == "full":
+            return total
+        raise ValueError(f"batch_size must be 'auto', 'full' or an int >= 2; got "
+                         f"{batch_size!r}")
+    if isinstance(batch_size, (numbers.Integral, np.integer)) and not isinstance(batch_size,
+                                                                                  bool):
+        if batch_size < 2:
+            raise ValueError(f"batch_size must be >= 2 pairs; got {batch_size}")
+        return min(int(batch_size), total)
+    raise TypeError(f"batch_size must be 'auto', 'full' or an int; got {batch_size!r}")
+
+
+def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=1000,
+              patience=50, lr=0.1, tol=0.0, batch_size="auto", random_state=None,
+              device="cpu", dtype=torch.float32):
+    """Fit ``M`` MLEM models sharing stimuli and features.
+
+    Parameters
+    ----------
+    enc : EncodedFeatures
+        Encoded features of the ``n`` training stimuli.
+    targets : NeuralTargets
+        Neural distances of the ``M`` models on the same stimuli.
+    constraint, interactions, max_steps, patience, lr, tol, batch_size, random_state, device
+        As in :class:`mlem_neuro.MLEM`.
+
+    Returns
+    -------
+    StackFit
+    """
+    dev = check_device(device)
+    rng = check_random_state(random_state)
+    if constraint not in CONSTRAINTS:
+        raise ValueError(f"constraint must be one of {list(CONSTRAINTS)}; got {constraint!r}")
+    n, m, M = enc.n_stimuli, enc.n_features, targets.n_models
+    total = n_pairs(n)
+    k, l = term_index(m, interactions and constraint != "diagonal")
+    enc_t = enc.to_torch(dev, dtype)
+    b = resolve_batch_size(batch_size, enc_t, n, k, l, rng)
+    full = b >= total
+    if full:
+        i, j = pair_indices(n)
+        Pt = term_matrix(enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j)), k, l)
+        tz = standardize(rankdata(targets.take(np.arange(total), i, j).to(dev))).to(dtype)
+
+    A = init_params(M, m, constraint, dev, dtype).requires_grad_(True)
+    opt = torch.optim.AdamW([A], lr=lr, weight_decay=0.0)
+    best = torch.full((M,), -float("inf"), device=dev, dtype=dtype)
+    best_A = A.detach().clone()
+    since = torch.zeros(M, dtype=torch.long, device=dev)
+    n_iter = torch.zeros(M, dtype=torch.long, device=dev)
+    active = torch.ones(M, dtype=torch.bool, device=dev)
+    history = []
+    logger.debug("fit_stack: %d models, %d stimuli, %d features, %d terms, %s batches of %d "
+                 "pairs", M, n, m, len(k), "full" if full else "mini", b)
+    for step in range(max_steps):
+        if not full:
+            lin = sample_pairs(rng, total, b)
+            i, j = linear_to_pair(lin, n)
+            Pt = term_matrix(enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j)),
+                             k, l)
+            tz = standardize(rankdata(targets.take(lin, i, j).to(dev))).to(dtype)
+        W = make_W(A, constraint)
+        q = term_weights(W, k, l) @ Pt.T
+        rho = soft_spearman(predict(q, constraint), tz)
+        opt.zero_grad(set_to_none=False)
+        (-(rho * active)).sum().backward()
+        prev = A.detach().clone()
+        opt.step()
+        with torch.no_grad():
+            A[~active] = prev[~active]          # stopped models keep their parameters
+            r = rho.detach()
+            improved = active & (r > best + tol)
+            best_A[improved] = prev[improved]   # the state that scored r (a copy)
+            best = torch.where(improved, r, best)
+            since = torch.where(improved, torch.zeros_like(since), since + 1)
+            n_iter += active.long()
+            history.append(torch.where(active, r, torch.full_like(r, float("nan"))))
+            active &= since < patience
+        if not bool(active.any()):
+            break
+    with torch.no_grad():
+        W = make_W(best_A, constraint)
+    converged = (since >= patience).cpu().numpy()
+    out = StackFit(W=W.cpu().double().numpy(), n_iter=n_iter.cpu().numpy(),
+                   converged=converged,
+                   history=torch.stack(history, dim=1).cpu().double().numpy(),
+                   best_score=best.cpu().double().numpy(), batch_size=int(b),
+                   full_batch=bool(full))
+    return out

@@ -1,0 +1,349 @@
+"""Theoretical features → per-pair feature distances.
+
+A :class:`FeatureSpace` is fitted on a feature table (the training stimuli) and encodes any
+table with the same columns into an :class:`EncodedFeatures`: one float block per feature and
+a missing-value mask.  Pair distances are then computed for any list of stimulus pairs, on
+any device, without building per-pair copies of the table.
+
+Distances, for a pair of stimuli ``(i, j)`` and one feature:
+
+* ``"categorical"`` (object, string, category, bool columns): ``1`` if the values differ,
+  else ``0``.
+* ``"ordinal"`` (ordered pandas categoricals): ``|code_i - code_j| / (n_categories - 1)``,
+  so that neighbouring levels are ``1 / (n_categories - 1)`` apart and the extremes ``1``.
+* ``"numeric"`` (numeric columns): ``|x_i - x_j|`` after min-max scaling fitted on the
+  stimuli passed to :meth:`FeatureSpace.fit` (training stimuli map to ``[0, 1]``; held-out
+  stimuli may fall outside).
+* multi-column features (``groups``): Euclidean distance between the min-max scaled vectors.
+* missing value (NaN / None / pd.NA) on either side: ``missing_distance`` (default ``0``, the
+  choice of the MLEM paper).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+KINDS = ("categorical", "ordinal", "numeric")
+
+
+def as_feature_table(y, *, name="y"):
+    """Turn ``y`` (DataFrame, Series, 1-D or 2-D array) into a DataFrame with str columns."""
+    if isinstance(y, pd.DataFrame):
+        table = y.copy()
+        table.columns = [str(c) for c in table.columns]
+    elif isinstance(y, pd.Series):
+        table = y.to_frame(name=str(y.name) if y.name is not None else "f0")
+    else:
+        try:
+            arr = np.asarray(y)
+        except Exception as err:  # pragma: no cover - exotic input
+            raise TypeError(f"{name} must be a DataFrame or an array; got "
+                            f"{type(y).__name__}") from err
+        if arr.dtype == object and arr.ndim == 0:
+            raise TypeError(f"{name} must be a DataFrame or an array; got {type(y).__name__}")
+        if arr.ndim == 1:
+            arr = arr[:, None]
+        if arr.ndim != 2:
+            raise ValueError(f"{name} must be 1-D or 2-D (stimuli × features); got shape "
+                             f"{arr.shape}")
+        table = pd.DataFrame(arr, columns=[f"f{k}" for k in range(arr.shape[1])])
+    if table.shape[1] == 0:
+        raise ValueError(f"{name} has no feature columns: MLEM needs at least one feature.")
+    if table.columns.duplicated().any():
+        dup = table.columns[table.columns.duplicated()].tolist()
+        raise ValueError(f"{name} has duplicated column names {dup}.")
+    return table.reset_index(drop=True)
+
+
+def _infer_kind(col: pd.Series) -> str:
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return "ordinal" if col.dtype.ordered else "categorical"
+    if pd.api.types.is_bool_dtype(col.dtype):
+        return "categorical"
+    if pd.api.types.is_numeric_dtype(col.dtype):
+        return "numeric"
+    return "categorical"  # object, string (pandas 2 and 3), anything else hashable
+
+
+def _numeric_values(col: pd.Series, fname: str) -> np.ndarray:
+    try:
+        return pd.to_numeric(col, errors="raise").to_numpy(dtype=float, na_value=np.nan)
+    except (ValueError, TypeError):
+        raise ValueError(f"feature {fname!r} was declared numeric but column "
+                         f"{col.name!r} holds non-numeric values (e.g. "
+                         f"{col.dropna().iloc[0]!r}); declare it 'categorical'.") from None
+
+
+@dataclass
+class _Spec:
+    name: str
+    kind: str            # categorical | ordinal | numeric
+    columns: list
+    categories: list | None = None   # categorical / ordinal levels (training)
+    lo: np.ndarray | None = None     # numeric min (per column)
+    scale: np.ndarray | None = None  # numeric 1 / (max - min)
+    missing: float = 0.0
+
+
+@dataclass
+class EncodedFeatures:
+    """Numeric encoding of a feature table, ready for pair distances.
+
+    Attributes
+    ----------
+    values : ndarray, shape (n_stimuli, n_dims)
+        All features' blocks side by side (NaN-free; missing rows hold 0).
+    missing : ndarray of bool, shape (n_stimuli, n_features)
+    slices : list of slice
+        ``values[:, slices[k]]`` is feature ``k``'s block.
+    indicator : ndarray of bool, shape (n_features,)
+        Whether feature ``k`` uses the indicator distance (else Euclidean on its block).
+    missing_distance : ndarray, shape (n_features,)
+    names : list of str
+    """
+
+    values: np.ndarray
+    missing: np.ndarray
+    slices: list
+    indicator: np.ndarray
+    missing_distance: np.ndarray
+    names: list
+
+    @property
+    def n_stimuli(self):
+        return self.values.shape[0]
+
+    @property
+    def n_features(self):
+        return len(self.names)
+
+    def take(self, idx):
+        """Encoding of a subset of stimuli."""
+        idx = np.asarray(idx)
+        return EncodedFeatures(self.values[idx], self.missing[idx], self.slices,
+                               self.indicator, self.missing_distance, self.names)
+
+    def to_torch(self, device, dtype):
+        import torch
+
+        return _TorchEncoded(
+            values=torch.as_tensor(self.values, device=device, dtype=dtype),
+            missing=torch.as_tensor(self.missing, device=device),
+            slices=self.slices, indicator=self.indicator.tolist(),
+            missing_distance=self.missing_distance.tolist())
+
+    def pair_distances(self, i, j):
+        """Feature distances ``(n_pairs, n_features)`` (numpy, float64) for pairs ``(i, j)``."""
+        import torch
+
+        enc = self.to_torch("cpu", torch.float64)
+        return enc.pair_distances(torch.as_tensor(i), torch.as_tensor(j)).numpy()
+
+
+@dataclass
+class _TorchEncoded:
+    values: object
+    missing: object
+    slices: list
+    indicator: list
+    missing_distance: list
+
+    def feature_distance(self, k, i, j, perm=None):
+        """Distance of feature ``k`` for pairs (i, j); ``perm`` relabels stimuli first."""
+        import torch
+
+        if perm is not None:
+            i, j = perm[i], perm[j]
+        block = self.values[:, self.slices[k]]
+        a, b = block[i], block[j]
+        if self.indicator[k]:
+            d = (a != b).any(dim=-1).to(block.dtype)
+        elif a.shape[-1] == 1:
+            d = (a - b).abs()[..., 0]
+        else:
+            d = torch.linalg.vector_norm(a - b, dim=-1)
+        miss = self.missing[i, k] | self.missing[j, k]
+        if bool(miss.any()):
+            d = torch.where(miss, torch.full_like(d, self.missing_distance[k]), d)
+        return d
+
+    def pair_distances(self, i, j):
+        import torch
+
+        i = i.to(self.values.device)
+        j = j.to(self.values.device)
+        return torch.stack([self.feature_distance(k, i, j) for k in range(len(self.slices))],
+                           dim=-1)
+
+
+class FeatureSpace:
+    """Encode theoretical features and fit their scaling on training stimuli.
+
+    Parameters
+    ----------
+    kinds : dict | None
+        Override the inferred kind of a feature: ``{name: "categorical" | "ordinal" |
+        "numeric"}``.  By default object/string/category/bool columns are categorical,
+        ordered categoricals ordinal and numeric columns numeric.
+    groups : dict | None
+        Multi-column features: ``{name: [col1, col2, ...]}``.  The columns are min-max
+        scaled and the feature distance is the Euclidean distance between the vectors.
+        Grouped columns must be numeric.
+    missing_distance : float | dict
+        Distance given to a pair when either stimulus lacks the feature (default ``0.0``, as
+        in the MLEM paper).  A dict sets it per feature (others keep ``0.0``).
+    """
+
+    def __init__(self, kinds=None, groups=None, missing_distance=0.0):
+        self.kinds = kinds
+        self.groups = groups
+        self.missing_distance = missing_distance
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, table: pd.DataFrame):
+        table = as_feature_table(table)
+        kinds = dict(self.kinds or {})
+        groups = {str(k): [str(c) for c in v] for k, v in dict(self.groups or {}).items()}
+        missing = self.missing_distance
+        if not isinstance(missing, dict):
+            missing = {None: missing}
+
+        grouped = [c for cols in groups.values() for c in cols]
+        unknown = sorted(set(grouped) - set(table.columns))
+        if unknown:
+            raise ValueError(f"groups name columns {unknown} that are not in the feature table "
+                             f"(columns: {list(table.columns)}).")
+        if len(grouped) != len(set(grouped)):
+            raise ValueError("a column appears in more than one group.")
+        order = []
+        for col in table.columns:
+            owner = next((g for g, cols in groups.items() if col in cols), None)
+            name = owner if owner is not None else col
+            if name not in order:
+                order.append(name)
+        known = set(order)
+        for key in list(kinds) + [k for k in missing if k is not None]:
+            if key not in known:
+                raise ValueError(f"{key!r} is not a feature of this table; features are "
+                                 f"{order}.")
+        specs = []
+        for name in order:
+            cols = groups.get(name, [name])
+            miss = missing.get(name, missing.get(None, 0.0))
+            try:
+                miss = float(miss)
+            except (TypeError, ValueError):
+                raise TypeError(f"missing_distance must be a number; got {miss!r}") from None
+            if not np.isfinite(miss) or miss < 0:
+                raise ValueError(f"missing_distance must be finite and >= 0; got {miss}")
+            if name in groups:
+                kind = kinds.get(name, "numeric")
+                if kind != "numeric":
+                    raise ValueError(f"multi-column feature {name!r} must be numeric; got "
+                                     f"kind {kind!r}")
+            else:
+                kind = kinds.get(name, _infer_kind(table[name]))
+            if kind not in KINDS:
+                raise ValueError(f"kind of feature {name!r} must be one of {list(KINDS)}; "
+                                 f"got {kind!r}")
+            spec = _Spec(name=name, kind=kind, columns=cols, missing=miss)
+            sub = table[cols]
+            if kind == "numeric":
+                vals = np.column_stack([_numeric_values(sub[c], name) for c in cols])
+                if np.isinf(vals).any():
+                    raise ValueError(f"feature {name!r} holds infinite values.")
+                ok = ~np.isnan(vals).any(axis=1)
+                if not ok.any():
+                    raise ValueError(f"feature {name!r} is missing (NaN) for every stimulus: "
+                                     "it carries no distance; drop it from the table.")
+                lo = vals[ok].min(axis=0)
+                rng = vals[ok].max(axis=0) - lo
+                if np.all(rng == 0):
+                    raise ValueError(f"feature {name!r} is constant over the stimuli: it "
+                                     "carries no distance; drop it from the table.")
+                spec.lo, spec.scale = lo, np.where(rng > 0, 1.0 / np.where(rng > 0, rng, 1), 0)
+            else:
+                col = sub[cols[0]]
+                present = col[col.notna()]
+                if present.empty:
+                    raise ValueError(f"feature {name!r} is missing (NaN) for every stimulus: "
+                                     "it carries no distance; drop it from the table.")
+                if kind == "ordinal":
+                    if isinstance(col.dtype, pd.CategoricalDtype):
+                        cats = list(col.dtype.categories)
+                    else:
+                        cats = sorted(present.unique())
+                else:
+                    cats = list(pd.unique(present))
+                if present.nunique() < 2:
+                    raise ValueError(f"feature {name!r} is constant over the stimuli (only "
+                                     f"{present.iloc[0]!r}): it carries no distance; drop it "
+                                     "from the table.")
+                spec.categories = cats
+            specs.append(spec)
+        self.specs_ = specs
+        self.feature_names_ = [s.name for s in specs]
+        self.kinds_ = {s.name: s.kind for s in specs}
+        self.columns_ = list(table.columns)
+        return self
+
+    # --------------------------------------------------------------- encoding
+    def transform(self, table) -> EncodedFeatures:
+        table = as_feature_table(table)
+        missing_cols = sorted(set(self.columns_) - set(table.columns))
+        if missing_cols:
+            raise ValueError(f"the feature table lacks columns {missing_cols} seen in fit.")
+        n = len(table)
+        blocks, slices, indicator, miss, mdist = [], [], [], [], []
+        start = 0
+        for s in self.specs_:
+            sub = table[s.columns]
+            if s.kind == "numeric":
+                vals = np.column_stack([_numeric_values(sub[c], s.name) for c in s.columns])
+                vals = (vals - s.lo) * s.scale
+                m = np.isnan(vals).any(axis=1)
+                block = np.where(m[:, None], 0.0, vals)
+                ind = False
+            else:
+                col = sub[s.columns[0]]
+                m = col.isna().to_numpy()
+                if s.kind == "ordinal":
+                    lookup = {c: k for k, c in enumerate(s.categories)}
+                    codes = np.array([lookup.get(v, np.nan) if not mm else 0.0
+                                      for v, mm in zip(col.tolist(), m)], dtype=float)
+                    if np.isnan(codes).any():
+                        bad = col[np.isnan(codes)].iloc[0]
+                        raise ValueError(f"ordinal feature {s.name!r} has level {bad!r} not "
+                                         f"seen in fit (levels: {s.categories}).")
+                    block = (codes / max(len(s.categories) - 1, 1))[:, None]
+                    ind = False
+                else:
+                    lookup = {c: k for k, c in enumerate(s.categories)}
+                    # unseen levels get fresh codes: they differ from every known level
+                    nxt = len(lookup)
+                    codes = np.zeros(n)
+                    for r, (v, mm) in enumerate(zip(col.tolist(), m)):
+                        if mm:
+                            continue
+                        if v not in lookup:
+                            lookup[v] = nxt
+                            nxt += 1
+                        codes[r] = lookup[v]
+                    block = codes[:, None]
+                    ind = True
+            blocks.append(np.asarray(block, dtype=float))
+            slices.append(slice(start, start + blocks[-1].shape[1]))
+            start += blocks[-1].shape[1]
+            indicator.append(ind)
+            miss.append(np.asarray(m, dtype=bool))
+            mdist.append(s.missing)
+        return EncodedFeatures(values=np.concatenate(blocks, axis=1),
+                               missing=np.column_stack(miss),
+                               slices=slices, indicator=np.array(indicator),
+                               missing_distance=np.array(mdist, dtype=float),
+                               names=list(self.feature_names_))
+
+    def fit_transform(self, table):
+        return self.fit(table).transform(table)

@@ -1,0 +1,116 @@
+"""Neural distances for stacks of ``M`` models sharing the same stimuli.
+
+Data come as ``Y`` of shape ``(M, n_stimuli, n_units)`` (``M`` time points, spheres, ... or
+``M = 1``).  Every supported metric is a squared Euclidean distance between preprocessed rows:
+
+* ``"euclidean"``: ``||y_i - y_j||``;
+* ``"cosine"``: ``1 - cos(y_i, y_j) = ||u_i - u_j||² / 2`` with ``u`` the unit-norm rows;
+* ``"correlation"``: the same after centring each row over units.
+
+so all of them come from Gram products ``Y Yᵀ`` (one batched matmul per chunk of models)
+rather than from ``(pairs × units)`` differences.  When the full ``(M, n_pairs)`` block would
+not fit in memory the distances of a batch of pairs are computed from the rows instead.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+METRICS = ("euclidean", "correlation", "cosine")
+#: bytes allowed for one chunk of Gram matrices / gathered rows.
+CHUNK_BYTES = 512 * 2**20
+#: elements (M * n_pairs) above which full neural RDMs are not kept in memory.
+MAX_FULL_ELEMENTS = 2 * 10**8
+
+
+def preprocess_rows(Y, metric):
+    """Rows whose squared Euclidean distances give ``metric`` (float64)."""
+    Y = Y.to(torch.float64)
+    if metric == "euclidean":
+        return Y - Y.mean(dim=-2, keepdim=True)   # shift-invariant, better conditioned Gram
+    if metric == "correlation":
+        Y = Y - Y.mean(dim=-1, keepdim=True)
+    elif metric != "cosine":
+        raise ValueError(f"distance must be one of {list(METRICS) + ['precomputed']}; "
+                         f"got {metric!r}")
+    norm = torch.linalg.vector_norm(Y, dim=-1, keepdim=True)
+    if bool((norm == 0).any()):
+        raise ValueError(f"distance={metric!r} is undefined for a stimulus whose response "
+                         "is constant across units (zero norm after centring); use "
+                         "distance='euclidean'.")
+    return Y / norm
+
+
+def _finish(d2, metric):
+    d2 = d2.clamp_min(0)
+    return torch.sqrt(d2) if metric == "euclidean" else 0.5 * d2
+
+
+def rdm_from_rows(Y, i, j, metric):
+    """Distances ``(M, n_pairs)`` for pairs ``(i, j)`` from Gram products, chunked over M."""
+    M, n, _ = Y.shape
+    Z = preprocess_rows(Y, metric)
+    i = torch.as_tensor(i, device=Z.device)
+    j = torch.as_tensor(j, device=Z.device)
+    step = max(1, int(CHUNK_BYTES // (8 * n * n)))
+    out = []
+    for s in range(0, M, step):
+        z = Z[s:s + step]
+        G = z @ z.transpose(-1, -2)
+        sq = G.diagonal(dim1=-2, dim2=-1)
+        out.append(_finish(sq[:, i] + sq[:, j] - 2.0 * G[:, i, j], metric))
+    return torch.cat(out, dim=0)
+
+
+def rdm_gather(Z, i, j, metric):
+    """Distances for a batch of pairs from preprocessed rows ``Z`` (no Gram), chunked."""
+    M, n, u = Z.shape
+    step = max(1, int(CHUNK_BYTES // (8 * M * u)))
+    out = []
+    for s in range(0, len(i), step):
+        diff = Z[:, i[s:s + step]] - Z[:, j[s:s + step]]
+        out.append(_finish((diff * diff).sum(-1), metric))
+    return torch.cat(out, dim=1)
+
+
+class NeuralTargets:
+    """Neural distances of a stack of models, served for all pairs or for batches of pairs.
+
+    Build with :meth:`from_data` (``Y``: ``(M, n, units)``) or :meth:`from_rdm` (an ``(M,
+    n_pairs)`` block of precomputed distances in :func:`~mlem_neuro.core.pairs.pair_indices`
+    order).
+    """
+
+    def __init__(self, n_stimuli, full=None, rows=None, metric=None):
+        self.n_stimuli = n_stimuli
+        self.full = full
+        self.rows = rows
+        self.metric = metric
+
+    @property
+    def n_models(self):
+        return (self.full if self.full is not None else self.rows).shape[0]
+
+    @classmethod
+    def from_data(cls, Y, metric, device):
+        Y = torch.as_tensor(np.asarray(Y) if not torch.is_tensor(Y) else Y, device=device)
+        M, n, _ = Y.shape
+        n_p = n * (n - 1) // 2
+        if M * n_p <= MAX_FULL_ELEMENTS:
+            i, j = np.triu_indices(n, k=1)
+            return cls(n, full=rdm_from_rows(Y, i, j, metric), metric=metric)
+        return cls(n, rows=preprocess_rows(Y, metric), metric=metric)
+
+    @classmethod
+    def from_rdm(cls, rdm, n_stimuli, device):
+        full = torch.as_tensor(np.asarray(rdm) if not torch.is_tensor(rdm) else rdm,
+                               device=device, dtype=torch.float64)
+        return cls(n_stimuli, full=full[None] if full.ndim == 1 else full)
+
+    def take(self, lin, i, j):
+        """Distances ``(M, len(lin))`` for linear pair indices ``lin`` = pairs ``(i, j)``."""
+        if self.full is not None:
+            return self.full[:, torch.as_tensor(lin, device=self.full.device)]
+        dev = self.rows.device
+        return rdm_gather(self.rows, torch.as_tensor(i, device=dev),
+                          torch.as_tensor(j, device=dev), self.metric)

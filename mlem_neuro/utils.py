@@ -1,0 +1,112 @@
+"""Logging, ``verbose`` handling, devices and random states shared by the package."""
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import logging
+import numbers
+
+import numpy as np
+
+logger = logging.getLogger("mlem_neuro")
+if not logger.handlers:
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(_handler)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+           "error": logging.ERROR, "critical": logging.CRITICAL}
+
+
+def _parse_level(verbose):
+    if verbose is None:
+        return None
+    if isinstance(verbose, bool):
+        return logging.INFO if verbose else logging.WARNING
+    if isinstance(verbose, str):
+        try:
+            return _LEVELS[verbose.lower()]
+        except KeyError:
+            raise ValueError(f"verbose must be one of {sorted(_LEVELS)}, a bool, an int or "
+                             f"None; got {verbose!r}") from None
+    if isinstance(verbose, numbers.Integral):
+        return int(verbose)
+    raise TypeError(f"verbose must be a bool, str, int or None; got {type(verbose).__name__}")
+
+
+def set_log_level(verbose=None):
+    """Set the package's logging level (``"INFO"`` shows progress; default ``"WARNING"``)."""
+    level = _parse_level(verbose)
+    logger.setLevel(logging.WARNING if level is None else level)
+
+
+@contextlib.contextmanager
+def use_log_level(verbose):
+    """Temporarily set the package's logging level (``None`` keeps the current one)."""
+    level = _parse_level(verbose)
+    old = logger.level
+    if level is not None:
+        logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+
+
+def verbose(function):
+    """Decorate a function whose ``verbose`` argument sets the log level for its call."""
+    sig = inspect.signature(function)
+    if "verbose" not in sig.parameters:
+        raise RuntimeError(f"{function.__name__} has no verbose parameter")
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        bound = sig.bind(*args, **kwargs)
+        with use_log_level(bound.arguments.get("verbose")):
+            return function(*args, **kwargs)
+
+    return wrapper
+
+
+def check_random_state(random_state):
+    """Return a :class:`numpy.random.Generator` from None, an int or a Generator."""
+    if random_state is None or isinstance(random_state, (numbers.Integral, np.integer)):
+        return np.random.default_rng(random_state)
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    if isinstance(random_state, np.random.RandomState):
+        return np.random.default_rng(random_state.randint(0, 2**31 - 1))
+    raise TypeError("random_state must be None, an int, a numpy Generator or RandomState; "
+                    f"got {type(random_state).__name__}")
+
+
+def check_device(device):
+    """Return a :class:`torch.device`, with a clear error when CUDA is asked for but absent."""
+    import torch
+
+    if isinstance(device, torch.device):
+        dev = device
+    elif isinstance(device, str):
+        try:
+            dev = torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {device!r}") from None
+    else:
+        raise TypeError(f"device must be a str or torch.device; got {type(device).__name__}")
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda'; got {device!r}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was requested but torch sees no CUDA GPU "
+                         f"(torch {torch.__version__}, built with CUDA {torch.version.cuda}); "
+                         "use device='cpu' or install a CUDA build of torch.")
+    return dev
+
+
+def check_option(name, value, allowed):
+    """Raise a ValueError naming the allowed values when ``value`` is not one of them."""
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {list(allowed)}; got {value!r}")
+    return value
