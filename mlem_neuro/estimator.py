@@ -158,6 +158,9 @@ class MLEM(BaseEstimator):
                              f"{' or n_stimuli' if self.distance == 'precomputed' else ''}); "
                              f"got shape {X.shape}. For a single unit pass X[:, None].")
         n = X.shape[0]
+        if n < 3:
+            raise ValueError(f"MLEM needs at least 3 stimuli (pairs of stimuli are compared); "
+                             f"got {n}.")
         if self.distance == "precomputed":
             if X.shape[1] != n:
                 raise ValueError("with distance='precomputed', X must be a square (n_stimuli, "
@@ -174,9 +177,6 @@ class MLEM(BaseEstimator):
             bad = int((~np.isfinite(X)).sum())
             raise ValueError(f"X holds {bad} NaN or infinite values; MLEM needs finite "
                              "neural data (drop or impute them first).")
-        if n < 3:
-            raise ValueError(f"MLEM needs at least 3 stimuli (pairs of stimuli are compared); "
-                             f"got {n}.")
         if n_rows is not None and n != n_rows:
             raise ValueError(f"X has {n} stimuli (rows) but the feature table y has {n_rows} "
                              "rows; they must match one-to-one.")
@@ -265,6 +265,20 @@ class MLEM(BaseEstimator):
         out[i, j] = out[j, i] = np.sign(q) * np.sqrt(np.abs(q))
         return out
 
+    def transform(self, X):
+        """Condensed neural dissimilarities of the stimuli in ``X`` (what the model ranks).
+
+        Returns the ``n_stimuli * (n_stimuli - 1) / 2`` distances of the unordered pairs
+        ``(i, j)``, ``i < j``, in row-major order (as :func:`scipy.spatial.distance.pdist`),
+        using the estimator's ``distance``.  It needs no fitting.  Having it also lets MNE's
+        meta-estimators (e.g. :class:`mne.decoding.SlidingEstimator`) accept MLEM.
+        """
+        X = self._check_X(X)
+        dev = check_device(self.device)
+        n = X.shape[0]
+        i, j = pair_indices(n)
+        return self._targets(X, dev).take(np.arange(len(i)), i, j)[0].cpu().numpy()
+
     def score(self, X, y):
         """Exact (tie-aware) Spearman ρ between predicted and neural distances.
 
@@ -293,6 +307,7 @@ class MLEM(BaseEstimator):
             ``"feature"``: permute a feature's values across stimuli; measures its total
             effect, interactions included (one row per feature).
         random_state : None | int | Generator
+            Seeds the permutations; ``None`` uses the estimator's ``random_state``.
 
         Returns
         -------
@@ -305,7 +320,8 @@ class MLEM(BaseEstimator):
             n_perm = self.n_permutations if n_permutations is None else n_permutations
             n_perm = _check_int("n_permutations", n_perm, 1)
             check_option("level", level, ("term", "feature"))
-            rng = check_random_state(random_state)
+            rng = check_random_state(self.random_state if random_state is None
+                                     else random_state)
             enc_t, i, j, target = self._eval_data(X, y)
             names = list(self.feature_names_in_)
             if level == "term":

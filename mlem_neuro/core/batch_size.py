@@ -15,8 +15,7 @@ import numpy as np
 import torch
 
 from ..utils import logger
-from .metric import term_matrix
-from .pairs import linear_to_pair, n_pairs, sample_pairs
+from .pairs import n_pairs, sample_pairs
 from .spearman import standardize
 
 START = 4096
@@ -26,25 +25,32 @@ GROWTH = 1.2
 CAP = 2**18
 
 
-def correlation_spread(enc_t, n, k, l, size, rng, n_batches=N_BATCHES):
-    """Largest std, across ``n_batches`` batches of ``size`` pairs, of a term correlation."""
+def correlation_spread(take_terms, n, size, rng, n_batches=N_BATCHES):
+    """Largest std, across ``n_batches`` batches of ``size`` pairs, of a term correlation.
+
+    ``take_terms(lin)`` returns the term matrix ``(len(lin), n_terms)`` of linear pair
+    indices ``lin``.
+    """
     total = n_pairs(n)
-    T = len(k)
+    corr = []
+    for _ in range(n_batches):
+        Z = standardize(take_terms(sample_pairs(rng, total, size)).to(torch.float64).T)
+        corr.append(Z @ Z.T)                              # (T, T)
+    corr = torch.stack(corr)
+    T = corr.shape[-1]
     if T < 2:
         return 0.0
-    corr = torch.empty(n_batches, T, T, dtype=torch.float64)
-    for r in range(n_batches):
-        i, j = linear_to_pair(sample_pairs(rng, total, size), n)
-        D = enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j)).to(torch.float64)
-        Z = standardize(term_matrix(D, k, l).T)          # (T, size)
-        corr[r] = (Z @ Z.T).cpu()
-    iu = torch.triu_indices(T, T, offset=1)
+    iu = torch.triu_indices(T, T, offset=1, device=corr.device)
     return float(corr[:, iu[0], iu[1]].std(dim=0).max())
 
 
-def select_batch_size(enc_t, n, k, l, rng, start=START, threshold=THRESHOLD, growth=GROWTH,
+def select_batch_size(take_terms, n, rng, start=START, threshold=THRESHOLD, growth=GROWTH,
                       cap=CAP, n_batches=N_BATCHES):
-    """Pairs per training step (``n_pairs(n)`` means full batch)."""
+    """Pairs per training step (``n_pairs(n)`` means full batch).
+
+    ``take_terms(lin)`` returns the feature (and interaction) term columns of the pairs with
+    linear indices ``lin``.
+    """
     total = n_pairs(n)
     b = int(start)
     while True:
@@ -57,7 +63,7 @@ def select_batch_size(enc_t, n, k, l, rng, start=START, threshold=THRESHOLD, gro
                           f"training uses batches of {cap} of the {total} pairs. Pass an "
                           "explicit batch_size to override.", UserWarning, stacklevel=3)
             return cap
-        spread = correlation_spread(enc_t, n, k, l, b, rng, n_batches)
+        spread = correlation_spread(take_terms, n, b, rng, n_batches)
         logger.debug("batch size %d: max correlation std %.4f", b, spread)
         if spread < threshold:
             return b

@@ -53,11 +53,42 @@ class StackFit:
     full_batch: bool
 
 
-def resolve_batch_size(batch_size, enc_t, n, k, l, rng):
+#: elements (n_pairs * n_terms) up to which the pair term matrix is built once and gathered.
+MAX_TERM_ELEMENTS = 5 * 10**7
+
+
+class PairTerms:
+    """Term matrices ``P`` (rows: pairs, columns: terms) of the training pairs.
+
+    Built once for all pairs when it fits in memory (mini-batches then gather rows),
+    otherwise computed per batch from the encoded features.
+    """
+
+    def __init__(self, enc_t, n, k, l):
+        self.enc_t, self.n, self.k, self.l = enc_t, n, k, l
+        self.all = None
+        if n_pairs(n) * len(k) <= MAX_TERM_ELEMENTS:
+            i, j = pair_indices(n)
+            self.all = self._compute(i, j)
+
+    def _compute(self, i, j):
+        D = self.enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
+        return term_matrix(D, self.k, self.l)
+
+    def take(self, lin, i=None, j=None):
+        """Rows for linear pair indices ``lin`` (``i, j`` computed when not given)."""
+        if self.all is not None:
+            return self.all[torch.as_tensor(lin, device=self.all.device)]
+        if i is None:
+            i, j = linear_to_pair(lin, self.n)
+        return self._compute(i, j)
+
+
+def resolve_batch_size(batch_size, terms, n, rng):
     total = n_pairs(n)
     if isinstance(batch_size, str):
         if batch_size == "auto":
-            return select_batch_size(enc_t, n, k, l, rng)
+            return select_batch_size(terms.take, n, rng)
         if batch_size == "full":
             return total
         raise ValueError(f"batch_size must be 'auto', 'full' or an int >= 2; got "
@@ -95,12 +126,12 @@ def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=10
     n, m, M = enc.n_stimuli, enc.n_features, targets.n_models
     total = n_pairs(n)
     k, l = term_index(m, interactions and constraint != "diagonal")
-    enc_t = enc.to_torch(dev, dtype)
-    b = resolve_batch_size(batch_size, enc_t, n, k, l, rng)
+    terms = PairTerms(enc.to_torch(dev, dtype), n, k, l)
+    b = resolve_batch_size(batch_size, terms, n, rng)
     full = b >= total
     if full:
         i, j = pair_indices(n)
-        Pt = term_matrix(enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j)), k, l)
+        Pt = terms.take(np.arange(total), i, j)
         tz = standardize(rankdata(targets.take(np.arange(total), i, j).to(dev))).to(dtype)
 
     A = init_params(M, m, constraint, dev, dtype).requires_grad_(True)
@@ -116,9 +147,8 @@ def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=10
     for step in range(max_steps):
         if not full:
             lin = sample_pairs(rng, total, b)
-            i, j = linear_to_pair(lin, n)
-            Pt = term_matrix(enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j)),
-                             k, l)
+            i, j = (None, None) if targets.full is not None else linear_to_pair(lin, n)
+            Pt = terms.take(lin, i, j)
             tz = standardize(rankdata(targets.take(lin, i, j).to(dev))).to(dtype)
         W = make_W(A, constraint)
         q = term_weights(W, k, l) @ Pt.T

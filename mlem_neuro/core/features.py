@@ -204,11 +204,11 @@ class FeatureSpace:
     # ------------------------------------------------------------------ fitting
     def fit(self, table: pd.DataFrame):
         table = as_feature_table(table)
-        kinds = dict(self.kinds or {})
+        kinds = {str(k): v for k, v in dict(self.kinds or {}).items()}
         groups = {str(k): [str(c) for c in v] for k, v in dict(self.groups or {}).items()}
         missing = self.missing_distance
-        if not isinstance(missing, dict):
-            missing = {None: missing}
+        missing = ({str(k): v for k, v in missing.items()} if isinstance(missing, dict)
+                   else {None: missing})
 
         grouped = [c for cols in groups.values() for c in cols]
         unknown = sorted(set(grouped) - set(table.columns))
@@ -217,6 +217,10 @@ class FeatureSpace:
                              f"(columns: {list(table.columns)}).")
         if len(grouped) != len(set(grouped)):
             raise ValueError("a column appears in more than one group.")
+        for g, cols in groups.items():
+            if g in table.columns and g not in cols:
+                raise ValueError(f"group name {g!r} is also a column of the feature table "
+                                 "that is not in the group; rename the group.")
         order = []
         for col in table.columns:
             owner = next((g for g, cols in groups.items() if col in cols), None)

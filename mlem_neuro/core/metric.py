@@ -43,10 +43,13 @@ def term_names(names, interactions=True):
 
 def term_matrix(D, k, l):
     """``P`` of shape ``(n_pairs, n_terms)`` from feature distances ``D (n_pairs, m)``."""
-    factor = torch.where(torch.as_tensor(k == l), 1.0, 2.0).to(device=D.device, dtype=D.dtype)
     kt = torch.as_tensor(k, device=D.device)
     lt = torch.as_tensor(l, device=D.device)
-    return D[:, kt] * D[:, lt] * factor
+    P = D[:, kt] * D[:, lt]
+    off = np.flatnonzero(np.asarray(k) != np.asarray(l))
+    if off.size:
+        P[:, off] *= 2.0
+    return P
 
 
 def init_params(M, m, constraint, device, dtype):

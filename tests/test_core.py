@@ -1,0 +1,240 @@
+"""Unit tests of the core building blocks against independent references."""
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy.spatial.distance import pdist
+from scipy.stats import rankdata as sp_rankdata, spearmanr
+
+from mlem_neuro.core.features import FeatureSpace
+from mlem_neuro.core.importance import term_importance
+from mlem_neuro.core.metric import make_W, predict, term_index, term_matrix, term_names
+from mlem_neuro.core.neural import NeuralTargets, rdm_from_rows
+from mlem_neuro.core.pairs import (kfold_stimuli, linear_to_pair, n_pairs, pair_indices,
+                                   sample_pairs)
+from mlem_neuro.core.spearman import (pearson, rankdata, soft_spearman, spearman,
+                                      standardize)
+
+
+# ----------------------------------------------------------------------------- pairs
+@pytest.mark.parametrize("n", [3, 7, 128, 1001])
+def test_linear_to_pair_inverts_pair_indices(n):
+    i, j = pair_indices(n)
+    assert len(i) == n_pairs(n) == n * (n - 1) // 2
+    assert np.all(i < j)
+    ii, jj = linear_to_pair(np.arange(len(i)), n)
+    np.testing.assert_array_equal(ii, i)
+    np.testing.assert_array_equal(jj, j)
+
+
+def test_sample_pairs_distinct_and_in_range():
+    rng = np.random.default_rng(0)
+    for total, size in [(100, 10), (100, 90), (10**7, 5000), (50, 50)]:
+        s = sample_pairs(rng, total, size)
+        assert len(s) == size and len(np.unique(s)) == size
+        assert s.min() >= 0 and s.max() < total
+
+
+def test_kfold_partitions_stimuli():
+    folds = kfold_stimuli(23, 5, np.random.default_rng(0))
+    tests = np.concatenate([te for _, te in folds])
+    np.testing.assert_array_equal(np.sort(tests), np.arange(23))
+    for tr, te in folds:
+        assert not set(tr) & set(te)
+    with pytest.raises(ValueError, match="folds"):
+        kfold_stimuli(10, 5, np.random.default_rng(0))
+
+
+# ------------------------------------------------------------------------- spearman
+def test_rankdata_matches_scipy_with_ties():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 5, size=(4, 300)).astype(float)     # many ties
+    r = rankdata(torch.as_tensor(x)).numpy()
+    np.testing.assert_allclose(r, np.stack([sp_rankdata(row) for row in x]))
+
+
+def test_exact_spearman_matches_scipy():
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 4, 500).astype(float)
+    b = a + rng.normal(size=500)
+    ours = spearman(torch.as_tensor(a)[None], torch.as_tensor(b)[None]).item()
+    assert ours == pytest.approx(spearmanr(a, b)[0], abs=1e-10)
+
+
+def _realistic_batch(rng, size, m=8, noise=0.3):
+    D = rng.integers(0, 2, (size, m)).astype(np.float32)
+    A = rng.standard_normal((m, m))
+    W = A @ A.T
+    W /= np.linalg.norm(W)
+    pred = np.sqrt(np.einsum("pa,ab,pb->p", D, W, D))
+    target = np.exp(3 * (pred + noise * pred.std() * rng.standard_normal(size)))
+    return torch.as_tensor(pred, dtype=torch.float32), torch.as_tensor(target)
+
+
+@pytest.mark.parametrize("size", [4096, 20000])
+def test_soft_spearman_is_a_rank_correlation(size):
+    """Soft ρ tracks exact ρ (within 0.02), not Pearson, on realistic batches."""
+    rng = np.random.default_rng(size)
+    for _ in range(3):
+        pred, target = _realistic_batch(rng, size)
+        tz = standardize(rankdata(target.double())).float()
+        soft = soft_spearman(pred[None], tz[None]).item()
+        exact = spearman(pred[None].double(), target[None]).item()
+        pear = pearson(pred[None].double(), target[None]).item()
+        assert abs(soft - exact) < 0.02
+        # the target is a strongly convex transform: Pearson is far from Spearman here,
+        # so staying close to exact ρ rules out the "soft Spearman = Pearson" failure.
+        assert abs(pear - exact) > 0.05
+        assert abs(soft - exact) < abs(pear - exact) / 5
+
+
+def test_raw_torchsort_collapses_to_pearson():
+    """The pitfall the rescaling avoids: raw soft ranks of values in [0, √m] are affine."""
+    import torchsort
+
+    rng = np.random.default_rng(3)
+    pred, target = _realistic_batch(rng, 10000)
+    raw = torchsort.soft_rank(pred[None], regularization_strength=1.0)
+    # one pooled block: soft ranks are an affine function of the values → Pearson
+    assert pearson(raw.double(), pred[None].double()).item() > 0.9999
+
+
+def test_soft_spearman_has_useful_gradient():
+    rng = np.random.default_rng(4)
+    pred, target = _realistic_batch(rng, 4096)
+    tz = standardize(rankdata(target.double())).float()
+    p = pred.clone().requires_grad_(True)
+    soft_spearman(p[None], tz[None]).sum().backward()
+    g = p.grad
+    assert torch.isfinite(g).all()
+    assert (g != 0).float().mean() > 0.5          # most pairs receive gradient
+
+
+# --------------------------------------------------------------------------- metric
+@pytest.mark.parametrize("constraint", ["spd", "diagonal", "none"])
+def test_make_W_properties(constraint):
+    torch.manual_seed(0)
+    A = torch.randn(5, 4, 4, dtype=torch.float64)
+    W = make_W(A, constraint)
+    np.testing.assert_allclose(torch.linalg.matrix_norm(W).numpy(), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(W.numpy(), W.transpose(-1, -2).numpy())
+    eig = torch.linalg.eigvalsh(W)
+    if constraint in ("spd", "diagonal"):
+        assert (eig > 0).all()
+    if constraint == "diagonal":
+        off = W - torch.diag_embed(W.diagonal(dim1=-2, dim2=-1))
+        assert off.abs().max() == 0
+    if constraint == "none":
+        assert (eig < 0).any()                       # random symmetric A: indefinite W
+
+
+def test_term_form_equals_quadratic_form():
+    """Σ_t w_t P_t with P_kl = 2 d_k d_l reproduces dᵀ W d (the reported W is the used W)."""
+    rng = np.random.default_rng(0)
+    m = 5
+    D = torch.as_tensor(rng.random((50, m)))
+    W = make_W(torch.as_tensor(rng.standard_normal((2, m, m))), "spd")
+    k, l = term_index(m)
+    q_terms = W[:, k, l] @ term_matrix(D, k, l).T
+    q_quad = torch.einsum("pa,Mab,pb->Mp", D, W, D)
+    np.testing.assert_allclose(q_terms.numpy(), q_quad.numpy(), rtol=1e-12)
+    assert len(k) == m * (m + 1) // 2
+    assert term_names(["a", "b", "c"]) == ["a", "b", "c", "a:b", "a:c", "b:c"]
+    assert term_names(["a", "b"], interactions=False) == ["a", "b"]
+
+
+def test_predict_is_monotone_for_indefinite_W():
+    q = torch.linspace(-3, 3, 101, dtype=torch.float64)
+    p = predict(q, "none")
+    assert torch.all(p[1:] > p[:-1])
+    assert torch.all(torch.isfinite(predict(torch.zeros(3), "spd")))
+
+
+# -------------------------------------------------------------------------- neural
+@pytest.mark.parametrize("metric", ["euclidean", "correlation", "cosine"])
+def test_gram_rdm_matches_scipy(metric):
+    rng = np.random.default_rng(0)
+    Y = rng.standard_normal((3, 20, 7)) + 5.0     # offset: tests the centring
+    i, j = pair_indices(20)
+    got = rdm_from_rows(torch.as_tensor(Y), i, j, metric).numpy()
+    ref = np.stack([pdist(y, metric=metric) for y in Y])
+    np.testing.assert_allclose(got, ref, rtol=1e-8, atol=1e-10)
+
+
+def test_neural_targets_gather_path_matches_gram(monkeypatch):
+    from mlem_neuro.core import neural
+
+    rng = np.random.default_rng(1)
+    Y = rng.standard_normal((2, 15, 4))
+    i, j = pair_indices(15)
+    lin = np.arange(len(i))
+    full = NeuralTargets.from_data(Y, "euclidean", "cpu").take(lin, i, j)
+    monkeypatch.setattr(neural, "MAX_FULL_ELEMENTS", 0)
+    rows = NeuralTargets.from_data(Y, "euclidean", "cpu")
+    assert rows.full is None
+    np.testing.assert_allclose(rows.take(lin, i, j).numpy(), full.numpy(), rtol=1e-10)
+
+
+# ------------------------------------------------------------------------ features
+def test_feature_distances_by_kind():
+    table = pd.DataFrame({
+        "word": ["dog", "cat", "dog", None],
+        "size": [0.0, 10.0, 5.0, 2.5],
+        "level": pd.Categorical(["lo", "hi", "mid", "lo"], categories=["lo", "mid", "hi"],
+                                ordered=True),
+        "flag": [True, False, True, True],
+    })
+    fs = FeatureSpace().fit(table)
+    assert fs.kinds_ == {"word": "categorical", "size": "numeric", "level": "ordinal",
+                         "flag": "categorical"}
+    i, j = pair_indices(4)
+    D = fs.transform(table).pair_distances(i, j)
+    pairs = list(zip(i, j))
+    col = {name: D[:, k] for k, name in enumerate(fs.feature_names_)}
+    expect_word = [1, 0, 0, 1, 0, 0]          # pairs with the missing row (3) → 0
+    np.testing.assert_array_equal(col["word"], expect_word)
+    np.testing.assert_allclose(col["size"], [abs(table["size"][a] - table["size"][b]) / 10
+                                             for a, b in pairs])
+    codes = {"lo": 0, "mid": 1, "hi": 2}
+    np.testing.assert_allclose(col["level"], [abs(codes[table["level"][a]] -
+                                                  codes[table["level"][b]]) / 2
+                                              for a, b in pairs])
+    np.testing.assert_array_equal(col["flag"], [1, 0, 0, 1, 1, 0])
+
+
+def test_numeric_scaling_is_fitted_on_training_stimuli():
+    train = pd.DataFrame({"x": [0.0, 2.0, 4.0]})
+    test = pd.DataFrame({"x": [0.0, 8.0, 4.0]})
+    fs = FeatureSpace().fit(train)
+    D = fs.transform(test).pair_distances(*pair_indices(3))
+    np.testing.assert_allclose(D[:, 0], [2.0, 1.0, 1.0])     # scale 1/4 from training
+
+
+def test_unseen_category_differs_from_all_levels():
+    fs = FeatureSpace().fit(pd.DataFrame({"c": ["a", "b", "a"]}))
+    D = fs.transform(pd.DataFrame({"c": ["a", "z", "z"]})).pair_distances(*pair_indices(3))
+    np.testing.assert_array_equal(D[:, 0], [1, 1, 0])
+
+
+# ---------------------------------------------------------------------- importance
+def test_term_importance_matches_explicit_permutation():
+    """The batched shortcut equals permuting a term column and rescoring from scratch."""
+    rng = np.random.default_rng(0)
+    m, P = 3, 200
+    D = torch.as_tensor(rng.random((P, m)))
+    W = make_W(torch.as_tensor(rng.standard_normal((2, m, m))), "spd")
+    target = torch.as_tensor(rng.random((2, P)))
+    k, l = term_index(m)
+    drops, base = term_importance(W, D, target, k, l, 3, np.random.default_rng(5))
+    # redo by hand with the same permutations
+    rng2 = np.random.default_rng(5)
+    Pt = term_matrix(D, k, l)
+    for t in range(len(k)):
+        perms = [rng2.permutation(P) for _ in range(3)]
+        for r, perm in enumerate(perms):
+            Pp = Pt.clone()
+            Pp[:, t] = Pt[perm, t]
+            for M in range(2):
+                q = (W[M, k, l] * Pp).sum(1)
+                s = spearmanr(q.numpy(), target[M].numpy())[0]
+                assert drops[M, t, r].item() == pytest.approx(base[M].item() - s, abs=1e-10)
