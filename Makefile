@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.mlem_neuro_installed
 
-.PHONY: install test bench clean
+.PHONY: install test bench demo clean
 
 $(STAMP): setup.cfg pyproject.toml tools/setup_env.sh
 	PYTHON=$(PYTHON) bash tools/setup_env.sh $(VENV)
@@ -21,3 +21,6 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache
+
+demo: $(STAMP)
+	$(PY) -m mlem_neuro demo

@@ -2,9 +2,10 @@
 
 All models share the stimuli, hence the pair feature distances; each has its own neural
 distances (one row of an ``(M, n_pairs)`` block) and its own parameters ``A[m]``.  One step
-computes every model's soft Spearman at once; per-model early stopping is done by masking
-(a stopped model's gradient is dropped and its parameters are held), never by a Python loop
-over models.
+computes every model's soft Spearman at once; per-model early stopping is done by masking:
+a stopped model leaves the active index set, so its parameters are held and later steps cost
+only what the models still training need, never a Python loop over models.  The update is
+AdamW without weight decay (torch's defaults), applied to the active rows.
 """
 from __future__ import annotations
 
@@ -84,6 +85,9 @@ class PairTerms:
         return self._compute(i, j)
 
 
+_BETA1, _BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
+
+
 def resolve_batch_size(batch_size, terms, n, rng):
     total = n_pairs(n)
     if isinstance(batch_size, str):
@@ -134,40 +138,57 @@ def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=10
         Pt = terms.take(np.arange(total), i, j)
         tz = standardize(rankdata(targets.take(np.arange(total), i, j).to(dev))).to(dtype)
 
-    A = init_params(M, m, constraint, dev, dtype).requires_grad_(True)
-    opt = torch.optim.AdamW([A], lr=lr, weight_decay=0.0)
+    A = init_params(M, m, constraint, dev, dtype)
+    adam_m = torch.zeros_like(A)                 # AdamW moments (no weight decay)
+    adam_v = torch.zeros_like(A)
     best = torch.full((M,), -float("inf"), device=dev, dtype=dtype)
-    best_A = A.detach().clone()
+    best_A = A.clone()
     since = torch.zeros(M, dtype=torch.long, device=dev)
     n_iter = torch.zeros(M, dtype=torch.long, device=dev)
-    active = torch.ones(M, dtype=torch.bool, device=dev)
+    idx = torch.arange(M, device=dev)            # models still training
     history = []
     logger.debug("fit_stack: %d models, %d stimuli, %d features, %d terms, %s batches of %d "
                  "pairs", M, n, m, len(k), "full" if full else "mini", b)
     for step in range(max_steps):
-        if not full:
+        if full:
+            tz_active = tz if len(idx) == M else tz_sub
+        else:
             lin = sample_pairs(rng, total, b)
             i, j = (None, None) if targets.full is not None else linear_to_pair(lin, n)
             Pt = terms.take(lin, i, j)
-            tz = standardize(rankdata(targets.take(lin, i, j).to(dev))).to(dtype)
-        W = make_W(A, constraint)
-        q = term_weights(W, k, l) @ Pt.T
-        rho = soft_spearman(predict(q, constraint), tz)
-        opt.zero_grad(set_to_none=False)
-        (-(rho * active)).sum().backward()
-        prev = A.detach().clone()
-        opt.step()
+            tz_active = standardize(rankdata(targets.take(lin, i, j, models=idx).to(dev)))
+            tz_active = tz_active.to(dtype)
+        A_act = A[idx].requires_grad_(True)
+        q = term_weights(make_W(A_act, constraint), k, l) @ Pt.T
+        rho = soft_spearman(predict(q, constraint), tz_active)
+        (-rho.sum()).backward()
         with torch.no_grad():
-            A[~active] = prev[~active]          # stopped models keep their parameters
             r = rho.detach()
-            improved = active & (r > best + tol)
-            best_A[improved] = prev[improved]   # the state that scored r (a copy)
-            best = torch.where(improved, r, best)
-            since = torch.where(improved, torch.zeros_like(since), since + 1)
-            n_iter += active.long()
-            history.append(torch.where(active, r, torch.full_like(r, float("nan"))))
-            active &= since < patience
-        if not bool(active.any()):
+            improved = r > best[idx] + tol
+            won = idx[improved]
+            best_A[won] = A[won]                  # the state that scored r (a copy)
+            best[won] = r[improved]
+            since[idx] = torch.where(improved, torch.zeros_like(r, dtype=torch.long),
+                                     since[idx] + 1)
+            n_iter[idx] += 1
+            row = torch.full((M,), float("nan"), device=dev, dtype=dtype)
+            row[idx] = r
+            history.append(row)
+            # AdamW step (weight_decay=0, torch's defaults) on the active models only;
+            # every active model has taken the same number of steps.
+            g = A_act.grad
+            t = step + 1
+            mm = adam_m[idx].mul_(_BETA1).add_(g, alpha=1 - _BETA1)
+            vv = adam_v[idx].mul_(_BETA2).addcmul_(g, g, value=1 - _BETA2)
+            adam_m[idx], adam_v[idx] = mm, vv
+            denom = (vv.sqrt() / (1 - _BETA2 ** t) ** 0.5).add_(_ADAM_EPS)
+            A[idx] = A_act.detach() - (lr / (1 - _BETA1 ** t)) * mm / denom
+            keep = since[idx] < patience
+            if not bool(keep.all()):
+                idx = idx[keep]                   # stopped models leave the computation
+                if full and len(idx):
+                    tz_sub = tz[idx]
+        if len(idx) == 0:
             break
     with torch.no_grad():
         W = make_W(best_A, constraint)

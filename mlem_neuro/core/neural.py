@@ -107,10 +107,17 @@ class NeuralTargets:
                                device=device, dtype=torch.float64)
         return cls(n_stimuli, full=full[None] if full.ndim == 1 else full)
 
-    def take(self, lin, i, j):
-        """Distances ``(M, len(lin))`` for linear pair indices ``lin`` = pairs ``(i, j)``."""
+    def take(self, lin, i, j, models=None):
+        """Distances ``(M, len(lin))`` for linear pair indices ``lin`` = pairs ``(i, j)``.
+
+        ``models`` (index tensor) restricts the rows to those models.
+        """
         if self.full is not None:
-            return self.full[:, torch.as_tensor(lin, device=self.full.device)]
+            lin = torch.as_tensor(lin, device=self.full.device)
+            if models is None:
+                return self.full[:, lin]
+            return self.full[models[:, None], lin[None, :]]
         dev = self.rows.device
-        return rdm_gather(self.rows, torch.as_tensor(i, device=dev),
-                          torch.as_tensor(j, device=dev), self.metric)
+        rows = self.rows if models is None else self.rows.index_select(0, models)
+        return rdm_gather(rows, torch.as_tensor(i, device=dev), torch.as_tensor(j, device=dev),
+                          self.metric)

@@ -1,0 +1,16 @@
+"""Sphinx configuration (sphinx + sphinx-gallery + numpydoc; built offline)."""
+import mlem_neuro
+
+project = "mlem_neuro"
+release = version = mlem_neuro.__version__
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.autosummary", "sphinx.ext.mathjax",
+              "numpydoc", "sphinx_gallery.gen_gallery"]
+autosummary_generate = True
+numpydoc_show_class_members = False
+sphinx_gallery_conf = {
+    "examples_dirs": "../tutorials",
+    "gallery_dirs": "auto_tutorials",
+    "filename_pattern": r"/plot_",
+}
+html_theme = "pydata_sphinx_theme"
+exclude_patterns = ["_build"]
