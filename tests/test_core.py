@@ -238,3 +238,22 @@ def test_term_importance_matches_explicit_permutation():
                 q = (W[M, k, l] * Pp).sum(1)
                 s = spearmanr(q.numpy(), target[M].numpy())[0]
                 assert drops[M, t, r].item() == pytest.approx(base[M].item() - s, abs=1e-10)
+
+
+# --------------------------------------------------------------------------- utils
+def test_verbose_decorator_sets_level_for_the_call_only():
+    import logging
+
+    from mlem_neuro.utils import logger, set_log_level, verbose
+
+    @verbose
+    def work(verbose=None):
+        return logger.level
+
+    set_log_level("WARNING")
+    assert work(verbose="DEBUG") == logging.DEBUG
+    assert work(verbose=True) == logging.INFO
+    assert work() == logging.WARNING
+    assert logger.level == logging.WARNING
+    with pytest.raises(ValueError, match="verbose"):
+        work(verbose="chatty")

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from mlem_neuro import MLEM, FeatureSpace
+from mlem_neuro import MLEM
 from mlem_neuro.core.pairs import pair_indices
 from mlem_neuro.simulation import simulate_representations
 from mlem_neuro.utils import check_device

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import warnings
 
-import numpy as np
 import torch
 
 from ..utils import logger

@@ -136,7 +136,9 @@ def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=10
     if full:
         i, j = pair_indices(n)
         Pt = terms.take(np.arange(total), i, j)
-        tz = standardize(rankdata(targets.take(np.arange(total), i, j).to(dev))).to(dtype)
+        # exact target ranks, once; rows follow the models still training
+        tz_active = standardize(rankdata(targets.take(np.arange(total), i, j).to(dev)))
+        tz_active = tz_active.to(dtype)
 
     A = init_params(M, m, constraint, dev, dtype)
     adam_m = torch.zeros_like(A)                 # AdamW moments (no weight decay)
@@ -150,9 +152,7 @@ def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=10
     logger.debug("fit_stack: %d models, %d stimuli, %d features, %d terms, %s batches of %d "
                  "pairs", M, n, m, len(k), "full" if full else "mini", b)
     for step in range(max_steps):
-        if full:
-            tz_active = tz if len(idx) == M else tz_sub
-        else:
+        if not full:
             lin = sample_pairs(rng, total, b)
             i, j = (None, None) if targets.full is not None else linear_to_pair(lin, n)
             Pt = terms.take(lin, i, j)
@@ -186,8 +186,8 @@ def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=10
             keep = since[idx] < patience
             if not bool(keep.all()):
                 idx = idx[keep]                   # stopped models leave the computation
-                if full and len(idx):
-                    tz_sub = tz[idx]
+                if full:
+                    tz_active = tz_active[keep]
         if len(idx) == 0:
             break
     with torch.no_grad():

@@ -119,12 +119,6 @@ class EncodedFeatures:
     def n_features(self):
         return len(self.names)
 
-    def take(self, idx):
-        """Encoding of a subset of stimuli."""
-        idx = np.asarray(idx)
-        return EncodedFeatures(self.values[idx], self.missing[idx], self.slices,
-                               self.indicator, self.missing_distance, self.names)
-
     def to_torch(self, device, dtype):
         import torch
 
