@@ -1,0 +1,1 @@
+"""Adapters: MNE Epochs, NIfTI images and plain arrays → stimulus × unit data + features."""
