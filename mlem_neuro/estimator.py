@@ -102,8 +102,8 @@ class MLEM(BaseEstimator):
         Training steps run.
     converged_ : bool
         True when training stopped early (``patience``), False when it hit ``max_steps``.
-    history_ : ndarray (n_iter_,)
-        Training soft Spearman at each step.
+    history_ : ndarray (n_steps,)
+        Training soft Spearman at each of the ``n_iter_`` steps.
     train_score_ : float
         Best training soft Spearman (the state kept).
     batch_size_ : int

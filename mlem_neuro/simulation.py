@@ -94,3 +94,61 @@ def simulate_representations(n_stimuli=256, n_features=16, n_units=768, noise=0.
                                               categories=["A", "B"])
                       for f in range(n_features)})
     return X, y, W
+
+
+def simulate_epochs(n_trials=120, n_channels=32, n_times=90, sfreq=100.0, tmin=-0.2,
+                    windows=None, n_levels=2, amplitude=1.0, noise=1.0, random_state=None):
+    """Simulated epochs whose sensor patterns encode features in known time windows.
+
+    Each feature has ``n_levels`` levels (``"L0"``, ``"L1"``, ...) drawn at random per
+    trial; each level owns a random spatial pattern over channels.  Inside the feature's
+    window the pattern of the trial's level is added with a smooth (Hann) envelope; outside
+    it the feature leaves no trace.  Features in ``windows`` with value ``None`` are drawn
+    but never encoded (controls).  Gaussian noise (std ``noise``) is added everywhere.
+
+    Parameters
+    ----------
+    n_trials, n_channels, n_times : int
+    sfreq : float
+        Sampling frequency (Hz).
+    tmin : float
+        Time of the first sample (s); samples before 0 form a baseline.
+    windows : dict | None
+        ``{feature: (start, stop) | None}`` in seconds.  Default
+        ``{"A": (0.1, 0.3), "B": (0.4, 0.6), "C": None}``.
+    n_levels : int
+    amplitude : float
+        Pattern amplitude (the pattern has unit RMS over channels).
+    noise : float
+    random_state : None | int | Generator
+
+    Returns
+    -------
+    data : ndarray (n_trials, n_channels, n_times)
+    features : DataFrame (n_trials, n_features)
+    times : ndarray (n_times,)
+    """
+    rng = check_random_state(random_state)
+    if windows is None:
+        windows = {"A": (0.1, 0.3), "B": (0.4, 0.6), "C": None}
+    if n_levels < 2:
+        raise ValueError(f"n_levels must be >= 2; got {n_levels}")
+    times = tmin + np.arange(n_times) / float(sfreq)
+    data = noise * rng.standard_normal((n_trials, n_channels, n_times))
+    table = {}
+    for name, win in windows.items():
+        codes = rng.permutation(np.arange(n_trials) % n_levels)   # balanced levels
+        table[name] = pd.Categorical([f"L{c}" for c in codes],
+                                     categories=[f"L{c}" for c in range(n_levels)])
+        if win is None:
+            continue
+        start, stop = win
+        if not start < stop:
+            raise ValueError(f"window of {name!r} must have start < stop; got {win}")
+        inside = (times >= start) & (times <= stop)
+        env = np.zeros(n_times)
+        env[inside] = np.hanning(inside.sum() + 2)[1:-1]
+        patterns = rng.standard_normal((n_levels, n_channels))
+        patterns /= np.sqrt((patterns ** 2).mean(axis=1, keepdims=True))
+        data += amplitude * patterns[codes][:, :, None] * env[None, None, :]
+    return data, pd.DataFrame(table), times

@@ -21,11 +21,36 @@ def test_readme_usage_example_runs(capsys):
     assert namespace["est"].score(namespace["X"][100:], namespace["y"][100:]) > 0.3
 
 
-def test_demo_command_prints_comparison(capsys):
-    from mlem_neuro.__main__ import main
+def test_simulation_table_compares_models():
+    from mlem_neuro.cli import _simulation_figure, _simulation_table
 
-    assert main(["demo", "--stimuli", "40", "--features", "3", "--units", "20"]) == 0
-    out = capsys.readouterr().out
-    assert "MLEM" in out and "FR-RSA-I" in out and "Top permutation importances" in out
-    with pytest.raises(SystemExit):
-        main(["demo", "--stimuli", "2"])
+    lines = []
+    table = _simulation_table(40, 3, 20, noise_levels=(0.1, 1.0), seed=0, log=lines.append)
+    assert list(table["model"]) == ["MLEM", "FR-RSA-I"] * 2
+    assert table["frobenius_error"].between(0, 2).all()
+    assert (table["steps"] >= 1).all() and len(lines) == 4
+    assert len(_simulation_figure(table).axes) == 3
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["epochs", "missing-epo.fif", "--out", "x"], "epochs file not found"),
+    (["searchlight", "--imgs", "nope.nii", "--events", "e.tsv", "--mask", "m.nii",
+      "--t-r", "2", "--out", "x"], "image not found"),
+])
+def test_cli_bad_paths_give_one_line_errors(argv, message, capsys):
+    from mlem_neuro.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_cli_bad_options_exit_nonzero(capsys):
+    from mlem_neuro.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["epochs", "f-epo.fif", "--out", "x", "--n-permutations", "0"])
+    assert exc.value.code != 0
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--bogus"])
+    assert exc.value.code != 0
