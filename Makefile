@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.mlem_neuro_installed
 
-.PHONY: install test bench demo clean
+.PHONY: install test bench demo doc clean
 
 $(STAMP): setup.cfg pyproject.toml tools/setup_env.sh
 	PYTHON=$(PYTHON) bash tools/setup_env.sh $(VENV)
@@ -19,8 +19,12 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_engine.py
 
+doc: $(STAMP)
+	$(PY) -m sphinx -b html -W --keep-going doc doc/_build/html
+	@echo "Documentation: doc/_build/html/index.html"
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache
 
 demo: $(STAMP)
-	$(PY) -m mlem_neuro demo
+	$(VENV)/bin/mlem-neuro demo --out mlem_demo

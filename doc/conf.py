@@ -11,6 +11,9 @@ sphinx_gallery_conf = {
     "examples_dirs": "../tutorials",
     "gallery_dirs": "auto_tutorials",
     "filename_pattern": r"/plot_",
+    "abort_on_example_error": True,      # a broken tutorial fails the build (and CI)
+    "download_all_examples": False,
 }
+nitpicky = False
 html_theme = "pydata_sphinx_theme"
 exclude_patterns = ["_build"]

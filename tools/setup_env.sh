@@ -10,7 +10,7 @@
 # * torchsort: compiled against that torch with --no-build-isolation.  Its setup.py
 #   builds the CUDA kernel whenever `nvcc` is on PATH, which fails against a CPU torch, so
 #   nvcc is hidden from PATH for that build when torch has no CUDA.
-# * the package itself, editable, with its test extras.
+# * the package itself, editable, with its test and doc extras.
 set -euo pipefail
 
 VENV=${1:-.venv}
@@ -46,5 +46,5 @@ if ! "$VPY" -c "import torch, torchsort" >/dev/null 2>&1; then
     PATH="$build_path" "$VPY" -m pip install --no-build-isolation --no-cache-dir "$TORCHSORT_SPEC"
 fi
 
-"$VPY" -m pip install -q -e ".[test]"
+"$VPY" -m pip install -q -e ".[test,doc]"
 "$VPY" -c "import torch, torchsort, mlem_neuro; print('setup: torch', torch.__version__, '| torchsort ok | mlem_neuro', mlem_neuro.__version__)"
