@@ -151,7 +151,7 @@ def _chunk_slices(M, n_train, chunk_size, n_jobs):
 
 def run_cv(source, features, *, cv=5, n_permutations=10, level="term", constraint="spd",
            interactions=True, feature_kinds=None, feature_groups=None, missing_distance=0.0,
-           max_steps=1000, patience=50, lr=0.1, tol=0.0, batch_size="auto",
+           max_steps=1000, patience=50, lr=0.1, tol=1e-4, batch_size="auto",
            chunk_size=None, n_jobs=None, device="cpu", random_state=None, desc="models"):
     """Cross-validated MLEM for every model of ``source``.
 

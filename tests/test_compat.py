@@ -106,7 +106,9 @@ def test_fit_keeps_params_and_sets_trailing_underscore_attributes(sim):
     # max_steps (20) < patience (50): training cannot stop early
     assert est.n_iter_ == 20 and est.converged_ is False
     assert est.history_.shape == (20,)
-    assert est.train_score_ == pytest.approx(np.nanmax(est.history_))
+    # the kept state improved on the previous best by more than tol: it lies within tol of
+    # the best training score seen
+    assert np.nanmax(est.history_) - est.tol <= est.train_score_ <= np.nanmax(est.history_)
     assert est.batch_size_ == 30 * 29 // 2
 
 

@@ -106,7 +106,7 @@ def resolve_batch_size(batch_size, terms, n, rng):
 
 
 def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=1000,
-              patience=50, lr=0.1, tol=0.0, batch_size="auto", random_state=None,
+              patience=50, lr=0.1, tol=1e-4, batch_size="auto", random_state=None,
               device="cpu", dtype=torch.float32):
     """Fit ``M`` MLEM models sharing stimuli and features.
 
