@@ -187,7 +187,7 @@ def run_cv(source, features, *, cv=5, n_permutations=10, level="term", constrain
                   patience=patience, lr=lr, tol=tol, batch_size=batch_size)
     space_kw = dict(kinds=feature_kinds, groups=feature_groups,
                     missing_distance=missing_distance)
-    jobs, layout = [], []
+    layout = []
     names = None
     for f, (train, test) in enumerate(folds):
         space = FeatureSpace(**space_kw).fit(table.iloc[train])
@@ -198,19 +198,20 @@ def run_cv(source, features, *, cv=5, n_permutations=10, level="term", constrain
         # results do not depend on chunk_size or n_jobs
         seed = int(rng.integers(2**63 - 1))
         for sl in _chunk_slices(M, len(train), chunk_size, n_jobs):
-            jobs.append(delayed(_fit_chunk)(source.subset(sl), enc_train, enc_test, train,
-                                            test, fit_kw, n_permutations, level, inter, seed,
-                                            str(device)))
-            layout.append((f, sl))
-    logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(jobs))
-    results = _run_jobs(Parallel, jobs, n_jobs, desc)
+            layout.append((f, sl, enc_train, enc_test, train, test, seed))
+    # chunk data are cut lazily, as joblib asks for the next job
+    jobs = (delayed(_fit_chunk)(source.subset(sl), et, ete, tr, te, fit_kw, n_permutations,
+                                level, inter, sd, str(device))
+            for _, sl, et, ete, tr, te, sd in layout)
+    logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(layout))
+    results = _run_jobs(Parallel, jobs, len(layout), n_jobs, desc)
     terms = term_names(names, inter) if level == "term" else list(names)
     m, T, F = len(names), len(terms), len(folds)
     out = CVOutput(W=np.empty((F, M, m, m)), score=np.empty((F, M)),
                    importance=np.empty((F, M, T)), importance_perm_std=np.empty((F, M, T)),
                    n_iter=np.empty((F, M), dtype=int), converged=np.empty((F, M), dtype=bool),
                    terms=terms, feature_names=list(names), folds=folds)
-    for (f, sl), r in zip(layout, results):
+    for (f, sl, *_), r in zip(layout, results):
         for key in ("W", "score", "importance", "importance_perm_std", "n_iter", "converged"):
             getattr(out, key)[f, sl] = r[key]
         if sl.start == 0:
@@ -218,17 +219,17 @@ def run_cv(source, features, *, cv=5, n_permutations=10, level="term", constrain
     return out
 
 
-def _run_jobs(Parallel, jobs, n_jobs, desc):
+def _run_jobs(Parallel, jobs, n_total, n_jobs, desc):
     """Run joblib jobs in order, with a progress bar at INFO."""
     import logging
 
-    show = logger.isEnabledFor(logging.INFO) and len(jobs) > 1
+    show = logger.isEnabledFor(logging.INFO) and n_total > 1
     parallel = Parallel(n_jobs=n_jobs, return_as="generator")
     results = []
     if show:
         from mne.utils import ProgressBar
 
-        with ProgressBar(len(jobs), mesg=f"MLEM chunks ({desc})") as bar:
+        with ProgressBar(n_total, mesg=f"MLEM chunks ({desc})") as bar:
             for r in parallel(jobs):
                 results.append(r)
                 bar.update(len(results))
