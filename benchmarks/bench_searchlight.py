@@ -1,0 +1,221 @@
+"""Searchlight MLEM: batched ``mlem_searchlight`` vs nilearn ``SearchLight(estimator=MLEM())``,
+and the cost of a whole-brain-sized searchlight, in one run.
+
+1. Small image: a ball of 968 voxels at 3 mm = 968 spheres (radius 6 mm), 32 images, 3
+   binary features with interactions, the same 5 folds and the same (default) training
+   settings on both paths.  ``mlem_searchlight`` runs on every sphere and also computes
+   10-permutation importances (which the nilearn path does not); nilearn's ``SearchLight``
+   fits one ``MLEM`` per sphere and fold, so it is timed on a random subset of spheres and
+   extrapolated linearly to all spheres.
+2. Whole-brain-sized case: 38,104 voxels at 3 mm, 96 images, radius 6 mm, 8 binary
+   features + 28 interactions, 5 folds, the default training settings (max 1000 steps,
+   patience 50, tol 1e-4).  Masking and sphere memberships run on the whole brain
+   (measured).  The training is measured through the same driver (``run_cv``) for one fold
+   on random spheres, then extrapolated to every sphere and fold, two ways:
+   (a) one chunk of ``--wb-spheres`` spheres run to the end (real step counts), scaled by
+   spheres x folds: pessimistic, since small chunks cost more per sphere-step;
+   (b) the costs of a production-sized chunk (``--wb-chunk`` spheres) run for 10 and for
+   30 steps: their difference gives the training cost per sphere-step, the rest the fixed
+   cost per sphere (RDMs, importances); estimate = (fixed + per-step x mean steps of (a))
+   x spheres x folds.
+   With ``n_jobs=None`` chunks run one after another, so a full run's peak memory is that of
+   its largest chunk: the peak measured around (b) is that of a full run with
+   ``chunk_size=--wb-chunk``.
+
+Peak memory is the process's peak resident set size (``resource.getrusage(RUSAGE_SELF)
+.ru_maxrss``, monotone: it includes Python, torch, nilearn and every earlier step).
+
+Run: ``.venv/bin/python benchmarks/bench_searchlight.py`` (a few minutes on 2 CPU cores;
+``--full-whole-brain`` runs every sphere and fold instead, a few hours on 2 cores).
+"""
+import argparse
+import resource
+import time
+import warnings
+
+import nibabel as nib
+import numpy as np
+import pandas as pd
+import torch
+
+import mlem_neuro
+from mlem_neuro import MLEM
+from mlem_neuro.adapters.nifti import (SphereRDMSource, load_images, load_mask, mask_coords,
+                                       mask_data, sphere_membership)
+from mlem_neuro.core.pairs import kfold_stimuli
+from mlem_neuro.crossval import run_cv
+
+AFFINE_3MM = np.diag([3.0, 3.0, 3.0, 1.0])
+
+
+def peak_rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def make_data(shape, radii, n_images, n_features, seed):
+    """Ellipsoid 'brain' mask; images = noise + features encoded with smooth amplitudes."""
+    from scipy.ndimage import gaussian_filter
+
+    rng = np.random.default_rng(seed)
+    grid = np.indices(shape).reshape(3, -1).T
+    centre = (np.asarray(shape) - 1) / 2
+    mask = ((((grid - centre) / np.asarray(radii)) ** 2).sum(1) <= 1).reshape(shape)
+    table = pd.DataFrame({f"f{k}": rng.permutation(np.tile(["a", "b"], n_images // 2))
+                          for k in range(n_features)})
+    data = rng.standard_normal(shape + (n_images,)).astype(np.float32)
+    for k in range(n_features):
+        amp = gaussian_filter(rng.standard_normal(shape), 3.0)
+        amp = np.clip(amp / amp.std() - 0.5, 0, None).astype(np.float32)  # sparse blobs
+        code = (table[f"f{k}"] == "a").to_numpy(np.float32)
+        data += (amp * rng.standard_normal(shape).astype(np.float32))[..., None] * code
+    data[~mask] = 0
+    aff = AFFINE_3MM.copy()
+    aff[:3, 3] = -3.0 * centre
+    return (nib.Nifti1Image(data, aff), table,
+            nib.Nifti1Image(mask.astype(np.int8), aff), mask)
+
+
+def small_case(args):
+    print("== 1. mlem_searchlight vs nilearn SearchLight(estimator=MLEM()) ==")
+    imgs, table, mask_img, mask = make_data((12, 12, 12), (6.2, 6.2, 6.2), 32, 3, seed=0)
+    n = imgs.shape[3]
+    folds = kfold_stimuli(n, 5, np.random.default_rng(0))
+    train_kw = dict(constraint="spd", interactions=True, max_steps=args.small_steps,
+                    patience=50, lr=0.1, tol=1e-4, batch_size="auto")
+    S = int(mask.sum())
+    print(f"image {mask.shape} at 3 mm, {S} spheres (radius 6 mm), {n} images, "
+          f"{table.shape[1]} binary features + interactions, 5 folds, max_steps="
+          f"{args.small_steps}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+
+    t0 = time.perf_counter()
+    res = mlem_neuro.mlem_searchlight(imgs, table, mask_img, radius=6.0, cv=folds,
+                                      n_permutations=10, random_state=0, **train_kw)
+    t_ours = time.perf_counter() - t0
+    print(f"mlem_searchlight, all {S} spheres   : {t_ours:8.1f} s  (measured; median steps "
+          f"{int(np.median(res.n_iter))}; includes term importances, 10 permutations)")
+
+    from nilearn.decoding import SearchLight
+
+    rng = np.random.default_rng(1)
+    ijk = np.argwhere(mask)
+    pick = ijk[rng.choice(len(ijk), args.nilearn_spheres, replace=False)]
+    process = np.zeros(mask.shape, np.int8)
+    process[tuple(pick.T)] = 1
+    sl = SearchLight(mask_img, process_mask_img=nib.Nifti1Image(process, mask_img.affine),
+                     radius=6.0, estimator=MLEM(random_state=0, **train_kw), cv=folds,
+                     n_jobs=1)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sl.fit(imgs, table)
+    t_sub = time.perf_counter() - t0
+    t_nl = t_sub / args.nilearn_spheres * S
+    print(f"nilearn SearchLight, {args.nilearn_spheres} spheres    : {t_sub:8.1f} s  (measured)")
+    print(f"nilearn SearchLight, all {S} spheres: {t_nl:8.1f} s  (EXTRAPOLATED linearly from "
+          f"the {args.nilearn_spheres} measured spheres)")
+    print(f"speed-up                              : {t_nl / t_ours:8.1f} x  (target >= 20 x)")
+    ours = res.score[[np.flatnonzero((res.voxel_indices == p).all(1))[0] for p in pick]]
+    print(f"held-out Spearman on those {args.nilearn_spheres} spheres: nilearn mean "
+          f"{sl.masked_scores_.mean():.4f}, mlem_searchlight mean {ours.mean():.4f}, max "
+          f"|diff| {np.abs(np.sort(sl.masked_scores_) - np.sort(ours)).max():.1e}")
+    print(f"peak RSS so far: {peak_rss_mib():.0f} MiB")
+
+
+def whole_brain(args):
+    print("\n== 2. whole-brain-sized searchlight ==")
+    t0 = time.perf_counter()
+    imgs, table, mask_img, _ = make_data((52, 62, 52), (20.5, 24.0, 18.5), 96, 8, seed=1)
+    t_make = time.perf_counter() - t0
+    n = imgs.shape[3]
+    t0 = time.perf_counter()
+    img4d = load_images(imgs)
+    m = load_mask(mask_img, img4d)
+    _, seeds = mask_coords(m, img4d.affine)
+    A = sphere_membership(seeds, m, img4d.affine, 6.0)
+    X = mask_data(img4d, m)
+    t_setup = time.perf_counter() - t0
+    S = A.shape[0]
+    sizes = np.diff(A.indptr)
+    F = 5
+    print(f"{X.shape[1]} voxels at 3 mm in mask, {S} spheres of median {int(np.median(sizes))} "
+          f"voxels (radius 6 mm), {n} images, {table.shape[1]} binary features "
+          f"(+ {table.shape[1] * (table.shape[1] - 1) // 2} interactions), {F} folds; "
+          f"simulated in {t_make:.1f} s (not counted)")
+    print(f"masking + sphere memberships, all {S} spheres: {t_setup:8.1f} s  (measured)")
+
+    source = SphereRDMSource(X, A)
+    folds = kfold_stimuli(n, F, np.random.default_rng(0))
+    kw = dict(n_permutations=10, constraint="spd", interactions=True, patience=50, lr=0.1,
+              tol=1e-4, batch_size="auto", random_state=0)
+    rng = np.random.default_rng(2)
+    if args.full_whole_brain:
+        t0 = time.perf_counter()
+        out = run_cv(source, table, cv=folds, chunk_size=args.wb_chunk, max_steps=1000, **kw)
+        t_full = time.perf_counter() - t0
+        print(f"training + importance, all spheres x {F} folds: {t_full:8.1f} s  (FULL RUN, "
+              f"median steps {int(np.median(out.n_iter))})")
+        print(f"whole-brain total: {t_setup + t_full:.0f} s = {(t_setup + t_full) / 3600:.2f} h "
+              f"(FULL RUN); peak RSS {peak_rss_mib():.0f} MiB")
+        return
+
+    K = min(args.wb_spheres, S)
+    sub = source.subset(np.sort(rng.choice(S, K, replace=False)))
+    t0 = time.perf_counter()
+    out = run_cv(sub, table, cv=folds[:1], chunk_size=K, max_steps=1000, **kw)
+    t_a = time.perf_counter() - t0
+    steps = float(np.median(out.n_iter))
+    est_a = t_setup + t_a / K * S * F
+    print(f"(a) {K} random spheres, 1 fold, max 1000 steps: {t_a:8.1f} s measured (steps: "
+          f"median {steps:.0f}, mean {np.mean(out.n_iter):.0f}; "
+          f"{100 * out.converged.mean():.0f}% early-stopped; batch {out.batch_size[0]} pairs "
+          "= all training pairs)")
+    print(f"    -> whole brain, {S} spheres x {F} folds: {est_a:9.0f} s = {est_a / 3600:.1f} h "
+          f"(EXTRAPOLATED; pessimistic: a chunk of {K} costs more per sphere than big ones)")
+
+    C = min(args.wb_chunk, S)
+    sub = source.subset(np.sort(rng.choice(S, C, replace=False)))
+    rss0 = peak_rss_mib()
+    t_b = {}
+    for n_steps in (10, 30):
+        t0 = time.perf_counter()
+        run_cv(sub, table, cv=folds[:1], chunk_size=C, max_steps=n_steps, **kw)
+        t_b[n_steps] = time.perf_counter() - t0
+    per_step = (t_b[30] - t_b[10]) / (20 * C)              # training, per sphere-step
+    fixed = max(t_b[10] - 10 * C * per_step, 0.0) / C      # RDMs + importances, per sphere
+    mean_steps = float(np.mean(out.n_iter))
+    est_b = t_setup + (fixed + per_step * mean_steps) * S * F
+    print(f"(b) {C} random spheres, 1 fold, 10 and 30 steps: {t_b[10]:.1f} s and "
+          f"{t_b[30]:.1f} s measured -> {1e3 * per_step:.3f} ms per sphere-step (training) + "
+          f"{1e3 * fixed:.2f} ms per sphere (RDMs, importances)")
+    print(f"    -> whole brain: ({1e3 * fixed:.2f} ms + {1e3 * per_step:.3f} ms x "
+          f"{mean_steps:.0f} mean steps from (a)) x {S} spheres x {F} folds + setup = "
+          f"{est_b:.0f} s = {est_b / 3600:.1f} h (EXTRAPOLATED)")
+    print(f"    on {torch.get_num_threads()} CPU threads; chunks are independent, so n_jobs or "
+          "a dask cluster divide the training time by the number of workers")
+    print(f"peak RSS: {peak_rss_mib():.0f} MiB (ru_maxrss of the process; {rss0:.0f} MiB "
+          f"before the chunks of {C} spheres) = peak of a full run with chunk_size={C}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nilearn-spheres", type=int, default=16,
+                   help="spheres timed on the nilearn path (then extrapolated)")
+    p.add_argument("--small-steps", type=int, default=1000,
+                   help="max_steps of both paths in the comparison")
+    p.add_argument("--wb-spheres", type=int, default=100,
+                   help="(a): spheres trained to the end for one fold")
+    p.add_argument("--wb-chunk", type=int, default=1000,
+                   help="(b): spheres per engine call (chunk_size)")
+    p.add_argument("--full-whole-brain", action="store_true",
+                   help="run every sphere and fold of the whole-brain case (hours on 2 CPUs)")
+    p.add_argument("--skip-small", action="store_true")
+    args = p.parse_args()
+    t0 = time.perf_counter()
+    if not args.skip_small:
+        small_case(args)
+    whole_brain(args)
+    print(f"\nbenchmark wall time: {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,386 @@
+"""NIfTI images + masks → stimulus × voxel data, sphere / region memberships, sphere RDMs.
+
+The searchlight and ROI analyses see the brain through two objects:
+
+* ``X`` ``(n_stimuli, n_voxels)``: the images masked by ``mask_img`` (nilearn's
+  :func:`~nilearn.masking.apply_mask`, after the mask is resampled to the images' grid with
+  nearest-neighbour interpolation, as :class:`nilearn.decoding.SearchLight` does);
+* ``A`` ``(n_models, n_voxels)``: a sparse 0/1 membership matrix, one row per sphere (or
+  region) listing the voxels it contains.
+
+:func:`sphere_membership` builds ``A`` with the neighbourhood rule of nilearn's
+:func:`~nilearn.maskers.nifti_spheres_masker.apply_mask_and_get_affinity` (scikit-learn's
+radius-neighbours graph of the voxels' world coordinates, plus the voxel nearest to each
+centre); it gives the same matrix but finds the centres' voxels with array look-ups
+instead of ``list.index`` scans, whose cost grows with ``n_spheres × n_voxels`` (40 s for
+36,680 spheres at 3 mm, and quadratically more beyond).
+
+:class:`SphereRDMSource` then serves the neural RDMs of every sphere at once, as
+:func:`mlem_neuro.crossval.run_cv` expects of an *RDM source*.
+"""
+from __future__ import annotations
+
+import numbers
+import os
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from ..core.neural import METRICS
+from ..core.pairs import pair_indices
+
+#: bytes of one block of squared pair differences (voxels × pairs, float64) in ``rdm``.
+BLOCK_BYTES = 32 * 2**20
+
+
+# ---------------------------------------------------------------------------- images
+def _load(img, name):
+    """Load one Niimg-like object (path or nibabel image) without checking its dimension."""
+    import nibabel as nib
+    from nilearn.image import load_img
+
+    if isinstance(img, (str, os.PathLike)):
+        if not Path(img).exists():
+            raise ValueError(f"{name}: no such image file {str(img)!r}.")
+        return load_img(img)
+    if isinstance(img, nib.spatialimages.SpatialImage):
+        return img
+    raise TypeError(f"{name} must be a NIfTI file path or a nibabel image; got "
+                    f"{type(img).__name__}.")
+
+
+def _fmt_affine(affine):
+    return np.array2string(np.asarray(affine)[:3], precision=3, suppress_small=True,
+                           separator=", ").replace("\n", "")
+
+
+def load_images(imgs, name="imgs"):
+    """Check ``imgs`` (a 4D image or a list of 3D images) and return it as a 4D image.
+
+    Every image must share one grid (shape and affine); the error names the first image
+    that does not and how to fix it.
+
+    Returns
+    -------
+    img : Nifti1Image
+        4D, one volume per stimulus.
+    """
+    from nilearn.image import concat_imgs
+
+    if isinstance(imgs, (list, tuple)):
+        if len(imgs) == 0:
+            raise ValueError(f"{name} is an empty list; pass one 3D image per stimulus.")
+        loaded = []
+        for k, img in enumerate(imgs):
+            img = _load(img, f"{name}[{k}]")
+            if img.ndim == 4 and img.shape[3] == 1:
+                img = img.slicer[..., 0]
+            if img.ndim != 3:
+                raise ValueError(f"{name}[{k}] has shape {img.shape}; a list of images must "
+                                 "hold 3D images (one per stimulus). Pass a 4D image on its "
+                                 "own, or split it with nilearn.image.iter_img.")
+            loaded.append(img)
+        ref = loaded[0]
+        for k, img in enumerate(loaded[1:], start=1):
+            if img.shape != ref.shape or not np.allclose(img.affine, ref.affine, atol=1e-4):
+                raise ValueError(
+                    f"{name}[{k}] has shape {img.shape} and affine {_fmt_affine(img.affine)} "
+                    f"but {name}[0] has shape {ref.shape} and affine "
+                    f"{_fmt_affine(ref.affine)}: all images must share one grid. Resample "
+                    f"them first, e.g. nilearn.image.resample_to_img(img, {name}[0]).")
+        return concat_imgs(loaded, dtype=np.float64, ensure_ndim=4, auto_resample=False)
+    img = _load(imgs, name)
+    if img.ndim == 3:
+        raise ValueError(f"{name} is a single 3D image; MLEM needs one image per stimulus "
+                         "(a 4D image or a list of 3D images).")
+    if img.ndim != 4:
+        raise ValueError(f"{name} must be a 4D image or a list of 3D images; got an image of "
+                         f"shape {img.shape}.")
+    return img
+
+
+def load_mask(mask_img, ref_img, name="mask_img"):
+    """Binary mask on ``ref_img``'s grid (resampled with nearest neighbours if needed).
+
+    Returns
+    -------
+    mask : ndarray of bool, ``ref_img.shape[:3]``
+    """
+    from nilearn.image import resample_to_img
+
+    img = _check_3d(mask_img, name)
+    if img.shape[:3] != ref_img.shape[:3] or not np.allclose(img.affine, ref_img.affine,
+                                                             atol=1e-4):
+        img = resample_to_img(img, ref_img.slicer[..., 0] if len(ref_img.shape) == 4
+                              else ref_img, interpolation="nearest", force_resample=True,
+                              copy_header=True)
+    mask, _ = _binary(img, name)
+    if not mask.any():
+        raise ValueError(f"{name} selects no voxel of the images' grid (after resampling "
+                         "it to the images' grid with nearest neighbours): check that the "
+                         "mask and the images cover the same part of space.")
+    return mask
+
+
+def _check_3d(img, name):
+    img = _load(img, name)
+    if img.ndim == 4 and img.shape[3] == 1:
+        img = img.slicer[..., 0]
+    if img.ndim != 3:
+        raise ValueError(f"{name} must be a 3D image; got an image of shape {img.shape}. "
+                         "Pass one volume, e.g. nilearn.image.index_img(img, 0), or combine "
+                         "the volumes with nilearn.masking.intersect_masks.")
+    return img
+
+
+def _binary(img, name):
+    """nilearn's reading of a mask (two values, 0 = background), with our error names."""
+    from nilearn.masking import load_mask_img
+
+    try:
+        return load_mask_img(img)
+    except ValueError as err:
+        if "empty" in str(err):
+            raise ValueError(f"{name} is empty (all zeros): it selects no voxel. Pass a "
+                             "mask with at least one non-zero voxel, e.g. "
+                             "nilearn.masking.compute_brain_mask(imgs).") from None
+        raise ValueError(f"{name} is not a valid binary mask: {err} Pass a 0/1 image, e.g. "
+                         "nilearn.image.binarize_img(img).") from None
+
+
+def mask_data(img4d, mask, name="imgs"):
+    """``(n_stimuli, n_voxels)`` float64 data of the in-mask voxels (nilearn ``apply_mask``)."""
+    import nibabel as nib
+    from nilearn.masking import apply_mask
+
+    mask_img = nib.Nifti1Image(mask.astype(np.int8), img4d.affine)
+    X = apply_mask(img4d, mask_img, dtype=np.float64, ensure_finite=False)
+    bad = ~np.isfinite(X).all(axis=0)
+    if bad.any():
+        ijk = np.argwhere(mask)[np.flatnonzero(bad)[0]]
+        raise ValueError(f"{int(bad.sum())} in-mask voxel(s) hold NaN or infinite values in "
+                         f"some of {name} (e.g. voxel {tuple(int(v) for v in ijk)}); remove "
+                         "them from mask_img or fill them.")
+    return np.ascontiguousarray(X)
+
+
+def mask_coords(mask, affine):
+    """Voxel indices ``(V, 3)`` (C order, as nilearn) and world coordinates ``(V, 3)``."""
+    ijk = np.argwhere(mask)
+    xyz = ijk @ np.asarray(affine)[:3, :3].T + np.asarray(affine)[:3, 3]
+    return ijk, xyz
+
+
+# ----------------------------------------------------------------------- memberships
+def check_radius(radius):
+    if isinstance(radius, bool) or not isinstance(radius, numbers.Real):
+        raise TypeError(f"radius must be a number of millimetres; got {radius!r}")
+    if not np.isfinite(radius) or radius <= 0:
+        raise ValueError(f"radius must be a positive number of millimetres (world "
+                         f"coordinates), e.g. radius=6.0; got {radius}")
+    return float(radius)
+
+
+def sphere_membership(seeds, mask, affine, radius):
+    """Sparse sphere × voxel membership, nilearn's searchlight neighbourhoods.
+
+    Sphere ``s`` holds every in-mask voxel whose centre lies within ``radius`` mm of
+    ``seeds[s]`` (scikit-learn's ``radius_neighbors_graph``), plus the in-mask voxel
+    nearest to the seed, exactly as
+    :func:`nilearn.maskers.nifti_spheres_masker.apply_mask_and_get_affinity` builds them
+    for :class:`nilearn.decoding.SearchLight`.
+
+    Parameters
+    ----------
+    seeds : ndarray (S, 3)
+        Sphere centres in world coordinates (mm).
+    mask : ndarray of bool (3D)
+        In-mask voxels (columns of the result, in ``np.argwhere`` order).
+    affine : ndarray (4, 4)
+        Affine of ``mask``.
+    radius : float
+        In mm.
+
+    Returns
+    -------
+    A : scipy.sparse.csr_matrix (S, V), float64 0/1, sorted indices
+    """
+    from sklearn.neighbors import NearestNeighbors
+
+    seeds = np.asarray(seeds, dtype=float).reshape(-1, 3)
+    affine = np.asarray(affine, dtype=float)
+    ijk, xyz = mask_coords(mask, affine)
+    V = len(ijk)
+    A = NearestNeighbors(radius=radius).fit(xyz).radius_neighbors_graph(seeds).tocsr()
+    S = len(seeds)
+    # voxel nearest to each seed (rounded voxel coordinates), if in the mask
+    index = np.full(mask.shape, -1, dtype=np.int64)
+    index[tuple(ijk.T)] = np.arange(V)
+    inv = np.linalg.inv(affine)
+    near = np.round(seeds @ inv[:3, :3].T + inv[:3, 3]).astype(np.int64)
+    inside = np.all((near >= 0) & (near < np.array(mask.shape)), axis=1)
+    col = np.full(S, -1, dtype=np.int64)
+    col[inside] = index[tuple(near[inside].T)]
+    rows, cols = [np.flatnonzero(col >= 0)], [col[col >= 0]]
+    # nilearn also adds the first voxel whose truncated world coordinates equal the
+    # seed's truncated world coordinates (a no-op for seeds on in-mask voxel centres)
+    first = {}
+    for v, key in enumerate(map(tuple, xyz.astype(np.int64).tolist())):
+        first.setdefault(key, v)
+    trunc = [first.get(key, -1) for key in map(tuple, seeds.astype(np.int64).tolist())]
+    trunc = np.asarray(trunc, dtype=np.int64)
+    rows.append(np.flatnonzero(trunc >= 0))
+    cols.append(trunc[trunc >= 0])
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    extra = sp.csr_matrix((np.ones(len(r)), (r, c)), shape=(S, V))
+    A = (A + extra).tocsr()
+    A.data[:] = 1.0
+    A.sort_indices()
+    return A
+
+
+def region_membership(labels, mask):
+    """Sparse region × voxel membership from a label volume (0 = background).
+
+    Parameters
+    ----------
+    labels : ndarray (3D)
+        Region label of every voxel (same grid as ``mask``).
+    mask : ndarray of bool (3D)
+        Voxels allowed.
+
+    Returns
+    -------
+    A : csr_matrix (R, V)
+        Columns are the voxels of ``mask & (labels != 0)`` in ``np.argwhere`` order.
+    region_labels : ndarray (R,)
+        Sorted label values of the regions with at least one voxel.
+    voxel_mask : ndarray of bool (3D)
+        ``mask & (labels != 0)``.
+    """
+    voxel_mask = mask & (labels != 0)
+    lab = labels[voxel_mask]
+    region_labels, code = np.unique(lab, return_inverse=True)
+    V = len(lab)
+    A = sp.csr_matrix((np.ones(V), (code, np.arange(V))), shape=(len(region_labels), V))
+    A.sort_indices()
+    return A, region_labels, voxel_mask
+
+
+# ------------------------------------------------------------------------ RDM source
+class SphereRDMSource:
+    """Neural RDMs of many spheres (or regions) at once, from a sparse membership product.
+
+    For stimuli ``i, j`` and sphere ``s`` the squared Euclidean distance is
+
+    ``D²[s, (i, j)] = Σ_v A[s, v] (x_iv − x_jv)² = (A @ ((X[i] − X[j])²)ᵀ)[s]``
+
+    so one sparse × dense product gives every sphere's distances for a block of pairs, with
+    no loop over spheres; pairs are processed in blocks of at most :data:`BLOCK_BYTES` of
+    squared differences, so memory is bounded by the output ``(S, n_pairs)``.  This form was
+    chosen over the Gram form ``A @ (x_i ∘ x_j)`` (same number of operations) and a padded
+    gather + batched ``bmm`` of per-sphere Gram matrices after measuring (5,000 spheres of
+    30 voxels, 77 stimuli = 2,926 pairs, 2 CPU cores): difference form 0.74 s, Gram form
+    0.98 s, padded ``bmm`` 1.01 s, torch CSR product 1.69 s; it is also free of the
+    cancellation of ``‖x_i‖² + ‖x_j‖² − 2 x_i·x_j`` and gives bit-identical rows whichever
+    subset of spheres is computed (so results do not depend on chunking).
+
+    ``"correlation"`` and ``"cosine"`` (``1 − r`` of the sphere's patterns, as in
+    :mod:`mlem_neuro.core.neural`) use the Gram form, with per-sphere sums
+    ``A @ x`` and ``A @ x²`` for centring and norms.
+
+    Parameters
+    ----------
+    X : ndarray (n_stimuli, n_voxels)
+    A : scipy.sparse matrix (n_models, n_voxels)
+        0/1 membership.
+    metric : {"euclidean", "correlation", "cosine"}
+    """
+
+    def __init__(self, X, A, metric="euclidean"):
+        if metric not in METRICS:
+            raise ValueError(f"distance must be one of {list(METRICS)} for searchlight and "
+                             f"ROI analyses; got {metric!r}")
+        self.X = np.asarray(X, dtype=np.float64)
+        self.A = sp.csr_matrix(A, dtype=np.float64)
+        self.A.sort_indices()
+        if self.A.shape[1] != self.X.shape[1]:
+            raise ValueError(f"membership has {self.A.shape[1]} voxel columns but the data "
+                             f"have {self.X.shape[1]} voxels")
+        self.metric = metric
+
+    @property
+    def n_models(self):
+        return self.A.shape[0]
+
+    @property
+    def n_stimuli(self):
+        return self.X.shape[0]
+
+    @property
+    def sizes(self):
+        """Voxels per sphere ``(n_models,)``."""
+        return np.diff(self.A.indptr)
+
+    def subset(self, models):
+        """The source of ``models`` only, keeping just the voxels they touch."""
+        A = self.A[models]
+        touched = np.unique(A.indices)
+        A = sp.csr_matrix((A.data, np.searchsorted(touched, A.indices), A.indptr),
+                          shape=(A.shape[0], len(touched)))
+        return SphereRDMSource(self.X[:, touched], A, self.metric)
+
+    def _pair_blocks(self, n_pairs_total, rows_per_pair):
+        step = max(1, int(BLOCK_BYTES // (8 * max(rows_per_pair, 1))))
+        return range(0, n_pairs_total, step), step
+
+    def rdm(self, stimuli, device="cpu"):
+        """Distances ``(n_models, n_pairs)`` (torch float64 on ``device``) between
+        ``stimuli``, pairs in :func:`~mlem_neuro.core.pairs.pair_indices` order."""
+        stimuli = np.asarray(stimuli)
+        XT = np.ascontiguousarray(self.X[stimuli].T)          # (V, n)
+        i, j = pair_indices(len(stimuli))
+        out = np.empty((self.n_models, len(i)))
+        starts, step = self._pair_blocks(len(i), XT.shape[0])
+        if self.metric == "euclidean":
+            for s in starts:
+                d = XT[:, i[s:s + step]] - XT[:, j[s:s + step]]
+                out[:, s:s + step] = self.A @ (d * d)
+            np.sqrt(np.maximum(out, 0.0, out=out), out=out)
+        else:
+            s1, s2 = self.sums(XT)
+            for s in starts:
+                ii, jj = i[s:s + step], j[s:s + step]
+                c = self.A @ (XT[:, ii] * XT[:, jj])
+                if self.metric == "correlation":
+                    c -= s1[:, ii] * s1[:, jj] / self.sizes[:, None]
+                out[:, s:s + step] = 1.0 - c / np.sqrt(s2[:, ii] * s2[:, jj])
+            np.maximum(out, 0.0, out=out)
+        return torch.as_tensor(out, dtype=torch.float64, device=device)
+
+    def sums(self, XT=None):
+        """Per-sphere pattern sums and (centred, for correlation) squared norms ``(S, n)``."""
+        if XT is None:
+            XT = np.ascontiguousarray(self.X.T)
+        s1 = self.A @ XT
+        s2 = self.A @ (XT * XT)
+        if self.metric == "correlation":
+            s2 = s2 - s1 * s1 / self.sizes[:, None]
+        return s1, s2
+
+    def check_patterns(self):
+        """Raise when ``correlation``/``cosine`` is undefined (a constant pattern)."""
+        if self.metric == "euclidean":
+            return
+        _, s2 = self.sums()
+        scale = (self.A @ np.abs(self.X.T)).max(axis=1) ** 2 + 1e-300
+        bad = (s2 <= 1e-12 * scale[:, None]).any(axis=1)
+        if bad.any():
+            raise ValueError(
+                f"distance={self.metric!r} is undefined for {int(bad.sum())} of "
+                f"{self.n_models} spheres/regions: their pattern is constant across their "
+                f"voxels in some image (e.g. one-voxel spheres; smallest size "
+                f"{int(self.sizes.min())} voxel(s)). Increase radius, restrict the "
+                "centres, or use distance='euclidean'.")

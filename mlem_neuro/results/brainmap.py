@@ -1,0 +1,254 @@
+"""Brain maps of MLEM results: one model per searchlight sphere or per atlas region."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ._base import BaseResult
+
+#: NIfTI extension code used for the term names of :meth:`BrainMapResult.to_nifti`.
+_EXT_CODE = "comment"
+_KINDS = ("searchlight", "roi")
+
+
+class BrainMapResult(BaseResult):
+    """Cross-validated MLEM importance and score maps (searchlight spheres or ROIs).
+
+    Returned by :func:`mlem_neuro.mlem_searchlight` (one model per sphere, its value shown
+    at the sphere's centre voxel) and :func:`mlem_neuro.mlem_roi` (one model per region,
+    its value painted over every voxel of the region).  Voxels that no model covers are 0
+    in the images (nilearn's convention for searchlight maps).
+
+    Parameters
+    ----------
+    fold_importance, fold_score, fold_weights, n_iter, terms, feature_names, settings
+        See :class:`~mlem_neuro.results.BaseResult`.
+    affine : ndarray (4, 4)
+        Affine of the map grid (the process mask's grid for a searchlight).
+    shape : tuple of 3 int
+        Shape of the map grid.
+    voxel_indices : ndarray of int (V, 3)
+        Voxels of the grid that show a model's value (sphere centres, or region voxels).
+    voxel_model : ndarray of int (V,) | None
+        Which model each of these voxels shows (default: ``arange(V)``, one centre per
+        model).
+    kind : {"searchlight", "roi"}
+    region_labels : list | None
+        Atlas label of each model (``kind="roi"``).
+
+    Attributes
+    ----------
+    importance : ndarray (n_models, n_terms)
+        Fold-mean permutation importance (drop of held-out Spearman).
+    score : ndarray (n_models,)
+        Fold-mean held-out Spearman.
+    terms : list of str
+        ``"f"`` per feature, ``"f:g"`` per interaction.
+
+    Examples
+    --------
+    >>> res = mlem_neuro.mlem_searchlight(imgs, table, mask_img)   # doctest: +SKIP
+    >>> res.importance_img("category")                             # doctest: +SKIP
+    >>> res.to_data_frame().query("term == 'category'")            # doctest: +SKIP
+    >>> res.save("sub-01_mlem.npz"); mlem_neuro.read_result("sub-01_mlem.npz")  # doctest: +SKIP
+    """
+
+    _extra_arrays = ("affine", "shape", "voxel_indices", "voxel_model")
+
+    def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
+                 feature_names, settings=None, *, affine, shape, voxel_indices,
+                 voxel_model=None, kind="searchlight", region_labels=None):
+        super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
+                         feature_names, settings)
+        self.affine = np.asarray(affine, dtype=float)
+        self.shape = tuple(int(s) for s in np.asarray(shape).ravel())
+        self.voxel_indices = np.asarray(voxel_indices, dtype=np.int64).reshape(-1, 3)
+        M = self.fold_score.shape[1]
+        if voxel_model is None:
+            voxel_model = np.arange(len(self.voxel_indices))
+        self.voxel_model = np.asarray(voxel_model, dtype=np.int64).ravel()
+        if kind not in _KINDS:
+            raise ValueError(f"kind must be one of {list(_KINDS)}; got {kind!r}")
+        self.kind = kind
+        self.region_labels = None if region_labels is None else list(region_labels)
+        if self.affine.shape != (4, 4) or len(self.shape) != 3:
+            raise ValueError("affine must be 4x4 and shape 3 integers")
+        if len(self.voxel_model) != len(self.voxel_indices):
+            raise ValueError("voxel_model and voxel_indices must have one entry per voxel")
+        if len(self.voxel_model) and (self.voxel_model.min() < 0
+                                      or self.voxel_model.max() >= M):
+            raise ValueError(f"voxel_model refers to models outside 0..{M - 1}")
+        if len(self.voxel_indices) and ((self.voxel_indices < 0).any()
+                                        or (self.voxel_indices >= self.shape).any()):
+            raise ValueError(f"voxel_indices fall outside the grid of shape {self.shape}")
+        if self.region_labels is not None and len(self.region_labels) != M:
+            raise ValueError(f"{len(self.region_labels)} region labels for {M} models")
+
+    def _extra_meta(self):
+        return dict(kind=self.kind, region_labels=self.region_labels)
+
+    # ---------------------------------------------------------------- geometry
+    @property
+    def n_models(self):
+        return self.fold_score.shape[1]
+
+    @property
+    def mask_img(self):
+        """Binary image of the voxels that show a model's value."""
+        import nibabel as nib
+
+        data = np.zeros(self.shape, dtype=np.int8)
+        data[tuple(self.voxel_indices.T)] = 1
+        return nib.Nifti1Image(data, self.affine)
+
+    def model_coords(self):
+        """World coordinates ``(n_models, 3)`` of the models (centre voxel, or the
+        centroid of the region's voxels)."""
+        xyz = self.voxel_indices @ self.affine[:3, :3].T + self.affine[:3, 3]
+        counts = np.bincount(self.voxel_model, minlength=self.n_models)
+        out = np.zeros((self.n_models, 3))
+        np.add.at(out, self.voxel_model, xyz)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return out / counts[:, None]
+
+    # ------------------------------------------------------------------ images
+    def _paint(self, values):
+        """3D (or 4D for 2-D ``values`` (n_models, k)) image, 0 where no model."""
+        import nibabel as nib
+
+        values = np.asarray(values, dtype=float)
+        extra = values.shape[1:]
+        data = np.zeros(self.shape + extra)
+        data[tuple(self.voxel_indices.T)] = values[self.voxel_model]
+        img = nib.Nifti1Image(data, self.affine)
+        img.header.set_data_dtype(np.float64)
+        return img
+
+    def importance_img(self, term):
+        """Fold-mean permutation importance of ``term`` as a 3D image.
+
+        Parameters
+        ----------
+        term : str
+            One of :attr:`terms` (a feature ``"f"`` or an interaction ``"f:g"``).
+
+        Returns
+        -------
+        img : Nifti1Image
+        """
+        t = self._one_term(term)
+        return self._paint(self.importance[:, t])
+
+    def importance_std_img(self, term):
+        """Across-fold standard deviation of the importance of ``term`` (3D image)."""
+        t = self._one_term(term)
+        return self._paint(self.importance_std[:, t])
+
+    @property
+    def score_img(self):
+        """Fold-mean held-out Spearman ρ of every model as a 3D image."""
+        return self._paint(self.score)
+
+    def _one_term(self, term):
+        if not isinstance(term, str):
+            raise TypeError(f"term must be a str, one of {self.terms}; got {term!r}")
+        return self._term_index(term)[0]
+
+    def to_nifti(self, what="importance"):
+        """All terms in one 4D image, one volume per term (in :attr:`terms` order).
+
+        The term names travel with the image: a NIfTI header extension (code
+        ``"comment"``) holds ``{"mlem_neuro": {"what": ..., "terms": [...]}}`` as JSON,
+        which survives ``to_filename`` / ``nibabel.load``; read it back with
+        :func:`nifti_terms`.  The header description says so.
+
+        Parameters
+        ----------
+        what : {"importance", "importance_std"}
+
+        Returns
+        -------
+        img : Nifti1Image (X, Y, Z, n_terms)
+        """
+        import nibabel as nib
+
+        if what == "importance":
+            values = self.importance
+        elif what == "importance_std":
+            values = self.importance_std
+        else:
+            raise ValueError(f"what must be 'importance' or 'importance_std'; got {what!r}")
+        img = self._paint(values)
+        payload = json.dumps({"mlem_neuro": {"what": what, "terms": self.terms}})
+        img.header.extensions.append(nib.nifti1.Nifti1Extension(_EXT_CODE,
+                                                                payload.encode()))
+        img.header["descrip"] = f"mlem_neuro {what}: {len(self.terms)} terms (ext)"[:80]
+        return img
+
+    # ------------------------------------------------------------------ frames
+    def to_data_frame(self):
+        """Tidy frame, one row per (model, term).
+
+        Searchlight: columns ``i, j, k`` (centre voxel), ``x, y, z`` (mm), ``term``,
+        ``importance``, ``importance_std``, ``score``.  ROI: ``region`` (label),
+        ``n_voxels``, ``x, y, z`` (region centroid, mm), then the same value columns.
+        """
+        xyz = self.model_coords()
+        if self.kind == "searchlight":
+            ijk = np.zeros((self.n_models, 3), dtype=np.int64)
+            ijk[self.voxel_model] = self.voxel_indices
+            coords = dict(i=ijk[:, 0], j=ijk[:, 1], k=ijk[:, 2])
+        else:
+            coords = dict(region=np.asarray(self.region_labels),
+                          n_voxels=np.bincount(self.voxel_model, minlength=self.n_models))
+        coords.update(x=xyz[:, 0], y=xyz[:, 1], z=xyz[:, 2])
+        return self._long_frame(coords)
+
+    # -------------------------------------------------------------------- plot
+    def plot(self, term=None, **kwargs):
+        """Plot the importance map of ``term`` (or the score map) with nilearn.
+
+        Parameters
+        ----------
+        term : str | None
+            A term of :attr:`terms`; ``None`` plots the held-out score map.
+        **kwargs
+            Passed to :func:`nilearn.plotting.plot_stat_map` (``bg_img``,
+            ``display_mode``, ``threshold``, ``axes``...).
+
+        Returns
+        -------
+        display : nilearn display object
+        """
+        from nilearn.plotting import plot_stat_map
+
+        if term is None:
+            img, title = self.score_img, "held-out Spearman"
+        else:
+            img, title = self.importance_img(term), f"importance: {term}"
+        kwargs.setdefault("title", title)
+        return plot_stat_map(img, **kwargs)
+
+
+def nifti_terms(img):
+    """Term names stored by :meth:`BrainMapResult.to_nifti` in ``img`` (a path or image).
+
+    Returns
+    -------
+    terms : list of str
+        One per volume.
+    """
+    import nibabel as nib
+
+    if not isinstance(img, nib.spatialimages.SpatialImage):
+        img = nib.load(img)
+    for ext in img.header.extensions:
+        try:
+            payload = json.loads(ext.get_content())
+        except (ValueError, TypeError, UnicodeDecodeError):
+            continue
+        if isinstance(payload, dict) and "mlem_neuro" in payload:
+            return list(payload["mlem_neuro"]["terms"])
+    raise ValueError("this image carries no mlem_neuro term names (it was not written by "
+                     "BrainMapResult.to_nifti).")

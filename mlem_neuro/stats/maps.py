@@ -1,0 +1,108 @@
+"""Group level for brain maps: per-subject MLEM maps into nilearn's permutation test."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+__all__ = ["second_level_maps"]
+
+
+def _load_results(results):
+    from ..results import read_result
+    from ..results.brainmap import BrainMapResult
+
+    if isinstance(results, (BrainMapResult, str, os.PathLike)):
+        raise TypeError("results must be a list of per-subject BrainMapResult objects (or "
+                        "paths of saved results), one per subject.")
+    out = []
+    for k, r in enumerate(results):
+        if isinstance(r, (str, os.PathLike)):
+            r = read_result(r)
+        if not isinstance(r, BrainMapResult):
+            raise TypeError(f"results[{k}] is a {type(r).__name__}; second_level_maps takes "
+                            "BrainMapResult objects (from mlem_searchlight / mlem_roi).")
+        out.append(r)
+    if len(out) < 2:
+        raise ValueError(f"a one-sample group test needs at least 2 subjects; got {len(out)}.")
+    ref = out[0]
+    for k, r in enumerate(out[1:], start=1):
+        if r.shape != ref.shape or not np.allclose(r.affine, ref.affine, atol=1e-4):
+            raise ValueError(f"results[{k}] maps are on grid {r.shape} with affine "
+                             f"{r.affine[:3].round(3).tolist()} but results[0] on {ref.shape} "
+                             f"with {ref.affine[:3].round(3).tolist()}: group statistics need "
+                             "every subject on one (template) grid. Run the searchlight on "
+                             "normalised images, or resample the maps "
+                             "(nilearn.image.resample_to_img) and test them with nilearn.")
+    return out
+
+
+def second_level_maps(results, term, mask_img=None, n_perm=10000, two_sided_test=False,
+                      n_jobs=None, random_state=None, **kwargs):
+    """One-sample permutation test of per-subject MLEM maps (nilearn).
+
+    Each subject's ``importance_img(term)`` (or its score map) is fed to
+    :func:`nilearn.glm.second_level.non_parametric_inference` with an intercept-only
+    design: is the importance (or held-out Spearman) above 0 across subjects?
+
+    Parameters
+    ----------
+    results : list of BrainMapResult | list of path
+        One result per subject, all on the same grid (e.g. MNI space).
+    term : str | None
+        The term to test (``"f"`` or ``"f:g"``); ``None`` tests the held-out score maps.
+    mask_img : 3D image | None
+        Voxels tested.  Default: the voxels every subject's result covers.
+    n_perm : int
+        Sign-flip permutations.
+    two_sided_test : bool
+        Test both signs (default: importance > 0, one-sided).
+    n_jobs : int | None
+        Parallel permutations (``None`` → 1).
+    random_state : None | int
+        Seeds the permutations.
+    **kwargs
+        Passed to ``non_parametric_inference`` (``smoothing_fwhm``, ``threshold``,
+        ``tfce``...).
+
+    Returns
+    -------
+    out : Nifti1Image | dict
+        What ``non_parametric_inference`` returns: the image of ``-log10`` voxel-level
+        FWE-corrected p-values, or, with ``threshold`` / ``tfce``, a dict of images
+        (``"t"``, ``"logp_max_t"``, ``"size"``, ``"logp_max_size"``, ...).
+
+    Examples
+    --------
+    >>> from mlem_neuro.stats import second_level_maps
+    >>> res = [mlem_neuro.read_result(f"sub-{s:02d}_mlem.npz")
+    ...        for s in range(1, 21)]                                  # doctest: +SKIP
+    >>> logp = second_level_maps(res, "category", n_perm=5000)       # doctest: +SKIP
+    >>> nilearn.plotting.plot_stat_map(logp, threshold=1.3)           # doctest: +SKIP
+    """
+    import nibabel as nib
+    import pandas as pd
+    from nilearn.glm.second_level import non_parametric_inference
+
+    subjects = _load_results(results)
+    if term is None:
+        imgs = [r.score_img for r in subjects]
+    else:
+        for k, r in enumerate(subjects):
+            if term not in r.terms:
+                raise ValueError(f"results[{k}] has no term {term!r}; its terms are "
+                                 f"{r.terms}.")
+        imgs = [r.importance_img(term) for r in subjects]
+    if mask_img is None:
+        covered = np.ones(subjects[0].shape, dtype=bool)
+        for r in subjects:
+            covered &= np.asarray(r.mask_img.dataobj).astype(bool)
+        if not covered.any():
+            raise ValueError("the subjects' maps share no voxel; pass mask_img.")
+        mask_img = nib.Nifti1Image(covered.astype(np.int8), subjects[0].affine)
+    design = pd.DataFrame({"intercept": np.ones(len(imgs))})
+    return non_parametric_inference(imgs, design_matrix=design,
+                                    second_level_contrast="intercept", mask=mask_img,
+                                    n_perm=int(n_perm), two_sided_test=two_sided_test,
+                                    n_jobs=1 if n_jobs is None else n_jobs,
+                                    random_state=random_state, **kwargs)
