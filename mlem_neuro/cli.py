@@ -89,7 +89,8 @@ def run_demo(out, paper=False, seed=0, log=print):
 
     log("2/2 time-resolved MLEM on simulated epochs (A encoded 0.1-0.3 s, B 0.4-0.6 s, "
         "C never)")
-    data, features, times = simulate_epochs(random_state=seed)
+    data, features, times = simulate_epochs(n_trials=80, n_channels=20, n_times=45,
+                                            sfreq=50.0, random_state=seed)
     res = mlem_array(data, features, times=times, cv=5, random_state=seed)
     res.save(out / "time_resolved_mlem.npz", overwrite=True)
     fig_time = res.plot(show=False)
@@ -98,7 +99,7 @@ def run_demo(out, paper=False, seed=0, log=print):
             if ":" not in t}
     log("  importance peaks: " + ", ".join(f"{t} at {p:.2f} s" for t, p in peak.items()))
 
-    report = mne.Report(title="mlem_neuro demo")
+    report = mne.Report(title="mlem_neuro demo", verbose=False)
     report.add_figure(fig_sim, title="Paper simulation: MLEM vs FR-RSA-I",
                       caption="Distance of the learnt W to the ground truth, steps to "
                               "converge and held-out Spearman across noise levels.")
