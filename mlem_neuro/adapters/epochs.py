@@ -1,0 +1,335 @@
+"""MNE ``Epochs`` → trial × channel × time array, and the trials' feature table.
+
+Two things come out of an :class:`mne.Epochs`: the data of the chosen channels and time
+samples (:func:`epochs_data`), and a feature table with one row per kept epoch
+(:func:`epochs_feature_table`), built from ``epochs.metadata``, from a table the user
+passes, or from the event names (:func:`features_from_events`).
+
+Event names follow MNE's ``/``-separated tags (``"auditory/left"``).  MNE treats the tags of
+a name as an unordered set (``epochs["left"]`` selects every name with the tag ``left``);
+here the tags become feature columns:
+
+* when every name has the same number of tags and each tag only ever appears at one
+  position (``"auditory/left"``, ``"visual/right"``...), each position is a categorical
+  column (``tag0``, ``tag1``... or the ``names`` you pass, e.g. ``["modality", "side"]``);
+* otherwise (names with different numbers of tags, or a tag that moves between positions)
+  each tag becomes a boolean column, ``True`` for the epochs whose name carries it.
+
+Columns that do not vary over the epochs carry no distance and are dropped.  Nothing in the
+caller's ``Epochs`` is modified: non-preloaded epochs are read through a copy.
+"""
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from ..core.features import as_feature_table
+from ..utils import logger, verbose
+
+
+def _check_epochs(epochs):
+    from mne import BaseEpochs
+
+    if not isinstance(epochs, BaseEpochs):
+        raise TypeError("epochs must be an mne.Epochs (or EpochsArray) instance; got "
+                        f"{type(epochs).__name__}. For a plain (n_trials, n_channels, n_times) "
+                        "array use mlem_neuro.mlem_array.")
+    return epochs
+
+
+def _readable(epochs):
+    """Epochs whose data can be read without touching the caller's object.
+
+    Reading non-preloaded epochs drops the bad ones *in place* (MNE updates ``drop_log``
+    and ``selection``), so those are read through a copy, which holds no data yet.
+    """
+    if epochs.preload:
+        return epochs
+    work = epochs.copy()
+    work.drop_bad(verbose=False)
+    return work
+
+
+def _epoch_event_names(epochs):
+    inv = {}
+    for name, code in epochs.event_id.items():
+        inv.setdefault(int(code), name)
+    codes = epochs.events[:, 2]
+    unknown = sorted({int(c) for c in codes} - set(inv))
+    if unknown:
+        raise ValueError(f"event codes {unknown} of these epochs have no name in "
+                         "epochs.event_id; name every event (event_id={'name': code}) or "
+                         "pass a feature table.")
+    return [inv[int(c)] for c in codes]
+
+
+@verbose
+def features_from_events(epochs, names=None, verbose=None):
+    """Feature table built from the event names of epochs (``/``-separated tags).
+
+    Parameters
+    ----------
+    epochs : mne.Epochs
+        Epochs with named events (``event_id={"auditory/left": 1, ...}``).
+    names : list of str | None
+        Column names for the tag positions when tags sit in consistent positions (e.g.
+        ``["modality", "side"]`` for ``"auditory/left"``).  Default: ``"event"`` for names
+        with one tag, ``"tag0"``, ``"tag1"``... for several.
+    verbose : bool | str | int | None
+        Logging level for this call.
+
+    Returns
+    -------
+    DataFrame
+        One row per epoch (in the order of ``epochs.events``), one column per varying tag
+        position (categorical strings) or, when positions are inconsistent, one boolean
+        column per tag.  ``attrs["layout"]`` is ``"positions"`` or ``"tags"``.
+
+    Raises
+    ------
+    ValueError
+        When the epochs hold a single condition (nothing varies), or when ``names`` does
+        not match the number of tag positions.
+
+    Notes
+    -----
+    Like MNE's tag-based selection, tags are compared as written (case-sensitive) and empty
+    tags (``"a//b"``) are ignored.  Constant columns (a tag shared by every epoch) are
+    dropped, as they carry no distance.
+
+    Examples
+    --------
+    >>> import numpy as np, mne
+    >>> info = mne.create_info(4, 100.0, "eeg")
+    >>> events = np.array([[i * 10, 0, 1 + i % 4] for i in range(8)])
+    >>> event_id = {"auditory/left": 1, "auditory/right": 2, "visual/left": 3,
+    ...             "visual/right": 4}
+    >>> epochs = mne.EpochsArray(np.zeros((8, 4, 5)), info, events, event_id=event_id,
+    ...                          verbose=False)
+    >>> features_from_events(epochs, names=["modality", "side"]).head(2)
+       modality   side
+    0  auditory   left
+    1  auditory  right
+    """
+    _check_epochs(epochs)
+    per_epoch = _epoch_event_names(epochs)
+    if len(per_epoch) == 0:
+        raise ValueError("these epochs hold no epoch (all were dropped?); nothing to model.")
+    conds = list(dict.fromkeys(per_epoch))
+    if len(conds) < 2:
+        raise ValueError(f"all {len(per_epoch)} epochs share one condition ({conds[0]!r}): "
+                         "event names carry no feature that varies. Pass a feature table "
+                         "(features=DataFrame or epochs.metadata) describing each trial.")
+    tags = {c: [t for t in c.split("/") if t != ""] for c in conds}
+    lengths = {len(t) for t in tags.values()}
+    positions = {}
+    for tl in tags.values():
+        for p, t in enumerate(tl):
+            positions.setdefault(t, set()).add(p)
+    consistent = len(lengths) == 1 and all(len(p) == 1 for p in positions.values())
+    if consistent:
+        L = lengths.pop()
+        if names is None:
+            cols = ["event"] if L == 1 else [f"tag{p}" for p in range(L)]
+        else:
+            cols = [str(n) for n in names]
+            if len(cols) != L or len(set(cols)) != L:
+                raise ValueError(f"names must give {L} distinct column name(s), one per tag "
+                                 f"position of the event names (e.g. {conds[0]!r}); got "
+                                 f"{list(names)!r}.")
+        table = pd.DataFrame({col: [tags[c][p] for c in per_epoch]
+                              for p, col in enumerate(cols)})
+        layout = "positions"
+    else:
+        if names is not None:
+            raise ValueError("names only applies when every event name has its tags in the "
+                             f"same positions; these names do not ({conds}), so each tag "
+                             "becomes a boolean column named after it.")
+        all_tags = list(dict.fromkeys(t for c in conds for t in tags[c]))
+        table = pd.DataFrame({t: [t in tags[c] for c in per_epoch] for t in all_tags})
+        layout = "tags"
+    const = [c for c in table.columns if table[c].nunique(dropna=False) < 2]
+    if const:
+        logger.info("features_from_events: dropping constant column(s) %s", const)
+        table = table.drop(columns=const)
+    table.attrs["layout"] = layout
+    logger.info("features_from_events: %d epochs, %d conditions -> columns %s (%s)",
+                len(table), len(conds), list(table.columns), layout)
+    return table
+
+
+def epochs_feature_table(epochs, features=None):
+    """One row per kept epoch: ``epochs.metadata``, a table, or the event-name table.
+
+    Parameters
+    ----------
+    epochs : mne.Epochs
+        Epochs whose bad epochs are already dropped (preloaded or after ``drop_bad``).
+    features : None | str | list of str | DataFrame | Series | array
+        ``None``: ``epochs.metadata`` when present, else :func:`features_from_events`.
+        Column name(s): those columns of ``epochs.metadata`` (or of the event-name table
+        when the epochs have no metadata).  A table with one row per epoch; a table with one
+        row per *original* event (``len(epochs.drop_log)`` rows, before epochs were
+        dropped) is aligned with ``epochs.selection``.
+
+    Returns
+    -------
+    DataFrame (a copy, index 0..n_epochs-1)
+    """
+    _check_epochs(epochs)
+    n = len(epochs)
+    meta = epochs.metadata
+    if features is None:
+        if meta is not None:
+            return as_feature_table(meta, name="epochs.metadata")
+        return features_from_events(epochs)
+    if isinstance(features, str):
+        features = [features]
+    if isinstance(features, (list, tuple)) and all(isinstance(c, str) for c in features):
+        if len(features) == 0:
+            raise ValueError("features is an empty list; name at least one column.")
+        hint = ("" if meta is not None else " (these epochs have no metadata; attach "
+                "one with epochs.metadata = DataFrame or pass a DataFrame)")
+        if meta is not None:
+            source, what = meta, "epochs.metadata"
+        else:
+            try:
+                source, what = features_from_events(epochs), "the event-name table"
+            except ValueError as err:
+                raise ValueError(f"features names columns {list(features)}, but these "
+                                 f"epochs have no metadata and their event names give no "
+                                 f"feature table ({err}){hint}.") from None
+        missing = [c for c in features if c not in source.columns]
+        if missing:
+            raise ValueError(f"unknown feature column(s) {missing}: {what} has columns "
+                             f"{list(source.columns)}{hint}.")
+        return as_feature_table(source[list(features)], name="features")
+    if isinstance(features, (pd.DataFrame, pd.Series, np.ndarray, list, tuple)):
+        table = as_feature_table(features, name="features")
+        n_orig = len(epochs.drop_log)
+        if len(table) == n:
+            return table
+        if len(table) == n_orig:
+            logger.info("features: %d rows = original events; keeping the %d rows of the "
+                        "epochs that were not dropped (epochs.selection)", n_orig, n)
+            return table.iloc[np.asarray(epochs.selection)].reset_index(drop=True)
+        raise ValueError(f"the feature table has {len(table)} rows but the epochs hold {n} "
+                         f"epochs ({n_orig} events before dropping); pass one row per epoch "
+                         "(or one per original event).")
+    raise TypeError("features must be None, a column name, a list of column names or a "
+                    f"DataFrame with one row per epoch; got {type(features).__name__}.")
+
+
+def _pick_indices(epochs, picks):
+    from mne._fiff.pick import _picks_to_idx  # MNE's own picking rules ("data", types...)
+
+    try:
+        idx = _picks_to_idx(epochs.info, picks, none="data", exclude="bads",
+                            allow_empty=True)
+    except (ValueError, TypeError, IndexError) as err:
+        raise ValueError(f"invalid picks {picks!r}: {err}") from None
+    idx = np.asarray(idx, dtype=int)
+    if idx.size == 0:
+        what = "these epochs have no good data channel" if picks is None else \
+            f"picks={picks!r} selects no channel"
+        raise ValueError(f"{what}; pick channels by name, type or index (e.g. "
+                         "picks='eeg' or picks=['EEG 001', ...]).")
+    return idx
+
+
+def _check_time(name, value):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
+        raise TypeError(f"{name} must be a finite number of seconds or None; got {value!r}")
+    return float(value)
+
+
+def window_average(data, sfreq, window):
+    """Average each sample with its neighbours within ``±window / 2`` seconds (last axis).
+
+    Samples near the edges average the neighbours that exist.  Returns a new array.
+    """
+    half = int(round(float(window) * sfreq / 2.0))
+    if half < 1:
+        return np.array(data, dtype=float)
+    T = data.shape[-1]
+    c = np.cumsum(np.asarray(data, dtype=float), axis=-1)
+    c = np.concatenate([np.zeros(c.shape[:-1] + (1,)), c], axis=-1)
+    t = np.arange(T)
+    lo, hi = np.clip(t - half, 0, T), np.clip(t + half + 1, 0, T)
+    return (c[..., hi] - c[..., lo]) / (hi - lo)
+
+
+def check_window(window, sfreq):
+    if window is None:
+        return None
+    if isinstance(window, bool) or not isinstance(window, numbers.Real) \
+            or not np.isfinite(window) or window <= 0:
+        raise ValueError(f"window must be a positive number of seconds or None; got {window!r}")
+    if sfreq is None:
+        raise ValueError("window is given in seconds, so the sampling rate must be known: "
+                         "pass times= or sfreq=.")
+    return float(window)
+
+
+def epochs_data(epochs, picks=None, tmin=None, tmax=None, decim=1, window=None):
+    """Data ``(n_epochs, n_channels, n_times)``, times, channel names and the read epochs.
+
+    Picks channels (default: good data channels), averages over ``window`` seconds around
+    each sample (on the full-rate data), crops to ``[tmin, tmax]`` (inclusive) and keeps
+    every ``decim``-th sample on a grid anchored at ``t = 0`` (as MNE's ``decimate``).
+    The caller's epochs are not modified.
+
+    Returns
+    -------
+    data : ndarray, times : ndarray, ch_names : list of str, epochs : the epochs read
+        (the caller's object when preloaded, else a copy whose bad epochs were dropped).
+    """
+    _check_epochs(epochs)
+    tmin, tmax = _check_time("tmin", tmin), _check_time("tmax", tmax)
+    if tmin is not None and tmax is not None and tmin > tmax:
+        raise ValueError(f"tmin ({tmin} s) must not be after tmax ({tmax} s).")
+    if isinstance(decim, bool) or not isinstance(decim, (numbers.Integral, np.integer)) \
+            or decim < 1:
+        raise ValueError(f"decim must be an int >= 1; got {decim!r}")
+    decim = int(decim)
+    idx = _pick_indices(epochs, picks)
+    sfreq = float(epochs.info["sfreq"])
+    window = check_window(window, sfreq)
+    times = np.asarray(epochs.times, dtype=float)
+    tol = 0.5 / sfreq
+    lo = times[0] if tmin is None else tmin
+    hi = times[-1] if tmax is None else tmax
+    mask = (times >= lo - 1e-3 / sfreq) & (times <= hi + 1e-3 / sfreq)
+    if mask.any() and (lo < times[0] - tol or hi > times[-1] + tol):
+        # stacklevel: epochs_data < mlem_epochs < verbose wrapper < the caller
+        warnings.warn(f"[tmin, tmax] = [{lo}, {hi}] s reaches outside the epochs "
+                      f"([{times[0]:.4g}, {times[-1]:.4g}] s); using the overlap.",
+                      RuntimeWarning, stacklevel=4)
+    if decim > 1:
+        samples = np.round(times * sfreq).astype(np.int64)
+        mask &= (samples % decim) == 0
+        lowpass = epochs.info.get("lowpass")
+        nyq = sfreq / decim / 2.0
+        if lowpass is not None and lowpass > nyq and (window is None
+                                                      or window < decim / sfreq):
+            warnings.warn(f"decim={decim} leaves a Nyquist frequency of {nyq:g} Hz, below the "
+                          f"low-pass of the data ({lowpass:g} Hz): high frequencies will "
+                          "alias. Low-pass filter the epochs first or pass window= (which "
+                          "averages samples).", RuntimeWarning, stacklevel=4)
+    if not mask.any():
+        raise ValueError(f"no time sample in [tmin, tmax] = [{lo}, {hi}] s (with decim="
+                         f"{decim}); the epochs span [{times[0]:.4g}, {times[-1]:.4g}] s.")
+    work = _readable(epochs)
+    if len(work) == 0:
+        raise ValueError("no epoch is left (all were dropped); nothing to model.")
+    data = work.get_data(picks=idx)
+    if window is not None:
+        data = window_average(data, sfreq, window)
+    data = np.ascontiguousarray(data[..., mask], dtype=float)
+    ch_names = [epochs.ch_names[k] for k in idx]
+    return data, times[mask], ch_names, work

@@ -1,0 +1,207 @@
+"""Time courses of MLEM results: one model per time point (MEG, EEG, ECoG...)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ._base import BaseResult
+
+
+class TimeCourseResult(BaseResult):
+    """Cross-validated MLEM results over time points.
+
+    Made by :func:`mlem_neuro.mlem_epochs` and :func:`mlem_neuro.mlem_array`; read back
+    with :func:`mlem_neuro.read_result`.
+
+    Parameters
+    ----------
+    fold_importance : ndarray (n_folds, n_times, n_terms)
+        Permutation importance of each term (mean drop of held-out Spearman ρ).
+    fold_score : ndarray (n_folds, n_times)
+        Held-out Spearman ρ.
+    fold_weights : ndarray (n_folds, n_times, m, m)
+        Learnt metric ``W`` of each fold and time point.
+    n_iter : ndarray (n_folds, n_times)
+        Training steps.
+    terms, feature_names : list of str
+    settings : dict
+        Analysis settings (JSON-serialisable).
+    times : ndarray (n_times,) | None
+        Time of each model in seconds (default: sample indices ``0, 1, ...``).
+    ch_names : list of str | None
+        Channels the distances were computed on.
+    fold_importance_perm_std : ndarray (n_folds, n_times, n_terms) | None
+        Standard deviation of the importance across permutations (NaN when unknown).
+    converged : ndarray of bool (n_folds, n_times) | None
+        Whether training early-stopped (``patience``) rather than hitting ``max_steps``.
+
+    Attributes
+    ----------
+    times : ndarray (n_times,)
+    importance : ndarray (n_times, n_terms)
+        Fold-mean importance; :attr:`importance_std` is its spread across folds.
+    score : ndarray (n_times,)
+        Fold-mean held-out Spearman ρ; :attr:`score_std` is its spread.
+    weights : ndarray (n_times, m, m)
+        Fold-mean ``W``.
+
+    Examples
+    --------
+    >>> res = mlem_neuro.mlem_epochs(epochs, cv=5)              # doctest: +SKIP
+    >>> res.to_data_frame().query("term == 'side'").head()      # doctest: +SKIP
+    >>> res.plot(terms=["modality", "side"])                    # doctest: +SKIP
+    >>> res.save("sub-01_mlem.npz"); mlem_neuro.read_result("sub-01_mlem.npz")  # doctest: +SKIP
+    """
+
+    _extra_arrays = ("times", "fold_importance_perm_std", "converged")
+
+    def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
+                 feature_names, settings=None, times=None, ch_names=None,
+                 fold_importance_perm_std=None, converged=None):
+        super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
+                         feature_names, settings)
+        F, M, T = self.fold_importance.shape
+        times = np.arange(M, dtype=float) if times is None else np.asarray(times, dtype=float)
+        if times.shape != (M,):
+            raise ValueError(f"times has shape {times.shape} but the results hold {M} time "
+                             "points.")
+        self.times = times
+        self.ch_names = None if ch_names is None else [str(c) for c in ch_names]
+        if fold_importance_perm_std is None:
+            fold_importance_perm_std = np.full((F, M, T), np.nan)
+        self.fold_importance_perm_std = np.asarray(fold_importance_perm_std, dtype=float)
+        if self.fold_importance_perm_std.shape != (F, M, T):
+            raise ValueError("fold_importance_perm_std must have the shape of "
+                             f"fold_importance {(F, M, T)}; got "
+                             f"{self.fold_importance_perm_std.shape}")
+        if converged is None:
+            converged = np.zeros((F, M), dtype=bool)
+        self.converged = np.asarray(converged, dtype=bool)
+        if self.converged.shape != (F, M):
+            raise ValueError(f"converged must have shape {(F, M)}; got {self.converged.shape}")
+
+    def _extra_meta(self):
+        return {"ch_names": self.ch_names}
+
+    # ------------------------------------------------------------------ views
+    @property
+    def n_times(self):
+        return len(self.times)
+
+    @property
+    def sfreq(self):
+        """Sampling rate of the time points (Hz), or None when they are not evenly spaced."""
+        if self.n_times < 2:
+            return None
+        dt = np.diff(self.times)
+        if dt.min() <= 0 or not np.allclose(dt, dt.mean(), rtol=1e-3, atol=0):
+            return None
+        return float(1.0 / dt.mean())
+
+    def to_data_frame(self, terms=None):
+        """Tidy long table: one row per (time, term).
+
+        Parameters
+        ----------
+        terms : str | list of str | None
+            Keep these terms only (default all).
+
+        Returns
+        -------
+        DataFrame
+            Columns ``time``, ``term``, ``importance`` (fold mean), ``importance_std``
+            (fold spread), ``score`` and ``score_std`` (held-out Spearman ρ at that time).
+        """
+        df = self._long_frame({"time": self.times})
+        df["score_std"] = np.repeat(self.score_std, len(self.terms))
+        if terms is not None:
+            keep = [self.terms[k] for k in self._term_index(terms)]
+            df = df[df["term"].isin(keep)].reset_index(drop=True)
+        return df
+
+    def to_evoked(self, include_score=False):
+        """Importance time courses as an :class:`mne.EvokedArray`.
+
+        One ``misc`` channel per term (named after it), values in Spearman ρ units, so
+        ``evoked.plot()`` shows them without scaling.  ``nave`` is the number of folds.
+
+        Parameters
+        ----------
+        include_score : bool
+            Add a ``"score"`` channel with the held-out Spearman ρ.
+
+        Returns
+        -------
+        mne.EvokedArray
+        """
+        import mne
+
+        sfreq = self.sfreq
+        if sfreq is None:
+            raise ValueError("to_evoked needs evenly spaced times (at least two); these "
+                             f"times are not: {self.times[:5]}...")
+        data = self.importance.T
+        names = list(self.terms)
+        if include_score:
+            if "score" in names:
+                raise ValueError("a term is already named 'score'; use include_score=False.")
+            data = np.vstack([data, self.score[None]])
+            names.append("score")
+        info = mne.create_info(names, sfreq, ch_types="misc")
+        return mne.EvokedArray(data, info, tmin=float(self.times[0]), nave=self.n_folds,
+                               comment="MLEM importance", verbose=False)
+
+    def plot(self, terms=None, axes=None, show=True, score=True):
+        """Importance over time, fold mean ± fold spread (std), and the held-out score.
+
+        Parameters
+        ----------
+        terms : str | list of str | None
+            Terms to draw (default all).
+        axes : matplotlib Axes | list of two Axes | None
+            Where to draw: one Axes (importance only) or two (importance, score).
+        show : bool
+            Call ``plt.show()``.
+        score : bool
+            Add a panel with the held-out Spearman ρ (when ``axes`` is None).
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+        """
+        import matplotlib.pyplot as plt
+
+        idx = self._term_index(terms)
+        if axes is None:
+            n_ax = 2 if score else 1
+            fig, axs = plt.subplots(n_ax, 1, sharex=True, squeeze=False,
+                                    figsize=(7, 3.2 * n_ax),
+                                    gridspec_kw={"height_ratios": [2, 1][:n_ax]})
+            axs = list(axs[:, 0])
+        else:
+            axs = list(np.atleast_1d(axes).ravel())
+            if len(axs) not in (1, 2):
+                raise ValueError(f"axes must be one or two matplotlib Axes; got {len(axs)}")
+            fig = axs[0].figure
+        t, mean, std = self.times, self.importance, self.importance_std
+        ax = axs[0]
+        for k in idx:
+            line, = ax.plot(t, mean[:, k], label=self.terms[k])
+            ax.fill_between(t, mean[:, k] - std[:, k], mean[:, k] + std[:, k],
+                            color=line.get_color(), alpha=0.25, linewidth=0)
+        ax.axhline(0, color="k", linewidth=0.8)
+        ax.set_ylabel("importance (Δ Spearman ρ)")
+        spread = "std over folds" if self.n_folds > 1 else "single fit, cv=None"
+        ax.set_title(f"MLEM permutation importance (mean ± {spread})")
+        ax.legend(loc="best", fontsize="small", ncol=2 if len(idx) > 6 else 1)
+        if len(axs) > 1:
+            ax2 = axs[1]
+            line, = ax2.plot(t, self.score, color="k")
+            ax2.fill_between(t, self.score - self.score_std, self.score + self.score_std,
+                             color="k", alpha=0.2, linewidth=0)
+            ax2.axhline(0, color="k", linewidth=0.8, linestyle=":")
+            ax2.set_ylabel("held-out ρ")
+        axs[-1].set_xlabel("time (s)" if self.settings.get("times_in_seconds", True)
+                           else "sample")
+        if show:
+            plt.show()
+        return fig

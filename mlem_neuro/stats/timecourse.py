@@ -1,0 +1,260 @@
+"""Group statistics on importance time courses: cluster-based permutation tests over time.
+
+One :class:`~mlem_neuro.results.timecourse.TimeCourseResult` per subject; the importance
+time course of a term (or the held-out score) is tested against zero across subjects with
+:func:`mne.stats.permutation_cluster_1samp_test` (sign flips, clusters of adjacent time
+points, max cluster-mass statistic).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import numbers
+
+import numpy as np
+import pandas as pd
+
+from ..utils import check_option, logger, verbose
+
+
+@dataclass
+class ClusterTestResult:
+    """Outcome of :func:`permutation_cluster_test`.
+
+    Attributes
+    ----------
+    term : str
+        The term tested (``"score"`` when ``measure="score"``).
+    times : ndarray (n_times,)
+    t_obs : ndarray (n_times,)
+        One-sample t statistic at each time point.
+    clusters : list of ndarray of bool (n_times,)
+        Time masks of the clusters.
+    cluster_p_values : ndarray (n_clusters,)
+    H0 : ndarray (n_permutations,)
+        Max cluster statistic of each permutation.
+    data : ndarray (n_subjects, n_times)
+        The time courses tested.
+    threshold, tail, n_permutations
+        Settings of the test.
+    """
+
+    term: str
+    times: np.ndarray
+    t_obs: np.ndarray
+    clusters: list
+    cluster_p_values: np.ndarray
+    H0: np.ndarray
+    data: np.ndarray
+    threshold: float
+    tail: int
+    n_permutations: int
+    measure: str = "importance"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def n_subjects(self):
+        return self.data.shape[0]
+
+    def significant(self, alpha=0.05):
+        """Clusters with ``p < alpha``: list of boolean time masks."""
+        return [c for c, p in zip(self.clusters, self.cluster_p_values) if p < alpha]
+
+    def to_data_frame(self):
+        """One row per cluster: ``tstart``, ``tstop`` (first and last time), ``p_value``."""
+        rows = []
+        for c, p in zip(self.clusters, self.cluster_p_values):
+            t = self.times[c]
+            rows.append(dict(term=self.term, tstart=float(t[0]), tstop=float(t[-1]),
+                             n_times=int(c.sum()), p_value=float(p)))
+        return pd.DataFrame(rows, columns=["term", "tstart", "tstop", "n_times", "p_value"])
+
+    def __repr__(self):
+        sig = sum(p < 0.05 for p in self.cluster_p_values)
+        return (f"<ClusterTestResult | {self.term!r}, {self.n_subjects} subjects, "
+                f"{len(self.clusters)} cluster(s), {sig} with p < 0.05>")
+
+
+def _check_results(results, term, measure):
+    from ..results.timecourse import TimeCourseResult
+
+    if isinstance(results, TimeCourseResult) or not hasattr(results, "__iter__"):
+        raise TypeError("results must be a list of TimeCourseResult, one per subject; got "
+                        f"{type(results).__name__}")
+    results = list(results)
+    bad = [type(r).__name__ for r in results if not isinstance(r, TimeCourseResult)]
+    if bad:
+        raise TypeError(f"every result must be a TimeCourseResult; got {bad[:3]}")
+    if len(results) < 2:
+        raise ValueError(f"a group test needs at least 2 subjects' results; got {len(results)}")
+    ref = results[0]
+    for k, r in enumerate(results[1:], start=1):
+        if r.times.shape != ref.times.shape or not np.allclose(r.times, ref.times,
+                                                              rtol=0, atol=1e-9):
+            raise ValueError(f"result {k} has different times from result 0 "
+                             f"({r.times.shape[0]} vs {ref.times.shape[0]} samples, from "
+                             f"{r.times[0]:g} s vs {ref.times[0]:g} s); analyse every subject "
+                             "with the same tmin, tmax, decim.")
+        if list(r.terms) != list(ref.terms):
+            raise ValueError(f"result {k} has different terms from result 0 ({r.terms} vs "
+                             f"{ref.terms}); use the same features for every subject.")
+    if measure == "score":
+        return results, "score", np.stack([r.score for r in results])
+    if term is None:
+        raise ValueError(f"name the term to test; terms are {ref.terms}")
+    if term not in ref.terms:
+        raise ValueError(f"unknown term {term!r}; terms are {ref.terms}")
+    k = ref.terms.index(term)
+    return results, term, np.stack([r.importance[:, k] for r in results])
+
+
+@verbose
+def permutation_cluster_test(results, term=None, *, measure="importance",
+                             n_permutations=1024, threshold=None, tail=1, seed=None,
+                             n_jobs=None, verbose=None):
+    """Cluster-based permutation test of a term's importance time course across subjects.
+
+    Tests, at the group level, whether the importance of ``term`` (or the held-out score)
+    is above zero, using :func:`mne.stats.permutation_cluster_1samp_test` on the
+    ``(n_subjects, n_times)`` time courses (fold-mean importance of each subject).
+
+    Parameters
+    ----------
+    results : list of TimeCourseResult
+        One per subject, with the same times and terms.
+    term : str | None
+        Term to test (a feature ``"f"`` or an interaction ``"f:g"``).
+    measure : {"importance", "score"}
+        Test the term's importance, or the held-out Spearman score (``term`` ignored).
+    n_permutations : int
+        Sign-flip permutations (all ``2 ** n_subjects`` when fewer).
+    threshold : float | None
+        Cluster-forming t threshold; ``None``: the t value at p = 0.05 (MNE's default).
+    tail : {1, 0, -1}
+        ``1`` tests importance > 0 (the usual question), ``0`` two-sided.
+    seed : None | int
+        Seeds the permutations.
+    n_jobs : int | None
+        Passed to MNE.
+    verbose : bool | str | int | None
+        Logging level.
+
+    Returns
+    -------
+    ClusterTestResult
+        ``t_obs``, ``clusters`` (boolean time masks), ``cluster_p_values``, ``times``;
+        ``.significant(alpha)`` and ``.to_data_frame()``.  Pass it to
+        :func:`plot_clusters`.
+
+    Examples
+    --------
+    >>> results = [mlem_neuro.read_result(f"sub-{s:02d}_mlem.npz") for s in range(1, 21)]
+    ...                                                       # doctest: +SKIP
+    >>> st = mlem_neuro.stats.permutation_cluster_test(results, "side", seed=0)
+    ...                                                       # doctest: +SKIP
+    >>> st.to_data_frame()                                    # doctest: +SKIP
+    >>> mlem_neuro.stats.plot_clusters(results, "side", stats=st)   # doctest: +SKIP
+    """
+    from mne.stats import permutation_cluster_1samp_test
+
+    check_option("measure", measure, ("importance", "score"))
+    check_option("tail", tail, (1, 0, -1))
+    if isinstance(n_permutations, bool) or not isinstance(n_permutations,
+                                                          (numbers.Integral, np.integer)) \
+            or n_permutations < 1:
+        raise ValueError(f"n_permutations must be an int >= 1; got {n_permutations!r}")
+    results, name, X = _check_results(results, term, measure)
+    if not np.isfinite(X).all():
+        raise ValueError(f"the time courses of {name!r} hold NaN or infinite values.")
+    # MNE >= 1.12 names the seed ``rng`` (``seed`` still works but logs a notice)
+    import inspect
+
+    seed_kw = ("rng" if "rng" in inspect.signature(permutation_cluster_1samp_test).parameters
+               else "seed")
+    t_obs, clusters, pvals, H0 = permutation_cluster_1samp_test(
+        X, threshold=threshold, n_permutations=int(n_permutations), tail=tail,
+        n_jobs=n_jobs, out_type="indices", verbose=False, **{seed_kw: seed})
+    n_times = X.shape[1]
+    masks = []
+    for c in clusters:                       # indices of the time points of each cluster
+        mask = np.zeros(n_times, dtype=bool)
+        mask[np.asarray(c[0] if isinstance(c, tuple) else c, dtype=int)] = True
+        masks.append(mask)
+    if threshold is None:
+        from scipy import stats
+
+        # MNE's default: the t value at p = 0.05 (two-sided: 0.025 per side)
+        threshold = float(stats.t.ppf(1 - 0.05 / (2 if tail == 0 else 1), X.shape[0] - 1))
+        threshold = -threshold if tail == -1 else threshold
+    out = ClusterTestResult(term=name, times=results[0].times.copy(),
+                            t_obs=np.asarray(t_obs, dtype=float).reshape(n_times),
+                            clusters=masks, cluster_p_values=np.asarray(pvals, dtype=float),
+                            H0=np.asarray(H0, dtype=float), data=X, threshold=float(threshold),
+                            tail=int(tail), n_permutations=int(n_permutations),
+                            measure=measure)
+    logger.info("cluster test %r: %d subjects, %d cluster(s), p = %s", name, X.shape[0],
+                len(masks), np.round(out.cluster_p_values, 4).tolist())
+    return out
+
+
+def plot_clusters(results, term=None, stats=None, alpha=0.05, ax=None, show=True,
+                  **test_kwargs):
+    """Group mean ± SEM of a term's importance over time, significant clusters shaded.
+
+    Parameters
+    ----------
+    results : list of TimeCourseResult
+        One per subject.
+    term : str | None
+        The term (ignored when ``stats`` was computed on the score).
+    stats : ClusterTestResult | None
+        Output of :func:`permutation_cluster_test`; computed (with ``test_kwargs``) when
+        None.
+    alpha : float
+        Clusters with ``p < alpha`` are shaded and annotated with their p-value.
+    ax : matplotlib Axes | None
+    show : bool
+    **test_kwargs
+        Passed to :func:`permutation_cluster_test` when ``stats`` is None.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import matplotlib.pyplot as plt
+
+    if stats is None:
+        stats = permutation_cluster_test(results, term, **test_kwargs)
+    elif not isinstance(stats, ClusterTestResult):
+        raise TypeError(f"stats must be a ClusterTestResult; got {type(stats).__name__}")
+    else:
+        results, name, X = _check_results(results, term if term is not None else stats.term,
+                                          stats.measure)
+        if name != stats.term or not np.allclose(X, stats.data):
+            raise ValueError(f"stats were computed for {stats.term!r} on other data than "
+                             f"these results' {name!r}.")
+    X, t = stats.data, stats.times
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+    else:
+        fig = ax.figure
+    mean = X.mean(axis=0)
+    sem = X.std(axis=0, ddof=1) / np.sqrt(X.shape[0])
+    line, = ax.plot(t, mean, label=f"{stats.term} (mean ± SEM, N={X.shape[0]})")
+    ax.fill_between(t, mean - sem, mean + sem, color=line.get_color(), alpha=0.25,
+                    linewidth=0)
+    ax.axhline(0, color="k", linewidth=0.8)
+    dt = np.median(np.diff(t)) if len(t) > 1 else 1.0
+    for c, p in zip(stats.clusters, stats.cluster_p_values):
+        if p < alpha:
+            t0, t1 = t[c][0] - dt / 2, t[c][-1] + dt / 2
+            ax.axvspan(t0, t1, color="0.6", alpha=0.3, linewidth=0)
+            ax.annotate(f"p = {p:.3g}", xy=((t0 + t1) / 2, 1.0),
+                        xycoords=("data", "axes fraction"), ha="center", va="bottom",
+                        fontsize="small")
+    ylabel = "held-out ρ" if stats.measure == "score" else "importance (Δ Spearman ρ)"
+    ax.set_ylabel(ylabel)
+    ax.set_xlabel("time (s)")
+    ax.legend(loc="upper right", fontsize="small")
+    if show:
+        plt.show()
+    return fig

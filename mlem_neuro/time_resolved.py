@@ -1,0 +1,367 @@
+"""Time-resolved MLEM: feature-importance time courses from epochs or trial arrays.
+
+One MLEM model per time point, all trained together: the data ``(n_trials, n_channels,
+n_times)`` become a stack ``Y`` of shape ``(n_times, n_trials, n_channels)``, the neural
+distances between trials at every time point come from Gram products
+(:class:`~mlem_neuro.crossval.DenseRDMSource`), and :func:`~mlem_neuro.crossval.run_cv`
+trains every time point of a fold as one batched stack (in memory-bounded chunks, spread
+over ``n_jobs`` with joblib), then scores and permutes on pairs of held-out trials.
+
+Each trial is a stimulus: folds split trials, and the feature table has one row per trial.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .adapters.epochs import (check_window, epochs_data, epochs_feature_table,
+                              window_average)
+from .core.features import as_feature_table
+from .core.metric import CONSTRAINTS
+from .core.neural import METRICS
+from .crossval import DenseRDMSource, run_cv
+from .results.timecourse import TimeCourseResult
+from .utils import check_device, check_option, logger, verbose
+
+_SHARED_DOC = """
+    window : float | None
+        Average the samples within ``±window / 2`` seconds of each time point before
+        computing distances (a moving average; samples near the edges average the
+        neighbours that exist).  ``None`` uses single samples.
+    scale : bool
+        Standardise each channel (zero mean, unit variance over all trials and time
+        samples analysed) before distances.  On by default, so that channels of different
+        types and units (MEG T and T/m, EEG V) weigh alike in the Euclidean distance; the
+        transform ignores the features, so it leaks nothing across folds.  ``False`` keeps
+        the data's own units (channels with larger variance then dominate).
+    cv : None | int | splitter | iterable
+        Cross-validation over trials: an int gives shuffled K-fold splits (default 5);
+        also a scikit-learn splitter or ``(train, test)`` index pairs.  Each fold's models
+        are trained on pairs of training trials and scored / permuted on pairs of held-out
+        trials; results keep every fold (means and spreads on the result).  ``None``
+        trains and scores on all trials: **optimistic** (in-sample), for exploration only.
+    n_permutations : int
+        Permutations per term for the importance (the MLEM paper uses 10).
+    constraint : {"spd", "diagonal", "none"}
+        ``"spd"`` is MLEM, ``"diagonal"`` FR-RSA (no interactions), ``"none"`` FR-RSA-I.
+    interactions : bool
+        Model (and report) feature interactions ``"f:g"``.
+    level : {"term", "feature"}
+        Importance per term (features and interactions) or per feature (total effect).
+    feature_kinds, feature_groups, missing_distance
+        Feature encoding, as in :class:`mlem_neuro.MLEM`.
+    distance : {"euclidean", "correlation", "cosine"}
+        Neural distance between trials at a time point (across channels).
+    max_steps, patience, lr, tol, batch_size
+        Training settings, as in :class:`mlem_neuro.MLEM`.
+    chunk_size : int | None
+        Time points per engine call (default: as many as fit a memory budget, split over
+        ``n_jobs``).  Results do not depend on it.
+    n_jobs : int | None
+        Chunks run in parallel with joblib (``None``: one process; ``-1``: all cores).
+        ``joblib.parallel_config(backend="dask")`` sends them to a dask cluster.
+    device : str
+        ``"cpu"`` or ``"cuda"`` (training in float32 there, scores in float64).
+    random_state : None | int | numpy Generator
+        Seeds folds, batches and permutations (results do not depend on ``n_jobs``).
+    verbose : bool | str | int | None
+        Logging level; ``"INFO"`` shows a progress bar over chunks.
+"""
+
+
+def _check_int(name, value, low):
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be an int; got {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}; got {value}")
+    return int(value)
+
+
+def _check_float(name, value, strict=True):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
+        raise TypeError(f"{name} must be a finite number; got {value!r}")
+    if value < 0 or (strict and value == 0):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} 0; got {value}")
+    return float(value)
+
+
+def _jsonable(value):
+    """Best-effort JSON form of a setting (numbers, strings, lists, dicts)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (numbers.Integral, np.integer)):
+        return int(value)
+    if isinstance(value, (numbers.Real, np.floating)):
+        return float(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return repr(value)
+
+
+def _check_data(data):
+    try:
+        data = np.asarray(data, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError("data must be a numeric array (n_trials, n_channels, n_times); got "
+                        f"{type(data).__name__}") from None
+    if data.ndim != 3:
+        raise ValueError("data must be 3-D (n_trials, n_channels, n_times); got shape "
+                         f"{data.shape}. For one channel use data[:, None, :].")
+    n, C, T = data.shape
+    if n < 3:
+        raise ValueError(f"MLEM needs at least 3 trials (pairs of trials are compared); got {n}.")
+    if C < 1 or T < 1:
+        raise ValueError(f"data has no channel or no time sample (shape {data.shape}).")
+    if not np.isfinite(data).all():
+        bad = int((~np.isfinite(data)).sum())
+        raise ValueError(f"data hold {bad} NaN or infinite values; drop or interpolate them "
+                         "first.")
+    return data
+
+
+def _check_times(times, sfreq, n_times):
+    if sfreq is not None:
+        sfreq = _check_float("sfreq", sfreq)
+    if times is None:
+        if sfreq is None:
+            return np.arange(n_times, dtype=float), None
+        return np.arange(n_times) / sfreq, sfreq
+    times = np.asarray(times, dtype=float)
+    if times.shape != (n_times,):
+        raise ValueError(f"times must have one value per time sample ({n_times}); got shape "
+                         f"{times.shape}.")
+    if not np.isfinite(times).all() or (n_times > 1 and np.any(np.diff(times) <= 0)):
+        raise ValueError("times must be finite and strictly increasing (seconds).")
+    if sfreq is None and n_times > 1:
+        dt = np.diff(times)
+        if np.allclose(dt, dt.mean(), rtol=1e-3, atol=0):
+            sfreq = float(1.0 / dt.mean())
+    elif sfreq is not None and n_times > 1 and not np.allclose(
+            np.diff(times), 1.0 / sfreq, rtol=1e-3, atol=0):
+        raise ValueError(f"times are not spaced by 1 / sfreq = {1.0 / sfreq:g} s.")
+    return times, sfreq
+
+
+def _scale_channels(data):
+    """Zero mean, unit variance per channel over trials and times (flat channels: centred)."""
+    mean = data.mean(axis=(0, 2), keepdims=True)
+    std = data.std(axis=(0, 2), keepdims=True)
+    flat = std[0, :, 0] == 0
+    if flat.any():
+        logger.warning("scale: %d flat channel(s) (zero variance) are left at 0",
+                       int(flat.sum()))
+    return (data - mean) / np.where(std > 0, std, 1.0)
+
+
+def _fit(data, table, times, ch_names, *, settings, cv, n_permutations, level, constraint,
+         interactions, feature_kinds, feature_groups, missing_distance, distance, max_steps,
+         patience, lr, tol, batch_size, chunk_size, n_jobs, device, random_state):
+    """Validated data (trials, channels, times) + table → TimeCourseResult."""
+    check_option("constraint", constraint, CONSTRAINTS)
+    check_option("distance", distance, METRICS)
+    check_option("level", level, ("term", "feature"))
+    if not isinstance(interactions, (bool, np.bool_)):
+        raise TypeError(f"interactions must be True or False; got {interactions!r}")
+    _check_int("n_permutations", n_permutations, 1)
+    _check_int("max_steps", max_steps, 1)
+    _check_int("patience", patience, 1)
+    _check_float("lr", lr)
+    _check_float("tol", tol, strict=False)
+    if chunk_size is not None:
+        _check_int("chunk_size", chunk_size, 1)
+    if n_jobs is not None:
+        n_jobs = _check_int("n_jobs", n_jobs, -2**31)
+        if n_jobs == 0:
+            raise ValueError("n_jobs must be None, a positive int or a negative int "
+                             "(joblib semantics); got 0")
+    check_device(device)
+    n, C, T = data.shape
+    if len(table) != n:
+        raise ValueError(f"the feature table has {len(table)} rows but there are {n} trials; "
+                         "pass one row per trial (epoch), in the same order.")
+    if settings.get("scale", False):
+        data = _scale_channels(data)
+    Y = data.transpose(2, 0, 1)                         # (M = n_times, n_trials, n_channels)
+    logger.info("MLEM time course: %d trials, %d channels, %d time points, features %s",
+                n, C, T, list(table.columns))
+    out = run_cv(DenseRDMSource(Y, distance), table, cv=cv, n_permutations=n_permutations,
+                 level=level, constraint=constraint, interactions=bool(interactions),
+                 feature_kinds=feature_kinds, feature_groups=feature_groups,
+                 missing_distance=missing_distance, max_steps=max_steps, patience=patience,
+                 lr=lr, tol=tol, batch_size=batch_size, chunk_size=chunk_size, n_jobs=n_jobs,
+                 device=device, random_state=random_state, desc="time points")
+    cv_desc = (cv if cv is None or isinstance(cv, (numbers.Integral, np.integer))
+               else repr(cv))
+    settings = dict(settings)
+    settings.update(
+        cv=_jsonable(cv_desc), n_folds=len(out.folds), n_permutations=int(n_permutations),
+        level=level, constraint=constraint, interactions=bool(interactions),
+        feature_kinds=_jsonable(feature_kinds), feature_groups=_jsonable(feature_groups),
+        missing_distance=_jsonable(missing_distance), distance=distance,
+        max_steps=int(max_steps), patience=int(patience), lr=float(lr), tol=float(tol),
+        batch_size=_jsonable(batch_size), batch_size_used=_jsonable(out.batch_size),
+        n_trials=int(n), n_channels=int(C), device=str(device),
+        random_state=(_jsonable(random_state)
+                      if random_state is None or isinstance(random_state, numbers.Integral)
+                      else repr(random_state)),
+        fold_test_sizes=[int(len(te)) for _, te in out.folds],
+    )
+    res = TimeCourseResult(fold_importance=out.importance, fold_score=out.score,
+                           fold_weights=out.W, n_iter=out.n_iter, terms=out.terms,
+                           feature_names=out.feature_names, settings=settings, times=times,
+                           ch_names=ch_names,
+                           fold_importance_perm_std=out.importance_perm_std,
+                           converged=out.converged)
+    logger.info("MLEM time course done: peak held-out score %.3f at t = %.3f",
+                float(np.max(res.score)), float(times[int(np.argmax(res.score))]))
+    return res
+
+
+@verbose
+def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, window=None,
+               scale=True, cv=5, n_permutations=10, level="term", constraint="spd",
+               interactions=True, feature_kinds=None, feature_groups=None,
+               missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
+               lr=0.1, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
+               device="cpu", random_state=None, verbose=None):
+    """Time-resolved MLEM on an array of trials (ECoG, intracranial, any sensor array).
+
+    Parameters
+    ----------
+    data : array (n_trials, n_channels, n_times)
+        One trial per stimulus.
+    features : DataFrame | array (n_trials, n_features)
+        The trials' theoretical features, one row per trial (see :class:`mlem_neuro.MLEM`
+        for how columns are compared).
+    times : array (n_times,) | None
+        Time of each sample in seconds.  Default: ``arange(n_times) / sfreq``, or sample
+        indices when ``sfreq`` is also None.
+    sfreq : float | None
+        Sampling rate in Hz (needed for ``window`` when ``times`` is not given).
+    ch_names : list of str | None
+        Channel names, kept on the result.
+    %(shared)s
+    Returns
+    -------
+    TimeCourseResult
+        ``.importance`` (n_times × n_terms, fold mean), ``.importance_std``, ``.score``,
+        ``.weights``, ``.to_data_frame()``, ``.to_evoked()``, ``.plot()``, ``.save()``.
+
+    See Also
+    --------
+    mlem_epochs : the same from :class:`mne.Epochs`.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd
+    >>> rng = np.random.default_rng(0)
+    >>> side = rng.integers(0, 2, 40)
+    >>> data = rng.standard_normal((40, 6, 12))
+    >>> data[:, :3, 6:] += 3 * side[:, None, None]          # "side" encoded from sample 6
+    >>> res = mlem_array(data, pd.DataFrame({"side": side.astype(bool),
+    ...                                      "noise": rng.integers(0, 2, 40).astype(bool)}),
+    ...                  sfreq=100.0, cv=3, max_steps=50, random_state=0)
+    >>> res.importance.shape
+    (12, 3)
+    >>> bool(res.importance[6:, 0].mean() > res.importance[:6, 0].mean())
+    True
+    """
+    data = _check_data(data)
+    n, C, T = data.shape
+    in_seconds = times is not None or sfreq is not None
+    times, sfreq = _check_times(times, sfreq, T)
+    window = check_window(window, sfreq)
+    if ch_names is not None:
+        ch_names = [str(c) for c in ch_names]
+        if len(ch_names) != C:
+            raise ValueError(f"ch_names has {len(ch_names)} names for {C} channels.")
+    table = as_feature_table(features, name="features")
+    if len(table) != n:
+        raise ValueError(f"the feature table has {len(table)} rows but data hold {n} trials; "
+                         "pass one row per trial, in the same order.")
+    if window is not None:
+        data = window_average(data, sfreq, window)
+    settings = dict(window=window, scale=bool(scale), sfreq=sfreq,
+                    times_in_seconds=in_seconds)
+    return _fit(data, table, times, ch_names, settings=settings, cv=cv,
+                n_permutations=n_permutations, level=level, constraint=constraint,
+                interactions=interactions, feature_kinds=feature_kinds,
+                feature_groups=feature_groups, missing_distance=missing_distance,
+                distance=distance, max_steps=max_steps, patience=patience, lr=lr, tol=tol,
+                batch_size=batch_size, chunk_size=chunk_size, n_jobs=n_jobs, device=device,
+                random_state=random_state)
+
+
+@verbose
+def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1, *,
+                window=None, scale=True, cv=5, n_permutations=10, level="term",
+                constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
+                missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
+                lr=0.1, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
+                device="cpu", random_state=None, verbose=None):
+    """Time-resolved MLEM on MEG/EEG epochs: feature-importance time courses.
+
+    Each epoch is a stimulus.  The caller's ``epochs`` are never modified.
+
+    Parameters
+    ----------
+    epochs : mne.Epochs
+        The trials.  Non-preloaded epochs are read through a copy (bad epochs dropped).
+    features : None | str | list of str | DataFrame
+        ``None``: ``epochs.metadata`` when present (every column is a feature), else the
+        table of :func:`mlem_neuro.features_from_events` (``/``-tagged event names).
+        Column name(s) of ``epochs.metadata``.  Or a DataFrame with one row per epoch (or
+        one per original event, aligned with ``epochs.selection`` so that dropped epochs
+        stay matched to their rows).
+    picks : str | list | slice | None
+        Channels, as in MNE (names, types such as ``"eeg"``, indices); ``None``: the good
+        data channels.
+    tmin, tmax : float | None
+        Time window in seconds (inclusive); default the whole epoch.
+    decim : int
+        Keep every ``decim``-th sample (anchored at ``t = 0``, as MNE); low-pass the data
+        first (or use ``window``) to avoid aliasing.  ``window`` averaging is applied on
+        the full-rate data, before decimation.
+    %(shared)s
+    Returns
+    -------
+    TimeCourseResult
+
+    See Also
+    --------
+    mlem_array, features_from_events, mlem_neuro.stats.permutation_cluster_test
+
+    Examples
+    --------
+    >>> res = mlem_neuro.mlem_epochs(epochs, features=["modality", "side"],
+    ...                              tmin=-0.1, tmax=0.5, decim=2, random_state=0)
+    ...                                                       # doctest: +SKIP
+    >>> res.plot()                                            # doctest: +SKIP
+    """
+    data, times, ch_names, work = epochs_data(epochs, picks=picks, tmin=tmin, tmax=tmax,
+                                              decim=decim, window=window)
+    table = epochs_feature_table(work, features)
+    if len(table) != data.shape[0]:    # pragma: no cover - epochs_feature_table checks it
+        raise ValueError(f"the feature table has {len(table)} rows but there are "
+                         f"{data.shape[0]} epochs.")
+    sfreq = float(epochs.info["sfreq"])
+    settings = dict(window=None if window is None else float(window), scale=bool(scale),
+                    sfreq=sfreq / int(decim), decim=int(decim), picks=_jsonable(picks),
+                    tmin=None if tmin is None else float(tmin),
+                    tmax=None if tmax is None else float(tmax), times_in_seconds=True,
+                    n_epochs=int(len(work)))
+    return _fit(_check_data(data), table, times, ch_names, settings=settings, cv=cv,
+                n_permutations=n_permutations, level=level, constraint=constraint,
+                interactions=interactions, feature_kinds=feature_kinds,
+                feature_groups=feature_groups, missing_distance=missing_distance,
+                distance=distance, max_steps=max_steps, patience=patience, lr=lr, tol=tol,
+                batch_size=batch_size, chunk_size=chunk_size, n_jobs=n_jobs, device=device,
+                random_state=random_state)
+
+
+for _f in (mlem_array, mlem_epochs):
+    _f.__doc__ = _f.__doc__.replace("    %(shared)s\n", _SHARED_DOC.lstrip("\n"))
+del _f

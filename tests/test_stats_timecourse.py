@@ -1,0 +1,140 @@
+"""Group-level cluster permutation tests on importance time courses."""
+import warnings
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+import mlem_neuro  # noqa: E402
+from mlem_neuro.results import TimeCourseResult  # noqa: E402
+from mlem_neuro.stats import permutation_cluster_test, plot_clusters  # noqa: E402
+from mlem_neuro.stats.timecourse import ClusterTestResult  # noqa: E402
+
+TIMES = np.arange(-5, 25) / 100.0                       # 30 samples, 100 Hz
+EFFECT = slice(12, 20)                                  # where "a" matters in every subject
+
+
+def subject(seed, effect=0.3, noise=0.05, terms=("a", "b", "a:b"), times=TIMES, F=3):
+    """A subject whose term "a" has importance ~effect in EFFECT; "b", "a:b" only noise."""
+    rng = np.random.default_rng(seed)
+    M, T = len(times), len(terms)
+    imp = noise * rng.standard_normal((F, M, T))
+    imp[:, EFFECT, 0] += effect
+    return TimeCourseResult(imp, rng.uniform(-0.1, 0.5, (F, M)),
+                            rng.standard_normal((F, M, 2, 2)), np.full((F, M), 50),
+                            list(terms), ["a", "b"], times=times)
+
+
+@pytest.fixture(scope="module")
+def group():
+    return [subject(s) for s in range(10)]
+
+
+def test_cluster_found_where_the_effect_is(group):
+    st = permutation_cluster_test(group, "a", n_permutations=512, seed=0)
+    assert isinstance(st, ClusterTestResult) and st.term == "a" and st.n_subjects == 10
+    assert st.t_obs.shape == (30,) and st.data.shape == (10, 30)
+    np.testing.assert_array_equal(st.times, TIMES)
+    sig = st.significant(0.05)
+    assert len(sig) == 1
+    # the significant cluster is the effect window, exactly (noise sd 0.05 vs effect 0.3)
+    expected = np.zeros(30, bool)
+    expected[EFFECT] = True
+    np.testing.assert_array_equal(sig[0], expected)
+    # with 10 subjects the smallest possible p is 1/2**10 (all sign flips <= 512 drawn)
+    assert min(st.cluster_p_values) < 0.01
+    df = st.to_data_frame()
+    row = df[df["p_value"] < 0.05].iloc[0]
+    assert row["tstart"] == pytest.approx(TIMES[12]) and row["tstop"] == pytest.approx(TIMES[19])
+    assert row["n_times"] == 8
+    # the t-threshold defaults to MNE's p = 0.05 one-sided value for N - 1 = 9 dof
+    assert st.threshold == pytest.approx(1.833, abs=1e-3)
+
+
+def test_no_significant_cluster_for_a_null_term(group):
+    st = permutation_cluster_test(group, "b", n_permutations=512, seed=0)
+    assert st.significant(0.05) == []
+    st = permutation_cluster_test(group, "a:b", n_permutations=512, seed=0)
+    assert st.significant(0.05) == []
+
+
+def test_score_measure_and_tail(group):
+    st = permutation_cluster_test(group, measure="score", n_permutations=256, seed=0)
+    assert st.term == "score" and st.measure == "score"
+    np.testing.assert_array_equal(st.data, np.stack([r.score for r in group]))
+    # a negative effect is found with tail=-1 and not with tail=1
+    neg = [subject(s, effect=-0.3) for s in range(8)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)     # MNE: "No clusters found"
+        assert permutation_cluster_test(neg, "a", tail=1, seed=0).significant() == []
+    assert len(permutation_cluster_test(neg, "a", tail=-1, seed=0).significant()) == 1
+
+
+def test_results_must_share_times_and_terms(group):
+    with pytest.raises(ValueError, match="different times"):
+        permutation_cluster_test(group[:3] + [subject(9, times=TIMES + 0.01)], "a")
+    with pytest.raises(ValueError, match="different terms"):
+        permutation_cluster_test(group[:3] + [subject(9, terms=("b", "a", "a:b"))], "a")
+    with pytest.raises(ValueError, match="unknown term"):
+        permutation_cluster_test(group, "c")
+    with pytest.raises(ValueError, match="name the term"):
+        permutation_cluster_test(group)
+    with pytest.raises(ValueError, match="at least 2"):
+        permutation_cluster_test(group[:1], "a")
+    with pytest.raises(TypeError, match="list of TimeCourseResult"):
+        permutation_cluster_test(group[0], "a")
+    with pytest.raises(TypeError, match="TimeCourseResult"):
+        permutation_cluster_test([group[0], "x"], "a")
+    with pytest.raises(ValueError, match="measure"):
+        permutation_cluster_test(group, "a", measure="auc")
+
+
+def test_plot_clusters_marks_significant_windows(group):
+    st = permutation_cluster_test(group, "a", n_permutations=256, seed=0)
+    fig = plot_clusters(group, "a", stats=st, show=False)
+    ax = fig.axes[0]
+    X = np.stack([r.importance[:, 0] for r in group])
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), X.mean(0))
+    spans = [p for p in ax.patches]                 # axvspan rectangles
+    assert len(spans) == 1
+    x0, x1 = spans[0].get_x(), spans[0].get_x() + spans[0].get_width()
+    assert x0 == pytest.approx(TIMES[12] - 0.005) and x1 == pytest.approx(TIMES[19] + 0.005)
+    assert any("p = " in t.get_text() for t in ax.texts)
+    plt.close(fig)
+    # no significant cluster: nothing shaded; stats computed on the fly
+    fig = plot_clusters(group, "b", n_permutations=128, seed=0, show=False)
+    assert len(fig.axes[0].patches) == 0
+    plt.close(fig)
+    with pytest.raises(ValueError, match="other data"):
+        plot_clusters(group, "b", stats=st, show=False)
+
+
+def test_group_analysis_from_simulated_subjects_end_to_end():
+    """Six simulated subjects through mlem_array: A's importance forms a significant
+    cluster inside its window at the group level."""
+    from mlem_neuro.time_resolved import mlem_array
+
+    results = []
+    for s in range(6):
+        rng = np.random.default_rng(100 + s)
+        n, C, T = 45, 6, 16
+        a, c = rng.integers(0, 2, n), rng.integers(0, 2, n)
+        X = rng.standard_normal((n, C, T))
+        p = rng.standard_normal(C)
+        X[:, :, 6:11] += 0.8 * (2 * a - 1)[:, None, None] * (p / np.linalg.norm(p)
+                                                            * np.sqrt(C))[None, :, None]
+        y = pd.DataFrame({"A": a.astype(bool), "C": c.astype(bool)})
+        results.append(mlem_array(X, y, sfreq=100.0, cv=3, max_steps=100,
+                                  random_state=s))
+    st = mlem_neuro.stats.permutation_cluster_test(results, "A", seed=0)
+    sig = st.significant(0.05)
+    # 6 subjects: smallest p is 1/64; measured p = 0.016 for one cluster = samples 6..10
+    assert len(sig) == 1
+    assert sig[0][6:11].all() and not sig[0][:5].any() and not sig[0][12:].any()
+    assert st.significant(0.05) and permutation_cluster_test(
+        results, "C", seed=0).significant(0.05) == []
