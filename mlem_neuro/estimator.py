@@ -1,7 +1,6 @@
 """The :class:`MLEM` estimator: one model, scikit-learn contract."""
 from __future__ import annotations
 
-import numbers
 
 import numpy as np
 import pandas as pd
@@ -14,26 +13,10 @@ from .core.importance import baseline_scores, feature_importance, term_importanc
 from .core.metric import CONSTRAINTS, term_index, term_names
 from .core.neural import METRICS, NeuralTargets
 from .core.pairs import pair_indices
-from .utils import check_device, check_option, check_random_state, logger, use_log_level
+from .utils import (check_device, check_float, check_int, check_option, check_random_state,
+                    logger, use_log_level)
 
 DISTANCES = METRICS + ("precomputed",)
-
-
-def _check_int(name, value, low):
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
-        raise TypeError(f"{name} must be an int; got {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}; got {value}")
-    return int(value)
-
-
-def _check_float(name, value, low=0.0, strict=True):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number; got {value!r}")
-    if not np.isfinite(value) or value < low or (strict and value == low):
-        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low}; "
-                         f"got {value}")
-    return float(value)
 
 
 class MLEM(BaseEstimator):
@@ -140,11 +123,11 @@ class MLEM(BaseEstimator):
         check_option("distance", self.distance, DISTANCES)
         if not isinstance(self.interactions, (bool, np.bool_)):
             raise TypeError(f"interactions must be True or False; got {self.interactions!r}")
-        _check_int("n_permutations", self.n_permutations, 1)
-        _check_int("max_steps", self.max_steps, 1)
-        _check_int("patience", self.patience, 1)
-        _check_float("lr", self.lr)
-        _check_float("tol", self.tol, strict=False)
+        check_int("n_permutations", self.n_permutations, 1)
+        check_int("max_steps", self.max_steps, 1)
+        check_int("patience", self.patience, 1)
+        check_float("lr", self.lr)
+        check_float("tol", self.tol, strict=False)
         return check_device(self.device)
 
     def _check_X(self, X, n_rows=None):
@@ -320,7 +303,7 @@ class MLEM(BaseEstimator):
         """
         with use_log_level(self.verbose):
             n_perm = self.n_permutations if n_permutations is None else n_permutations
-            n_perm = _check_int("n_permutations", n_perm, 1)
+            n_perm = check_int("n_permutations", n_perm, 1)
             check_option("level", level, ("term", "feature"))
             rng = check_random_state(self.random_state if random_state is None
                                      else random_state)

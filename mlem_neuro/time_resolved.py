@@ -22,7 +22,7 @@ from .core.metric import CONSTRAINTS
 from .core.neural import METRICS
 from .crossval import DenseRDMSource, run_cv
 from .results.timecourse import TimeCourseResult
-from .utils import check_device, check_option, logger, verbose
+from .utils import check_device, check_float, check_int, check_option, logger, verbose
 
 _SHARED_DOC = """
     window : float | None
@@ -70,22 +70,6 @@ _SHARED_DOC = """
 """
 
 
-def _check_int(name, value, low):
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
-        raise TypeError(f"{name} must be an int; got {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}; got {value}")
-    return int(value)
-
-
-def _check_float(name, value, strict=True):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
-        raise TypeError(f"{name} must be a finite number; got {value!r}")
-    if value < 0 or (strict and value == 0):
-        raise ValueError(f"{name} must be {'>' if strict else '>='} 0; got {value}")
-    return float(value)
-
-
 def _jsonable(value):
     """Best-effort JSON form of a setting (numbers, strings, lists, dicts)."""
     if value is None or isinstance(value, (bool, str)):
@@ -124,7 +108,7 @@ def _check_data(data):
 
 def _check_times(times, sfreq, n_times):
     if sfreq is not None:
-        sfreq = _check_float("sfreq", sfreq)
+        sfreq = check_float("sfreq", sfreq)
     if times is None:
         if sfreq is None:
             return np.arange(n_times, dtype=float), None
@@ -165,15 +149,15 @@ def _fit(data, table, times, ch_names, *, settings, cv, n_permutations, level, c
     check_option("level", level, ("term", "feature"))
     if not isinstance(interactions, (bool, np.bool_)):
         raise TypeError(f"interactions must be True or False; got {interactions!r}")
-    _check_int("n_permutations", n_permutations, 1)
-    _check_int("max_steps", max_steps, 1)
-    _check_int("patience", patience, 1)
-    _check_float("lr", lr)
-    _check_float("tol", tol, strict=False)
+    check_int("n_permutations", n_permutations, 1)
+    check_int("max_steps", max_steps, 1)
+    check_int("patience", patience, 1)
+    check_float("lr", lr)
+    check_float("tol", tol, strict=False)
     if chunk_size is not None:
-        _check_int("chunk_size", chunk_size, 1)
+        check_int("chunk_size", chunk_size, 1)
     if n_jobs is not None:
-        n_jobs = _check_int("n_jobs", n_jobs, -2**31)
+        n_jobs = check_int("n_jobs", n_jobs, -2**31)
         if n_jobs == 0:
             raise ValueError("n_jobs must be None, a positive int or a negative int "
                              "(joblib semantics); got 0")

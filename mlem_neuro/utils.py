@@ -110,3 +110,22 @@ def check_option(name, value, allowed):
     if value not in allowed:
         raise ValueError(f"{name} must be one of {list(allowed)}; got {value!r}")
     return value
+
+
+def check_int(name, value, low):
+    """An int ``>= low`` (bools rejected), else TypeError / ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be an int; got {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}; got {value}")
+    return int(value)
+
+
+def check_float(name, value, low=0.0, strict=True):
+    """A finite number ``> low`` (``>= low`` when not strict), else a clear error."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number; got {value!r}")
+    if not np.isfinite(value) or value < low or (strict and value == low):
+        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low}; "
+                         f"got {value}")
+    return float(value)

@@ -5,7 +5,6 @@ import nibabel as nib
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 import mlem_neuro
 from mlem_neuro.results import BrainMapResult, read_result
@@ -15,15 +14,6 @@ matplotlib.use("Agg")
 AFFINE = np.array([[2.0, 0, 0, -6], [0, 2.0, 0, -8], [0, 0, 2.0, -4], [0, 0, 0, 1]])
 TERMS = ["a", "b", "a:b"]
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny problems: one torch thread.  With 2 threads on a busy 2-core machine, OpenMP
-    spin-waits made these tests ~10x slower (measured 76 s vs 7.6 s for the Haxby test)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def make_result(F=3, seed=0, kind="searchlight", importance=None, score=None):

@@ -1,6 +1,5 @@
 """The shared cross-validated driver and the result base class."""
 import numpy as np
-import pandas as pd
 import pytest
 from sklearn.model_selection import KFold
 

@@ -6,7 +6,6 @@ import nibabel as nib
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 import mlem_neuro
 from mlem_neuro.fmri import trial_images
@@ -16,15 +15,6 @@ HAXBY = DATA / "haxby2001_sub001_25mm" / "sub001"
 AFFINE = np.diag([3.0, 3.0, 3.0, 1.0])
 T_R = 2.0
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny problems: one torch thread.  With 2 threads on a busy 2-core machine, OpenMP
-    spin-waits made these tests ~10x slower (measured 76 s vs 7.6 s for the Haxby test)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def simulate_runs(n_runs=2, n_scans=120, shape=(3, 3, 2), noise=0.01, seed=0):

@@ -16,15 +16,6 @@ AFFINE = np.array([[3.0, 0, 0, -12], [0, 3.0, 0, -12], [0, 0, 3.0, -12], [0, 0, 
 FAST = dict(cv=3, max_steps=200, n_permutations=5)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny problems: one torch thread.  With 2 threads on a busy 2-core machine, OpenMP
-    spin-waits made these tests ~10x slower (measured 76 s vs 7.6 s for the Haxby test)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def simulate(n=48, shape=(8, 8, 8), centre=(4, 4, 4), radius=6.0, amp=1.0, seed=0):
     """Noise everywhere; feature "a" adds a fixed random pattern only inside one sphere;
