@@ -20,6 +20,7 @@ import numbers
 
 import numpy as np
 import torch
+from joblib import effective_n_jobs
 
 from .utils import check_device, check_random_state, logger
 from .core.engine import fit_stack
@@ -142,8 +143,8 @@ def _fit_chunk(source, enc_train, enc_test, train, test, fit_kw, n_permutations,
 def _chunk_slices(M, n_train, chunk_size, n_jobs):
     if chunk_size is None:
         chunk_size = max(1, int(CHUNK_BYTES // (8 * max(n_pairs(n_train), 1))))
-        if n_jobs not in (None, 1):
-            workers = n_jobs if n_jobs > 0 else 8
+        workers = effective_n_jobs(n_jobs)
+        if workers > 1:
             chunk_size = min(chunk_size, -(-M // workers))
     chunk_size = max(1, min(int(chunk_size), M))
     return [slice(s, min(s + chunk_size, M)) for s in range(0, M, chunk_size)]

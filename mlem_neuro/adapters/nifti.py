@@ -74,9 +74,7 @@ def load_images(imgs, name="imgs"):
             raise ValueError(f"{name} is an empty list; pass one 3D image per stimulus.")
         loaded = []
         for k, img in enumerate(imgs):
-            img = _load(img, f"{name}[{k}]")
-            if img.ndim == 4 and img.shape[3] == 1:
-                img = img.slicer[..., 0]
+            img = _squeeze_volume(_load(img, f"{name}[{k}]"))
             if img.ndim != 3:
                 raise ValueError(f"{name}[{k}] has shape {img.shape}; a list of images must "
                                  "hold 3D images (one per stimulus). Pass a 4D image on its "
@@ -124,10 +122,13 @@ def load_mask(mask_img, ref_img, name="mask_img"):
     return mask
 
 
+def _squeeze_volume(img):
+    """A 4D image holding a single volume, as that 3D volume (others unchanged)."""
+    return img.slicer[..., 0] if img.ndim == 4 and img.shape[3] == 1 else img
+
+
 def _check_3d(img, name):
-    img = _load(img, name)
-    if img.ndim == 4 and img.shape[3] == 1:
-        img = img.slicer[..., 0]
+    img = _squeeze_volume(_load(img, name))
     if img.ndim != 3:
         raise ValueError(f"{name} must be a 3D image; got an image of shape {img.shape}. "
                          "Pass one volume, e.g. nilearn.image.index_img(img, 0), or combine "
