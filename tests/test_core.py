@@ -257,3 +257,80 @@ def test_verbose_decorator_sets_level_for_the_call_only():
     assert logger.level == logging.WARNING
     with pytest.raises(ValueError, match="verbose"):
         work(verbose="chatty")
+
+
+def test_batch_size_selection_from_group_counts_equals_per_pair():
+    """Grouped term rows give the same correlations, hence the same batch size."""
+    from mlem_neuro.core.batch_size import correlation_spread, select_batch_size
+    from mlem_neuro.core.engine import PairTerms
+    from mlem_neuro.core.features import FeatureSpace
+    from mlem_neuro.core.metric import term_index
+    from mlem_neuro.core.tied import distinct_rows
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({f: rng.choice(list("abc"), 150) for f in "xyzw"})
+    enc = FeatureSpace().fit_transform(table)
+    k, l = term_index(4)
+    terms = PairTerms(enc.to_torch("cpu", torch.float32), 150, k, l)
+    groups = distinct_rows(terms.all)
+    assert groups is not None and groups[0].shape[0] <= 16
+    for size in (500, 4000):
+        a = correlation_spread(terms.take, 150, size, np.random.default_rng(1))
+        b = correlation_spread(terms.take, 150, size, np.random.default_rng(1), groups=groups)
+        assert a > 0.005
+        assert abs(a - b) < 1e-9
+    assert (select_batch_size(terms.take, 150, np.random.default_rng(2))
+            == select_batch_size(terms.take, 150, np.random.default_rng(2), groups=groups))
+
+
+@pytest.mark.parametrize("level", ["term", "feature"])
+def test_grouped_importance_equals_explicit_permutations(level, monkeypatch):
+    """Categorical designs are scored by groups of identical pairs; the drops equal those of
+    permuting and rescoring every pair explicitly (scipy's tie-aware Spearman)."""
+    import mlem_neuro.core.importance as importance
+    from mlem_neuro.core.importance import feature_importance
+    rng = np.random.default_rng(3)
+    n, K = 60, 3
+    table = pd.DataFrame({"a": rng.choice(list("xy"), n), "b": rng.choice(list("pqr"), n),
+                          "c": rng.integers(0, 3, n)})
+    enc = FeatureSpace(kinds={"c": "ordinal"}).fit_transform(table)
+    i, j = pair_indices(n)
+    W = make_W(torch.as_tensor(rng.standard_normal((2, 3, 3))), "spd")
+    D = torch.as_tensor(enc.pair_distances(i, j))
+    target = torch.as_tensor(rng.random((2, len(i)))) + (D @ torch.rand(3, 2).double()).T
+    k, l = term_index(3)
+    enc_t = enc.to_torch("cpu", torch.float64)
+    calls = []
+    real = importance.distinct_rows
+    monkeypatch.setattr(importance, "distinct_rows", lambda P: calls.append(1) or real(P))
+    if level == "term":
+        drops, base = term_importance(W, D, target, k, l, K, np.random.default_rng(7))
+    else:
+        drops, base = feature_importance(W, enc_t, i, j, target, K, np.random.default_rng(7))
+    assert calls and real(D) is not None                    # the grouped path ran
+    # explicit reference; predictions rounded so that identical pairs tie exactly
+    rng2 = np.random.default_rng(7)
+    Pt = term_matrix(D, k, l)
+
+    def rho(q, M):
+        return spearmanr(np.round(q.numpy(), 10), target[M].numpy())[0]
+
+    for M in range(2):
+        assert base[M].item() == pytest.approx(rho((W[M, k, l] * Pt).sum(1), M), abs=1e-12)
+    for t in range(drops.shape[1]):
+        if level == "term":
+            perms = [rng2.permutation(len(i)) for _ in range(K)]
+        else:
+            perms = [rng2.permutation(n) for _ in range(K)]
+        for r, perm in enumerate(perms):
+            if level == "term":
+                Pp = Pt.clone()
+                Pp[:, t] = Pt[perm, t]
+            else:
+                Dp = D.clone()
+                Dp[:, t] = enc_t.feature_distance(t, torch.as_tensor(i), torch.as_tensor(j),
+                                                  perm=torch.as_tensor(perm)).double()
+                Pp = term_matrix(Dp, k, l)
+            for M in range(2):
+                expected = base[M].item() - rho((W[M, k, l] * Pp).sum(1), M)
+                assert drops[M, t, r].item() == pytest.approx(expected, abs=1e-12)
+    assert drops.abs().max() > 0.01

@@ -80,3 +80,112 @@ def test_minibatch_stack_runs_and_uses_distinct_pairs():
     np.testing.assert_allclose(np.linalg.norm(res.W, axis=(1, 2)), 1.0, rtol=1e-5)
     # the noisiest model learns a worse metric than the cleanest one
     assert res.best_score[0] > res.best_score[-1]
+
+
+# ---------------------------------------------------------------- grouped soft ranks
+
+def _weighted_pav(y, c):
+    """Reference: non-increasing weighted isotonic regression by pool-adjacent-violators."""
+    blocks = []                                    # [value, weight, size]
+    for v, w in zip(y, c):
+        blocks.append([v, w, 1])
+        while len(blocks) > 1 and blocks[-2][0] <= blocks[-1][0]:
+            v2, w2, n2 = blocks.pop()
+            v1, w1, n1 = blocks.pop()
+            blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    return np.concatenate([[v] * n for v, _, n in blocks])
+
+
+def test_weighted_isotonic_matches_pool_adjacent_violators():
+    from mlem_neuro.core.tied import _minmax_isotonic
+    rng = np.random.default_rng(0)
+    for U in (1, 2, 7, 40):
+        y = rng.standard_normal((5, U)).cumsum(axis=1) * rng.choice([-1, 1], (5, 1))
+        c = rng.integers(1, 50, (5, U)).astype(float)
+        v = _minmax_isotonic(torch.as_tensor(y), torch.as_tensor(c)).numpy()
+        ref = np.stack([_weighted_pav(a, b) for a, b in zip(y, c)])
+        np.testing.assert_allclose(v, ref, rtol=1e-12, atol=1e-12)
+        assert (np.diff(v, axis=1) <= 1e-12).all()
+
+
+@pytest.mark.parametrize("cross_ties", [False, True])
+def test_grouped_soft_spearman_equals_torchsort_on_the_expanded_batch(cross_ties):
+    """Values and gradients equal torchsort's soft rank on every repeated pair."""
+    from mlem_neuro.core.tied import grouped_soft_rank, grouped_soft_spearman
+    from mlem_neuro.core.spearman import soft_rank
+    g = torch.Generator().manual_seed(1)
+    M, U = 6, 24
+    counts = torch.randint(1, 200, (U,), generator=g)
+    uid = torch.repeat_interleave(torch.arange(U), counts)
+    uid = uid[torch.randperm(len(uid), generator=g)]
+    pred = torch.randn(M, U, dtype=torch.float64, generator=g)
+    if cross_ties:                                 # two groups predicted equal
+        pred[:, 3] = pred[:, 11]
+    target = pred[:, uid] + torch.randn(M, len(uid), dtype=torch.float64, generator=g)
+    tz = standardize(rankdata(target))
+    # expanded: torchsort on all pairs
+    pe = pred.clone().requires_grad_(True)
+    rho_ref = soft_spearman(pe[:, uid], tz)
+    rho_ref.sum().backward()
+    # grouped
+    pg = pred.clone().requires_grad_(True)
+    sums = torch.zeros(M, U, dtype=torch.float64).scatter_add_(1, uid.expand(M, -1), tz)
+    rho = grouped_soft_spearman(pg, counts, sums, 1.0)
+    rho.sum().backward()
+    np.testing.assert_allclose(rho.detach(), rho_ref.detach(), atol=1e-12)
+    np.testing.assert_allclose(pg.grad, pe.grad, atol=1e-12)
+    assert pe.grad.abs().max() > 1e-4                  # a gradient worth comparing
+    ranks = grouped_soft_rank(pred, counts, 1.0)[:, uid]
+    np.testing.assert_allclose(ranks, soft_rank(pred[:, uid]), rtol=1e-10)
+
+
+def test_subset_ranks_equal_rankdata_with_and_without_ties():
+    from mlem_neuro.core.spearman import SubsetRanks
+    g = torch.Generator().manual_seed(0)
+    for ties in (False, True):
+        v = torch.rand(5, 300, dtype=torch.float64, generator=g)
+        if ties:
+            v = torch.round(v * 12)
+        sr = SubsetRanks(v)
+        assert sr.ties == ties
+        for size in (2, 57, 300):
+            cols = torch.randperm(300, generator=g)[:size]
+            assert torch.equal(sr.ranks(cols), rankdata(v[:, cols]))
+        sr.keep(torch.tensor([True, False, True, True, False]))
+        cols = torch.randperm(300, generator=g)[:80]
+        assert torch.equal(sr.ranks(cols), rankdata(v[[0, 2, 3]][:, cols]))
+
+
+@pytest.mark.parametrize("batch_size", ["full", 400])
+def test_grouped_and_expanded_engines_learn_the_same_metrics(batch_size, monkeypatch):
+    """The grouped path (few distinct term rows) and the per-pair torchsort path agree."""
+    import mlem_neuro.core.engine as engine
+    import mlem_neuro.core.tied as tied
+    Y, y = _stack(M=4, n=60)
+    enc = FeatureSpace().fit_transform(y)
+    # no early stopping (tol=-inf): the paths compute the soft ranks in float64 vs float32,
+    # and a 1e-7 difference could flip one "improved by more than tol" decision
+    kw = dict(batch_size=batch_size, max_steps=80, tol=-np.inf, random_state=0)
+    fast = fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), **kw)
+    monkeypatch.setattr(tied, "MAX_GROUPS", 0)             # every batch expanded
+    monkeypatch.setattr(engine, "MAX_RANKER_ELEMENTS", 0)  # targets sorted at every step
+    slow = fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), **kw)
+    assert (fast.n_iter == 80).all() and (slow.n_iter == 80).all()
+    np.testing.assert_allclose(fast.history, slow.history, atol=1e-5)   # measured: 1.2e-6
+    np.testing.assert_allclose(fast.W, slow.W, atol=5e-6)   # measured: 2.5e-7
+
+
+def test_subset_rank_group_sums_equal_summed_standardized_ranks():
+    from mlem_neuro.core.spearman import SubsetRanks
+    g = torch.Generator().manual_seed(2)
+    groups = torch.randint(0, 9, (400,), generator=g)
+    for ties in (False, True):
+        v = torch.rand(4, 400, dtype=torch.float64, generator=g)
+        if ties:
+            v = torch.round(v * 15)
+        sr = SubsetRanks(v, groups)
+        cols = torch.randperm(400, generator=g)[:150]
+        counts = torch.bincount(groups[cols], minlength=9)
+        ref = torch.zeros(4, 9, dtype=torch.float64).scatter_add_(
+            1, groups[cols].expand(4, -1), standardize(rankdata(v[:, cols])))
+        np.testing.assert_allclose(sr.group_sums(cols, counts), ref, atol=1e-12)

@@ -24,16 +24,33 @@ GROWTH = 1.2
 CAP = 2**18
 
 
-def correlation_spread(take_terms, n, size, rng, n_batches=N_BATCHES):
+def _grouped_correlation(rows, counts):
+    """Correlation of the columns of ``rows`` (U, T), row ``u`` repeated ``counts[u]`` times."""
+    c = counts.to(torch.float64)[:, None]
+    centred = rows - (c * rows).sum(0) / c.sum()
+    cov = (c * centred).T @ centred
+    sd = torch.sqrt(cov.diagonal()).clamp_min(1e-12)
+    return cov / sd[:, None] / sd[None, :]
+
+
+def correlation_spread(take_terms, n, size, rng, n_batches=N_BATCHES, groups=None):
     """Largest std, across ``n_batches`` batches of ``size`` pairs, of a term correlation.
 
     ``take_terms(lin)`` returns the term matrix ``(len(lin), n_terms)`` of linear pair
-    indices ``lin``.
+    indices ``lin``.  ``groups = (rows, group_of_pair)``, when the term rows take few
+    distinct values, gives the same correlations from each batch's group counts.
     """
     total = n_pairs(n)
     corr = []
     for _ in range(n_batches):
-        Z = standardize(take_terms(sample_pairs(rng, total, size)).to(torch.float64).T)
+        lin = sample_pairs(rng, total, size)
+        if groups is not None:
+            rows, uid = groups
+            counts = torch.bincount(uid[torch.as_tensor(lin, device=uid.device)],
+                                    minlength=rows.shape[0])
+            corr.append(_grouped_correlation(rows.to(torch.float64), counts))
+            continue
+        Z = standardize(take_terms(lin).to(torch.float64).T)
         corr.append(Z @ Z.T)                              # (T, T)
     corr = torch.stack(corr)
     T = corr.shape[-1]
@@ -44,11 +61,11 @@ def correlation_spread(take_terms, n, size, rng, n_batches=N_BATCHES):
 
 
 def select_batch_size(take_terms, n, rng, start=START, threshold=THRESHOLD, growth=GROWTH,
-                      cap=CAP, n_batches=N_BATCHES):
+                      cap=CAP, n_batches=N_BATCHES, groups=None):
     """Pairs per training step (``n_pairs(n)`` means full batch).
 
     ``take_terms(lin)`` returns the feature (and interaction) term columns of the pairs with
-    linear indices ``lin``.
+    linear indices ``lin``; ``groups`` as in :func:`correlation_spread`.
     """
     total = n_pairs(n)
     b = int(start)
@@ -62,7 +79,7 @@ def select_batch_size(take_terms, n, rng, start=START, threshold=THRESHOLD, grow
                           f"training uses batches of {cap} of the {total} pairs. Pass an "
                           "explicit batch_size to override.", UserWarning, stacklevel=3)
             return cap
-        spread = correlation_spread(take_terms, n, b, rng, n_batches)
+        spread = correlation_spread(take_terms, n, b, rng, n_batches, groups)
         logger.debug("batch size %d: max correlation std %.4f", b, spread)
         if spread < threshold:
             return b

@@ -20,7 +20,9 @@ from .batch_size import select_batch_size
 from .metric import (CONSTRAINTS, init_params, make_W, predict, term_index, term_matrix,
                      term_weights)
 from .pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
-from .spearman import rankdata, soft_spearman, standardize
+from . import tied
+from .spearman import (SOFT_RANK_STRENGTH, SubsetRanks, rankdata, soft_spearman,
+                       standardize)
 
 
 @dataclass
@@ -56,6 +58,8 @@ class StackFit:
 
 #: elements (n_pairs * n_terms) up to which the pair term matrix is built once and gathered.
 MAX_TERM_ELEMENTS = 5 * 10**7
+#: elements (models * pairs) up to which target ranks come from one global sort per model.
+MAX_RANKER_ELEMENTS = 2 * 10**7
 
 
 class PairTerms:
@@ -88,11 +92,11 @@ class PairTerms:
 _BETA1, _BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
 
 
-def resolve_batch_size(batch_size, terms, n, rng):
+def resolve_batch_size(batch_size, terms, n, rng, groups=None):
     total = n_pairs(n)
     if isinstance(batch_size, str):
         if batch_size == "auto":
-            return select_batch_size(terms.take, n, rng)
+            return select_batch_size(terms.take, n, rng, groups=groups)
         if batch_size == "full":
             return total
         raise ValueError(f"batch_size must be 'auto', 'full' or an int >= 2; got "
@@ -131,14 +135,35 @@ def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=10
     total = n_pairs(n)
     k, l = term_index(m, interactions and constraint != "diagonal")
     terms = PairTerms(enc.to_torch(dev, dtype), n, k, l)
-    b = resolve_batch_size(batch_size, terms, n, rng)
+    # few distinct term rows (categorical designs): work on groups of identical pairs
+    groups = tied.distinct_rows(terms.all) if terms.all is not None else None
+    b = resolve_batch_size(batch_size, terms, n, rng, groups)
     full = b >= total
     if full:
         i, j = pair_indices(n)
         Pt = terms.take(np.arange(total), i, j)
-        # exact target ranks, once; rows follow the models still training
-        tz_active = standardize(rankdata(targets.take(np.arange(total), i, j).to(dev)))
-        tz_active = tz_active.to(dtype)
+
+    # Grouped path: soft ranks over groups of pairs with identical term rows.
+    if groups is not None and not tied.usable(M, groups[0].shape[0]):
+        groups = None
+    if groups is not None:
+        P_uniq, uid = groups
+        P_uniq = P_uniq.double()
+        n_groups = P_uniq.shape[0]
+    # Exact within-batch target ranks from one sort per model (mini-batches).
+    # (worth it while the pairs are at most ~8 batches: O(M P) per step vs O(M b log b))
+    ranker = None
+    if (not full and targets.full is not None and M * total <= MAX_RANKER_ELEMENTS
+            and total <= 8 * b):
+        ranker = SubsetRanks(targets.full.to(dev), None if groups is None else uid)
+    if full:
+        tz_all = standardize(rankdata(targets.take(np.arange(total), i, j).to(dev)))
+        if groups is not None:
+            counts = torch.bincount(uid, minlength=n_groups)
+            t_active = torch.zeros(M, n_groups, dtype=torch.float64, device=dev).scatter_add_(
+                1, uid.expand(M, total), tz_all.double())
+        else:
+            t_active = tz_all.to(dtype)           # rows follow the models still training
 
     A = init_params(M, m, constraint, dev, dtype)
     adam_m = torch.zeros_like(A)                 # AdamW moments (no weight decay)
@@ -150,17 +175,44 @@ def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=10
     idx = torch.arange(M, device=dev)            # models still training
     history = []
     logger.debug("fit_stack: %d models, %d stimuli, %d features, %d terms, %s batches of %d "
-                 "pairs", M, n, m, len(k), "full" if full else "mini", b)
+                 "pairs, %s", M, n, m, len(k), "full" if full else "mini", b,
+                 f"{n_groups} distinct term rows" if groups is not None else "expanded")
     for step in range(max_steps):
         if not full:
             lin = sample_pairs(rng, total, b)
-            i, j = (None, None) if targets.full is not None else linear_to_pair(lin, n)
-            Pt = terms.take(lin, i, j)
-            tz_active = standardize(rankdata(targets.take(lin, i, j, models=idx).to(dev)))
-            tz_active = tz_active.to(dtype)
+            lin_t = torch.as_tensor(lin, device=dev)
+            if groups is not None:
+                u = uid[lin_t]
+                counts = torch.bincount(u, minlength=n_groups)
+            if ranker is not None and groups is not None:
+                t_active = ranker.group_sums(lin_t, counts)
+                tz = None
+            elif ranker is not None:
+                tz = standardize(ranker.ranks(lin_t))
+            else:
+                i, j = (None, None) if targets.full is not None else linear_to_pair(lin, n)
+                tz = standardize(rankdata(targets.take(lin, i, j, models=idx).to(dev)))
+            if groups is None:
+                Pt = terms.take(lin)
+                t_active = tz.to(dtype)
+            elif tz is not None:
+                t_active = torch.zeros(len(idx), n_groups, dtype=torch.float64,
+                                       device=dev).scatter_add_(1, u.expand(len(idx), b), tz)
         A_act = A[idx].requires_grad_(True)
-        q = term_weights(make_W(A_act, constraint), k, l) @ Pt.T
-        rho = soft_spearman(predict(q, constraint), tz_active)
+        tw = term_weights(make_W(A_act, constraint), k, l)
+        if groups is not None:
+            present = counts > 0
+            if bool(present.all()):
+                q = tw.double() @ P_uniq.T
+                rho = tied.grouped_soft_spearman(predict(q, constraint), counts, t_active,
+                                                 SOFT_RANK_STRENGTH)
+            else:
+                q = tw.double() @ P_uniq[present].T
+                rho = tied.grouped_soft_spearman(predict(q, constraint), counts[present],
+                                                 t_active[:, present], SOFT_RANK_STRENGTH)
+            rho = rho.to(dtype)
+        else:
+            rho = soft_spearman(predict(tw @ Pt.T, constraint), t_active)
         (-rho.sum()).backward()
         with torch.no_grad():
             r = rho.detach()
@@ -187,7 +239,9 @@ def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=10
             if not bool(keep.all()):
                 idx = idx[keep]                   # stopped models leave the computation
                 if full:
-                    tz_active = tz_active[keep]
+                    t_active = t_active[keep]
+                if ranker is not None:
+                    ranker.keep(keep)
         if len(idx) == 0:
             break
     with torch.no_grad():

@@ -1,0 +1,160 @@
+"""Soft Spearman when predictions take few distinct values (categorical feature designs).
+
+With categorical (or few-level) features, the pair term rows ``P`` take only ``U`` distinct
+values (``U ≤ 2**m`` for ``m`` binary features) however many pairs a batch holds, so every
+model's predictions on a batch of ``b`` pairs are ``U`` values repeated with counts ``c_u``.
+The soft rank of :func:`torchsort.soft_rank` (l2 regularisation) can then be computed on the
+``U`` values alone, exactly:
+
+* torchsort sorts ``θ`` decreasingly and solves a non-increasing isotonic regression of
+  ``s − w`` with ``w = b, b−1, …, 1``.  Inside a run of tied values ``s`` is constant and ``w``
+  decreases, so ``s − w`` increases and the run is always pooled into one block: tied values
+  get equal soft ranks, whatever order the sort left them in.
+* Pooling a run first changes nothing in the pool-adjacent-violators solution, so the
+  problem reduces to a *weighted* isotonic regression over ``U`` groups: value
+  ``s_u − mean(w over the group's positions)``, weight ``c_u``.
+* The Spearman sum then needs the targets only through ``T_u = Σ_{pairs of group u} t_z``.
+
+A step then costs ``O(M U²)`` instead of two sorts of ``M × b`` values.  The weighted
+isotonic regression uses the min–max formula ``v_i = min_{j≤i} max_{k≥i} avg(j..k)``, all
+intervals at once; its Jacobian (the average over each pooled block, weighted) is the one
+torchsort's backward applies.  ``tests/test_engine.py`` checks values and gradients against
+torchsort on the expanded batch.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: largest number of distinct term rows for which the grouped path is used.
+MAX_GROUPS = 256
+#: elements (models × groups²) allowed for the interval table of one call.
+MAX_TABLE_ELEMENTS = 3 * 10**7
+_EPS = 1e-12
+
+
+def distinct_rows(P):
+    """``(uniq, inverse)`` of the rows of ``P`` when there are few of them, else ``None``."""
+    n_rows = P.shape[0]
+    if n_rows < 4 * 2:
+        return None
+    uniq, inverse = torch.unique(P, dim=0, return_inverse=True)
+    if uniq.shape[0] > MAX_GROUPS or 4 * uniq.shape[0] > n_rows:
+        return None
+    return uniq, inverse
+
+
+def usable(n_models, n_groups):
+    """Whether the interval table of ``n_models`` models fits the memory budget."""
+    return n_models * n_groups * n_groups <= MAX_TABLE_ELEMENTS
+
+
+def _minmax_isotonic(y, c):
+    """Non-increasing weighted isotonic regression of ``y (M, U)`` with weights ``c``."""
+    M, U = y.shape
+    zero = torch.zeros(M, 1, dtype=y.dtype, device=y.device)
+    S = torch.cat([zero, torch.cumsum(c * y, dim=-1)], dim=-1)         # (M, U+1)
+    C = torch.cat([zero, torch.cumsum(c, dim=-1)], dim=-1)
+    # A[j, k] = weighted mean of y[j..k]; only j <= k is meaningful
+    num = S[:, None, 1:] - S[:, :U, None]
+    den = C[:, None, 1:] - C[:, :U, None]
+    upper = torch.ones(U, U, dtype=torch.bool, device=y.device).triu()
+    A = torch.where(upper, num / den.clamp_min(_EPS), -math.inf)
+    # R[j, i] = max_{k >= i} A[j, k]
+    R = torch.flip(torch.cummax(torch.flip(A, dims=[-1]), dim=-1).values, dims=[-1])
+    R = torch.where(upper, R, math.inf)
+    return R.min(dim=-2).values                                          # v_i = min_{j<=i}
+
+
+class _WeightedIsotonic(torch.autograd.Function):
+    """``argmin Σ c_u (v_u − y_u)²`` s.t. ``v`` non-increasing, rows independent."""
+
+    @staticmethod
+    def forward(ctx, y, c):
+        v = _minmax_isotonic(y, c)
+        ctx.save_for_backward(v, c)
+        return v
+
+    @staticmethod
+    def backward(ctx, grad):
+        v, c = ctx.saved_tensors
+        # pooled blocks: runs of equal values (up to rounding)
+        tol = 1e-10 * (1.0 + v.abs().amax(dim=-1, keepdim=True))
+        new = torch.ones_like(v, dtype=torch.bool)
+        new[:, 1:] = (v[:, :-1] - v[:, 1:]) > tol
+        block = torch.cumsum(new, dim=-1) - 1
+        g_sum = torch.zeros_like(grad).scatter_add_(1, block, grad)
+        c_sum = torch.zeros_like(c).scatter_add_(1, block, c)
+        return c * (g_sum / c_sum).gather(1, block), None
+
+
+def grouped_soft_rank(pred, counts, strength):
+    """Soft ranks ``(M, U)`` of ``U`` distinct values per row, each repeated ``counts[u]`` times.
+
+    Equal to :func:`mlem_neuro.core.spearman.soft_rank` applied to the expanded rows (every
+    repeat of a value gets the value's soft rank).
+    """
+    c = counts.to(pred.dtype)
+    b = c.sum()
+    mean = (pred * c).sum(dim=-1, keepdim=True) / b
+    xc = pred - mean
+    norm = torch.sqrt((c * xc * xc).sum(dim=-1, keepdim=True)).clamp_min(_EPS)
+    theta = xc / norm * (torch.sqrt(b) * b / math.sqrt(12.0) / strength)
+    s, perm = torch.sort(theta, dim=-1, descending=True)
+    c_s = c[perm]
+    start = torch.cumsum(c_s, dim=-1) - c_s                             # first position
+    w_mean = b - start - (c_s - 1.0) / 2.0                               # mean of w = b..1
+    dual = _WeightedIsotonic.apply(s - w_mean, c_s)
+    r_sorted = s - dual
+    inv = torch.argsort(perm, dim=-1)
+    return r_sorted.gather(1, inv)
+
+
+def grouped_soft_spearman(pred, counts, target_sums, strength):
+    """Soft Spearman ``(M,)`` from grouped predictions.
+
+    Parameters
+    ----------
+    pred : tensor (M, U)
+        Prediction of each distinct term row (requires grad).
+    counts : tensor (U,)
+        Pairs of the batch in each group (all > 0).
+    target_sums : tensor (M, U)
+        Sum, over each group's pairs, of the standardised exact target ranks.
+    """
+    r = grouped_soft_rank(pred, counts, strength)
+    c = counts.to(r.dtype)
+    b = c.sum()
+    rc = r - (r * c).sum(dim=-1, keepdim=True) / b
+    norm = torch.sqrt((c * rc * rc).sum(dim=-1, keepdim=True)).clamp_min(_EPS)
+    return (rc / norm * target_sums).sum(dim=-1)
+
+
+def grouped_spearman(values, counts, target_sums, n):
+    """Exact tie-aware Spearman from grouped values (no gradient).
+
+    Parameters
+    ----------
+    values : tensor (..., G)
+        Value of each group (groups with equal values are tied).
+    counts : tensor (..., G)
+        Elements in each group (broadcastable to ``values``; zero allowed).
+    target_sums : tensor (..., G)
+        Sum of the standardised exact target ranks over each group's elements.
+    n : int
+        Total number of elements (``counts.sum(-1)``).
+    """
+    counts = counts.to(torch.float64).expand_as(values)
+    s, order = torch.sort(values, dim=-1)
+    c_s = counts.gather(-1, order)
+    new = torch.ones_like(s, dtype=torch.bool)
+    new[..., 1:] = s[..., 1:] != s[..., :-1]
+    run = torch.cumsum(new, dim=-1) - 1                         # tie run of each group
+    run_count = torch.zeros_like(c_s).scatter_add_(-1, run, c_s)
+    run_start = torch.cumsum(run_count, dim=-1) - run_count
+    rank = (run_start + (run_count + 1.0) / 2.0).gather(-1, run)  # average rank, 1-based
+    rc = rank - (n + 1) / 2.0
+    norm = torch.sqrt((c_s * rc * rc).sum(dim=-1)).clamp_min(_EPS)
+    target_sums = target_sums.expand_as(values)
+    return (rc * target_sums.gather(-1, order)).sum(dim=-1) / norm
