@@ -189,3 +189,18 @@ def test_subset_rank_group_sums_equal_summed_standardized_ranks():
         ref = torch.zeros(4, 9, dtype=torch.float64).scatter_add_(
             1, groups[cols].expand(4, -1), standardize(rankdata(v[:, cols])))
         np.testing.assert_allclose(sr.group_sums(cols, counts), ref, atol=1e-12)
+
+
+def test_early_stopping_with_target_ranks_from_one_sort(monkeypatch):
+    """Models stopping at different steps keep their own target ranks (bulk row drops)."""
+    import mlem_neuro.core.engine as engine
+    Y, y = _stack(M=8, n=60)
+    enc = FeatureSpace().fit_transform(y)
+    kw = dict(batch_size=400, patience=8, max_steps=300, random_state=0)
+    fast = fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), **kw)
+    monkeypatch.setattr(engine, "MAX_RANKER_ELEMENTS", 0)  # targets sorted at every step
+    slow = fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), **kw)
+    assert len(set(fast.n_iter.tolist())) >= 4               # several bulk drops happened
+    np.testing.assert_array_equal(fast.n_iter, slow.n_iter)
+    np.testing.assert_allclose(fast.W, slow.W, atol=1e-6)
+    np.testing.assert_allclose(fast.history, slow.history, atol=1e-6, equal_nan=True)

@@ -156,6 +156,7 @@ def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=10
     if (not full and targets.full is not None and M * total <= MAX_RANKER_ELEMENTS
             and total <= 8 * b):
         ranker = SubsetRanks(targets.full.to(dev), None if groups is None else uid)
+        ranker_rows = torch.arange(M, device=dev)    # ranker row of each active model
     if full:
         tz_all = standardize(rankdata(targets.take(np.arange(total), i, j).to(dev)))
         if groups is not None:
@@ -185,10 +186,10 @@ def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=10
                 u = uid[lin_t]
                 counts = torch.bincount(u, minlength=n_groups)
             if ranker is not None and groups is not None:
-                t_active = ranker.group_sums(lin_t, counts)
+                t_active = ranker.group_sums(lin_t, counts)[ranker_rows]
                 tz = None
             elif ranker is not None:
-                tz = standardize(ranker.ranks(lin_t))
+                tz = standardize(ranker.ranks(lin_t)[ranker_rows])
             else:
                 i, j = (None, None) if targets.full is not None else linear_to_pair(lin, n)
                 tz = standardize(rankdata(targets.take(lin, i, j, models=idx).to(dev)))
@@ -241,7 +242,11 @@ def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=10
                 if full:
                     t_active = t_active[keep]
                 if ranker is not None:
-                    ranker.keep(keep)
+                    # stopped rows are dropped from the ranker in bulk, not at every stop
+                    ranker_rows = ranker_rows[keep]
+                    if len(ranker_rows) < 0.75 * ranker.n_rows:
+                        ranker.keep(ranker_rows)
+                        ranker_rows = torch.arange(len(ranker_rows), device=dev)
         if len(idx) == 0:
             break
     with torch.no_grad():

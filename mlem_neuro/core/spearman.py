@@ -121,6 +121,10 @@ class SubsetRanks:
             self.last = torch.flip(torch.cummin(torch.flip(torch.where(last_flag, ar, P), [-1]),
                                                 dim=-1).values, [-1])
 
+    @property
+    def n_rows(self):
+        return self.order.shape[0]
+
     def keep(self, rows):
         """Restrict to the rows selected by ``rows`` (boolean mask or indices)."""
         for name in ("order", "pos", "group_sorted", "first", "last"):
@@ -156,8 +160,11 @@ class SubsetRanks:
         in_order, r = self._sorted_ranks(cols)
         b = len(cols)
         mean = (b + 1) / 2.0
-        r = r.to(torch.float64) * in_order                   # zero outside the batch
-        norm2 = (r * r).sum(dim=-1, keepdim=True) - b * mean * mean
+        r = r.to(torch.float64).mul_(in_order)               # zero outside the batch
+        if self.ties:
+            norm2 = (r * r).sum(dim=-1, keepdim=True) - b * mean * mean
+        else:                                                # ranks 1..b
+            norm2 = torch.tensor(b * (b * b - 1) / 12.0, dtype=torch.float64)
         counts = counts.to(torch.float64)
         sums = torch.zeros(r.shape[0], len(counts), dtype=torch.float64, device=r.device)
         sums.scatter_add_(1, self.group_sorted, r)
