@@ -162,10 +162,11 @@ class SubsetRanks:
         mean = (b + 1) / 2.0
         r = r.to(torch.float64).mul_(in_order)               # zero outside the batch
         if self.ties:
-            norm2 = (r * r).sum(dim=-1, keepdim=True) - b * mean * mean
+            norm = torch.sqrt(((r * r).sum(dim=-1, keepdim=True) - b * mean * mean)
+                              .clamp_min(1e-24))
         else:                                                # ranks 1..b
-            norm2 = torch.tensor(b * (b * b - 1) / 12.0, dtype=torch.float64)
+            norm = math.sqrt(b * (b * b - 1) / 12.0)
         counts = counts.to(torch.float64)
         sums = torch.zeros(r.shape[0], len(counts), dtype=torch.float64, device=r.device)
         sums.scatter_add_(1, self.group_sorted, r)
-        return (sums - counts * mean) / torch.sqrt(norm2.clamp_min(1e-24))
+        return (sums - counts * mean) / norm
