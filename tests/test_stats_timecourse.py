@@ -70,8 +70,9 @@ def test_score_measure_and_tail(group):
     # a negative effect is found with tail=-1 and not with tail=1
     neg = [subject(s, effect=-0.3) for s in range(8)]
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)     # MNE: "No clusters found"
-        assert permutation_cluster_test(neg, "a", tail=1, seed=0).significant() == []
+        warnings.simplefilter("error")                      # no cluster is not a warning
+        st = permutation_cluster_test(neg, "a", tail=1, seed=0)
+    assert st.significant() == [] and st.clusters == []
     assert len(permutation_cluster_test(neg, "a", tail=-1, seed=0).significant()) == 1
 
 

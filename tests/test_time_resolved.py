@@ -463,3 +463,17 @@ def test_real_eeglab_recording_end_to_end():
     assert_unchanged(epochs, snap)
     df = res.to_data_frame()
     assert len(df) == 32 * 6 and np.isfinite(df["importance"]).all()
+
+
+def test_epochs_whose_times_lost_a_sample_get_a_clear_error():
+    """MNE can build epochs.times one entry short when tmin is not on the sample grid."""
+    import mne
+
+    info = mne.create_info(3, 25.0, "eeg")
+    rng = np.random.default_rng(0)
+    epochs = mne.EpochsArray(rng.standard_normal((12, 3, 10)), info, tmin=-0.1,
+                             verbose=False)
+    if len(epochs.times) == 10:
+        pytest.skip("this MNE version keeps all samples")
+    with pytest.raises(ValueError, match="whole number of samples"):
+        mlem_neuro.mlem_epochs(epochs, features=pd.DataFrame({"a": list("xy") * 6}))

@@ -328,6 +328,12 @@ def epochs_data(epochs, picks=None, tmin=None, tmax=None, decim=1, window=None):
     if len(work) == 0:
         raise ValueError("no epoch is left (all were dropped); nothing to model.")
     data = work.get_data(picks=idx)
+    if data.shape[-1] != len(times):
+        raise ValueError(f"the epochs hold {data.shape[-1]} samples per epoch but "
+                         f"epochs.times has {len(times)} entries (MNE can lose one when tmin "
+                         f"= {times[0]:.6g} s is not a whole number of samples at "
+                         f"{sfreq:g} Hz); recreate the epochs with tmin a multiple of "
+                         f"1/sfreq.")
     if window is not None:
         data = window_average(data, sfreq, window)
     data = np.ascontiguousarray(data[..., mask], dtype=float)

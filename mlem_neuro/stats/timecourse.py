@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import numbers
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -170,9 +171,12 @@ def permutation_cluster_test(results, term=None, *, measure="importance",
 
     seed_kw = ("rng" if "rng" in inspect.signature(permutation_cluster_1samp_test).parameters
                else "seed")
-    t_obs, clusters, pvals, H0 = permutation_cluster_1samp_test(
-        X, threshold=threshold, n_permutations=int(n_permutations), tail=tail,
-        n_jobs=n_jobs, out_type="indices", verbose=False, **{seed_kw: seed})
+    with warnings.catch_warnings():
+        # no supra-threshold cluster is a result here (an empty ``clusters``), not a problem
+        warnings.filterwarnings("ignore", message="No clusters found")
+        t_obs, clusters, pvals, H0 = permutation_cluster_1samp_test(
+            X, threshold=threshold, n_permutations=int(n_permutations), tail=tail,
+            n_jobs=n_jobs, out_type="indices", verbose=False, **{seed_kw: seed})
     n_times = X.shape[1]
     masks = []
     for c in clusters:                       # indices of the time points of each cluster
