@@ -5,15 +5,18 @@
   figures, a CSV table and an HTML report go to ``--out``.
 * ``mlem-neuro epochs FILE-epo.fif --features a,b --out DIR``: time-resolved MLEM.
 * ``mlem-neuro searchlight --imgs RUN... --events TSV... --t-r 2.5 --mask MASK --out DIR``:
-  per-trial beta maps with nilearn's GLM, then a searchlight.
+  per-trial beta maps with nilearn's GLM, then a searchlight; ``--group-runs`` keeps each
+  run's trials in one fold.
 
 Bad paths and options end with a one-line error and a non-zero exit code.
 """
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -150,6 +153,55 @@ def run_epochs(args):
     print(f"Wrote {out / 'mlem.npz'}, {out / 'importance.csv'}, {out / 'importance.png'}")
 
 
+def _run_folds(table, n_folds):
+    """Folds that keep each run's trials together (GroupKFold over the runs)."""
+    import pandas as pd
+    from sklearn.model_selection import GroupKFold
+
+    runs = table.index.get_level_values("run")
+    n_runs = len(set(runs))
+    if n_folds is None:
+        raise CLIError("--group-runs needs cross-validation: pass --cv 2 or more, not 0")
+    if n_runs < n_folds:
+        raise CLIError(f"--group-runs with --cv {n_folds} needs at least {n_folds} runs; "
+                       f"got {n_runs}. Lower --cv or give more runs.")
+    folds = list(GroupKFold(n_splits=n_folds).split(table, groups=runs))
+    # A feature whose held-out pairs all have the same distance (e.g. one trial per
+    # category per run, one run held out: every pair differs) has importance 0 there by
+    # construction, and when every feature does the fold cannot be scored at all.
+    for k, (_, test) in enumerate(folds):
+        flat = []
+        for col in table.columns:
+            values = table[col].iloc[test]
+            n_unique = values.nunique(dropna=False)
+            numeric = pd.api.types.is_numeric_dtype(values) and \
+                not pd.api.types.is_bool_dtype(values)
+            if n_unique == 1 or (not numeric and n_unique == len(values)):
+                flat.append(col)
+        if flat:
+            msg = (f"with --group-runs --cv {n_folds}, every held-out pair of fold {k + 1} "
+                   f"has the same distance on {flat}: importance there is 0 by "
+                   "construction. Use fewer folds, so that each holds out more runs.")
+            if len(flat) == table.shape[1]:
+                raise CLIError(msg)
+            warnings.warn(msg, UserWarning, stacklevel=2)
+    return folds
+
+
+def _brain_map_figure(res, bg_img):
+    """One row per term (importance) and a last row with the held-out score."""
+    import matplotlib.pyplot as plt
+
+    rows = [*res.terms, None]
+    fig, axes = plt.subplots(len(rows), 1, figsize=(8, 2.6 * len(rows)), squeeze=False)
+    for ax, term in zip(axes[:, 0], rows):
+        with warnings.catch_warnings():   # an all-zero map is a result, not a problem
+            warnings.filterwarnings("ignore", message="(Given img is )?empty")
+            res.plot(term, bg_img=bg_img, axes=ax, figure=fig, draw_cross=False,
+                     cmap="RdBu_r")
+    return fig
+
+
 def run_searchlight(args):
     imgs = [str(_existing(p, "image")) for p in args.imgs]
     event_files = [_existing(p, "events file") for p in args.events]
@@ -157,26 +209,41 @@ def run_searchlight(args):
     if len(imgs) != len(event_files):
         raise CLIError(f"give one events file per run: {len(imgs)} images, "
                        f"{len(event_files)} events files")
+    if args.group_runs and args.model != "trial":
+        raise CLIError("--group-runs needs --model trial (condition images average over "
+                       "runs)")
     import matplotlib
 
     matplotlib.use("Agg")
     import pandas as pd
+    from nibabel.filebasedimages import ImageFileError
+    from nilearn.image import mean_img
 
     from .fmri import trial_images
     from .searchlight import mlem_searchlight
 
     events = [pd.read_csv(p, sep="\t") for p in event_files]
     feature_cols = args.features.split(",") if args.features else None
-    betas, table = trial_images(imgs, events, t_r=args.t_r, mask_img=mask,
-                                model=args.model, feature_cols=feature_cols)
-    res = mlem_searchlight(betas, table, mask, radius=args.radius, **_analysis_kwargs(args))
+    kwargs = _analysis_kwargs(args)
+    try:
+        betas, table = trial_images(imgs, events, t_r=args.t_r, mask_img=mask,
+                                    model=args.model, feature_cols=feature_cols)
+        if args.group_runs:
+            kwargs["cv"] = _run_folds(table, kwargs["cv"])
+        res = mlem_searchlight(betas, table, mask, radius=args.radius, **kwargs)
+        bg_img = mean_img(imgs[0], copy_header=True)
+    except ImageFileError as err:
+        raise CLIError(f"{err} (--imgs and --mask take NIfTI images)") from None
+    if args.group_runs:   # the fold indices themselves are not worth a settings entry
+        res.settings["cv"] = f"GroupKFold({args.cv}) over runs"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     res.save(out / "mlem.npz", overwrite=True)
     res.to_nifti().to_filename(out / "importance.nii.gz")
     res.to_data_frame().to_csv(out / "importance.csv", index=False)
+    _brain_map_figure(res, bg_img).savefig(out / "importance.png", dpi=110)
     print(f"Wrote {out / 'mlem.npz'}, {out / 'importance.nii.gz'} (one volume per term: "
-          f"{', '.join(res.terms)}), {out / 'importance.csv'}")
+          f"{', '.join(res.terms)}), {out / 'importance.csv'}, {out / 'importance.png'}")
 
 
 # ------------------------------------------------------------------------------ main
@@ -225,6 +292,10 @@ def build_parser():
     s.add_argument("--radius", type=float, default=6.0, help="sphere radius in mm")
     s.add_argument("--model", choices=("trial", "condition"), default="trial")
     s.add_argument("--features", help="comma-separated events columns")
+    s.add_argument("--group-runs", action="store_true",
+                   help="with --model trial: cross-validate over runs (GroupKFold with "
+                        "--cv folds), so that a run's trials are never split between "
+                        "training and test")
     _add_analysis_options(s)
     return parser
 
@@ -241,6 +312,7 @@ def main(argv=None):
             run_searchlight(args)
     except (CLIError, ValueError, TypeError, FileNotFoundError, OSError) as err:
         msg = " ".join(str(err).split())
+        msg = re.sub(r"\b(?:Posix|Windows)?Path\(('[^']*')\)", r"\1", msg)  # MNE's repr()
         print(f"mlem-neuro {args.command}: error: {msg}", file=sys.stderr)
         return EXIT_USAGE
     return 0
