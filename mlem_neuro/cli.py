@@ -29,7 +29,8 @@ class CLIError(Exception):
 
 
 # ------------------------------------------------------------------------------ demo
-def _simulation_table(n_stimuli, n_features, n_units, noise_levels, seed, log):
+def _simulation_table(n_stimuli, n_features, n_units, noise_levels, seeds, log):
+    """MLEM vs FR-RSA-I on the paper's simulation: one row per noise level, seed and model."""
     import pandas as pd
 
     from . import MLEM
@@ -37,40 +38,59 @@ def _simulation_table(n_stimuli, n_features, n_units, noise_levels, seed, log):
 
     rows = []
     for noise in noise_levels:
-        X, y, W = simulate_representations(n_stimuli, n_features, n_units, noise=noise,
-                                           random_state=seed)
-        rng = np.random.default_rng(seed)
-        test = rng.permutation(n_stimuli)[: n_stimuli // 5]
-        train = np.setdiff1d(np.arange(n_stimuli), test)
-        for label, constraint in (("MLEM", "spd"), ("FR-RSA-I", "none")):
-            t0 = time.perf_counter()
-            est = MLEM(constraint=constraint, random_state=seed).fit(X[train], y.iloc[train])
-            rows.append(dict(noise=noise, model=label,
-                             frobenius_error=np.linalg.norm(est.W_ - W),
-                             steps=est.n_iter_, test_spearman=est.score(X[test], y.iloc[test]),
-                             seconds=time.perf_counter() - t0))
-            r = rows[-1]
-            log(f"  noise {noise:4.2f} {label:>9}: |W - W_true|_F = {r['frobenius_error']:.3f}, "
-                f"{r['steps']} steps, held-out rho = {r['test_spearman']:.3f}")
-    return pd.DataFrame(rows)
+        for seed in seeds:
+            X, y, W = simulate_representations(n_stimuli, n_features, n_units, noise=noise,
+                                               random_state=seed)
+            rng = np.random.default_rng(seed)
+            test = rng.permutation(n_stimuli)[: n_stimuli // 5]
+            train = np.setdiff1d(np.arange(n_stimuli), test)
+            for label, constraint in (("MLEM", "spd"), ("FR-RSA-I", "none")):
+                t0 = time.perf_counter()
+                est = MLEM(constraint=constraint, random_state=seed).fit(X[train],
+                                                                         y.iloc[train])
+                rows.append(dict(noise=noise, seed=seed, model=label,
+                                 frobenius_error=np.linalg.norm(est.W_ - W),
+                                 steps=est.n_iter_,
+                                 test_spearman=est.score(X[test], y.iloc[test]),
+                                 seconds=time.perf_counter() - t0))
+        table = pd.DataFrame(rows)
+        for label in ("MLEM", "FR-RSA-I"):
+            sub = table[(table["noise"] == noise) & (table["model"] == label)]
+            log(f"  noise {noise:4.2f} {label:>9}: |W - W_true|_F = "
+                f"{sub['frobenius_error'].mean():.3f} ± {sub['frobenius_error'].std(ddof=0):.3f}"
+                f", {sub['steps'].median():.0f} steps (median), held-out rho = "
+                f"{sub['test_spearman'].mean():.3f}  ({len(sub)} seeds)")
+    table = pd.DataFrame(rows)
+    wide = table.pivot_table(index=["noise", "seed"], columns="model",
+                             values=["frobenius_error", "steps"])
+    closer = int((wide["frobenius_error"]["MLEM"] < wide["frobenius_error"]["FR-RSA-I"]).sum())
+    fewer = int((wide["steps"]["MLEM"] < wide["steps"]["FR-RSA-I"]).sum())
+    log(f"  MLEM closer to W_true than FR-RSA-I in {closer} of {len(wide)} runs; fewer steps "
+        f"in {fewer} of {len(wide)}")
+    return table
 
 
 def _simulation_figure(table):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
-    for label, sub in table.groupby("model", sort=False):
+    stats = table.groupby(["model", "noise"], sort=False)[
+        ["frobenius_error", "steps", "test_spearman"]].agg(["mean", "std"])
+    for label in table["model"].unique():
+        sub = stats.loc[label]
         for ax, col in zip(axes, ("frobenius_error", "steps", "test_spearman")):
-            ax.plot(sub["noise"], sub[col], "o-", label=label)
+            ax.errorbar(sub.index, sub[(col, "mean")], yerr=sub[(col, "std")].fillna(0),
+                        fmt="o-", capsize=3, label=label)
+    n_seeds = table["seed"].nunique()
     for ax, title in zip(axes, ("distance to ground-truth W (Frobenius)",
                                 "training steps to converge", "held-out Spearman")):
         ax.set(xlabel="noise level", title=title)
-    axes[0].legend()
+    axes[0].legend(title=f"mean ± sd, {n_seeds} seeds")
     fig.tight_layout()
     return fig
 
 
-def run_demo(out, paper=False, seed=0, log=print):
+def run_demo(out, paper=False, seed=0, n_seeds=5, log=print):
     """Run the demo and write its outputs to ``out``; return the report path."""
     import matplotlib
 
@@ -84,8 +104,9 @@ def run_demo(out, paper=False, seed=0, log=print):
     out.mkdir(parents=True, exist_ok=True)
     size = (256, 16, 768) if paper else (128, 8, 256)
     log(f"1/2 MLEM vs FR-RSA-I on the paper's simulation ({size[0]} stimuli, {size[1]} "
-        f"binary features, {size[2]} units)")
-    table = _simulation_table(*size, noise_levels=(0.1, 0.5, 1.0, 2.0), seed=seed, log=log)
+        f"binary features, {size[2]} units; seeds {seed}-{seed + n_seeds - 1})")
+    table = _simulation_table(*size, noise_levels=(0.1, 0.5, 1.0, 2.0),
+                              seeds=range(seed, seed + n_seeds), log=log)
     table.to_csv(out / "simulation.csv", index=False)
     fig_sim = _simulation_figure(table)
     fig_sim.savefig(out / "simulation.png", dpi=110)
@@ -276,6 +297,9 @@ def build_parser():
                    help="the paper's full-size simulation (256 stimuli, 16 features, 768 "
                         "units; slower)")
     d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seeds", type=_positive_int, default=5,
+                   help="simulations per noise level (seeds --seed, --seed + 1, ...; "
+                        "default: 5)")
     e = sub.add_parser("epochs", help="time-resolved MLEM on an MNE epochs file")
     e.add_argument("fname", help="an MNE epochs file (*-epo.fif)")
     e.add_argument("--features", help="comma-separated metadata columns (default: "
@@ -305,7 +329,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
-            run_demo(args.out, paper=args.paper, seed=args.seed)
+            run_demo(args.out, paper=args.paper, seed=args.seed, n_seeds=args.seeds)
         elif args.command == "epochs":
             run_epochs(args)
         else:

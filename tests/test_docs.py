@@ -25,10 +25,16 @@ def test_simulation_table_compares_models():
     from mlem_neuro.cli import _simulation_figure, _simulation_table
 
     lines = []
-    table = _simulation_table(40, 3, 20, noise_levels=(0.1, 1.0), seed=0, log=lines.append)
-    assert list(table["model"]) == ["MLEM", "FR-RSA-I"] * 2
+    table = _simulation_table(40, 3, 20, noise_levels=(0.1, 1.0), seeds=(0, 1),
+                              log=lines.append)
+    assert list(table["model"]) == ["MLEM", "FR-RSA-I"] * 4
+    assert list(table["seed"]) == [0, 0, 1, 1] * 2
     assert table["frobenius_error"].between(0, 2).all()
-    assert (table["steps"] >= 1).all() and len(lines) == 4
+    assert (table["steps"] >= 1).all() and len(lines) == 5
+    assert "(2 seeds)" in lines[0] and lines[-1].endswith("of 4")
+    # low noise predicts held-out distances better than high noise
+    by_noise = table.groupby("noise")["test_spearman"].mean()
+    assert by_noise[0.1] > by_noise[1.0]
     assert len(_simulation_figure(table).axes) == 3
 
 
