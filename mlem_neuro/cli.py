@@ -189,7 +189,8 @@ def _run_folds(table, n_folds):
     folds = list(GroupKFold(n_splits=n_folds).split(table, groups=runs))
     # A feature whose held-out pairs all have the same distance (e.g. one trial per
     # category per run, one run held out: every pair differs) has importance 0 there by
-    # construction, and when every feature does the fold cannot be scored at all.
+    # construction (the analysis warns), and when every feature does the fold cannot be
+    # scored at all: say so in terms of the command's options.
     for k, (_, test) in enumerate(folds):
         flat = []
         for col in table.columns:
@@ -205,7 +206,6 @@ def _run_folds(table, n_folds):
                    "construction. Use fewer folds, so that each holds out more runs.")
             if len(flat) == table.shape[1]:
                 raise CLIError(msg)
-            warnings.warn(msg, UserWarning, stacklevel=2)
     return folds
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import numbers
+import warnings
 
 import numpy as np
 import torch
@@ -190,16 +191,31 @@ def run_cv(source, features, *, cv=5, n_permutations=10, level="term", constrain
                     missing_distance=missing_distance)
     layout = []
     names = None
+    flat = {}
     for f, (train, test) in enumerate(folds):
         space = FeatureSpace(**space_kw).fit(table.iloc[train])
         names = space.feature_names_
         enc_train = space.transform(table.iloc[train])
         enc_test = space.transform(table.iloc[test])
+        for name in _flat_features(enc_test, names):
+            flat.setdefault(name, []).append(f + 1)
+        if len(names) and all(f + 1 in flat.get(name, ()) for name in names):
+            raise ValueError(
+                f"every held-out pair of fold {f + 1} has the same distance on every feature "
+                f"({list(names)}), so the fold cannot be scored: choose folds whose held-out "
+                "stimuli differ in some features and agree in others (e.g. fewer folds).")
         # one seed per fold: every chunk draws the same batches and permutations, so
         # results do not depend on chunk_size or n_jobs
         seed = int(rng.integers(2**63 - 1))
         for sl in _chunk_slices(M, len(train), chunk_size, n_jobs):
             layout.append((f, sl, enc_train, enc_test, train, test, seed))
+    if flat:
+        where = "; ".join(f"{name!r} in fold(s) {', '.join(map(str, k))}"
+                          for name, k in flat.items())
+        warnings.warn(f"every held-out pair has the same distance on {list(flat)} ({where}): "
+                      "importance there is 0 by construction. Choose folds whose held-out "
+                      "stimuli vary in these features (e.g. fewer folds).", UserWarning,
+                      stacklevel=5)   # user > verbose wrapper > public > _fit > run_cv
     # chunk data are cut lazily, as joblib asks for the next job
     jobs = (delayed(_fit_chunk)(source.subset(sl), et, ete, tr, te, fit_kw, n_permutations,
                                 level, inter, sd, str(device))
@@ -218,6 +234,14 @@ def run_cv(source, features, *, cv=5, n_permutations=10, level="term", constrain
         if sl.start == 0:
             out.batch_size.append(r["batch_size"])
     return out
+
+
+def _flat_features(enc, names):
+    """Features whose distance is the same on every pair of the encoded stimuli."""
+    if enc.n_stimuli < 2:
+        return []
+    D = np.asarray(enc.pair_distances(*pair_indices(enc.n_stimuli)))
+    return [name for name, col in zip(names, D.T) if np.ptp(col) == 0]
 
 
 def _run_jobs(Parallel, jobs, n_total, n_jobs, desc):

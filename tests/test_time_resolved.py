@@ -477,3 +477,22 @@ def test_epochs_whose_times_lost_a_sample_get_a_clear_error():
         pytest.skip("this MNE version keeps all samples")
     with pytest.raises(ValueError, match="whole number of samples"):
         mlem_neuro.mlem_epochs(epochs, features=pd.DataFrame({"a": list("xy") * 6}))
+
+
+def test_folds_whose_held_out_pairs_cannot_score_a_feature():
+    """A feature constant (or all-different) over a fold's held-out stimuli has importance 0
+    there by construction: a warning names it; when no feature varies, a clear error."""
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({"A": np.repeat(["x", "y"], 12), "B": np.tile(["p", "q", "r"], 8)})
+    data = rng.standard_normal((24, 4, 3))
+    held = [np.arange(0, 6), np.arange(12, 18)]   # 6 stimuli sharing A's value, B varies
+    folds = [(np.setdiff1d(np.arange(24), h), h) for h in held]
+    with pytest.warns(UserWarning, match=r"same distance on \['A'\] \('A' in fold\(s\) 1, 2"):
+        res = mlem_array(data, table, sfreq=10.0, cv=folds, n_permutations=2, max_steps=20)
+    assert np.all(res.importance[:, res.terms.index("A")] == 0)
+    # held-out stimuli equal on A and on B: nothing left to score
+    same = [np.flatnonzero((table.A == "x") & (table.B == "p")),
+            np.flatnonzero((table.A == "y") & (table.B == "q"))]
+    folds = [(np.setdiff1d(np.arange(24), s), s) for s in same]
+    with pytest.raises(ValueError, match="fold 1 has the same distance on every feature"):
+        mlem_array(data, table, sfreq=10.0, cv=folds, n_permutations=2, max_steps=20)
