@@ -9,9 +9,9 @@ into one time course per feature (and per interaction).  This tutorial runs
 courses across subjects with a cluster-based permutation test, and ends with a real EEG
 recording.
 
-Everything is sized to run in seconds: few trials, time points and folds, and a shortened
-training schedule.  Real analyses should keep the defaults (``cv=5``, ``n_permutations=10``,
-``patience=50``, ``max_steps=1000``).
+The data are small (few trials, channels and time points) so that it runs in seconds; the
+analyses themselves use the default settings (5 folds, 10 permutations, the paper's
+training schedule).
 """
 # %%
 from pathlib import Path
@@ -64,7 +64,7 @@ subjects[0].metadata.head()
 # ``features`` names metadata columns; each gets a term, and so does each pair of features
 # (``"shape:colour"`` …).  Folds split trials: the metric is learnt on pairs of training
 # trials and importance is measured on pairs of held-out trials.
-fit_kwargs = dict(cv=2, n_permutations=5, patience=20, max_steps=200, random_state=0)
+fit_kwargs = dict(random_state=0)          # defaults: cv=5, n_permutations=10
 results = [mlem_neuro.mlem_epochs(epochs, features=["shape", "colour", "size"],
                                   **fit_kwargs)
            for epochs in subjects]
@@ -94,9 +94,9 @@ print(f"'shape' peaks at {evoked.times[shape.argmax()]:.2f} s (importance {shape
 # ----------------
 # :func:`~mlem_neuro.stats.permutation_cluster_test` tests a term's importance against
 # zero across subjects (sign flips, clusters of adjacent time points).  With six subjects
-# there are only 2⁶ = 64 sign patterns, so the smallest attainable p-value is 1/64.  For
-# the control feature ``size`` no time point passes the cluster-forming threshold: the
-# result simply holds no cluster.
+# there are only 2⁶ = 64 sign patterns, so the smallest attainable p-value is 1/64.  The
+# control feature ``size`` is never encoded: a short run of time points can pass the
+# cluster-forming threshold by chance, but its cluster is not significant.
 fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), sharey=True)
 for ax, term in zip(axes, ["shape", "colour", "size"]):
     stats = permutation_cluster_test(results, term, n_permutations=64, seed=0)
@@ -149,8 +149,7 @@ else:
 # %%
 # Compare the scale of this plot with the simulation's: with 80 single trials of one
 # subject, the held-out ρ stays close to zero throughout, and the importance of
-# ``position`` and ``rt_ms`` does not stand out from its spread over folds.  The full
-# settings (``cv=5``, ``n_permutations=10``, the default training schedule) give the same
-# picture on this recording.  Single EEG trials are noisy and ``position`` splits them into
-# only two groups: effects of this size become testable with many trials and, above all,
-# with the group test over subjects shown above.
+# ``position`` and ``rt_ms`` does not stand out from its spread over folds.  Single EEG
+# trials are noisy and ``position`` splits them into only two groups: effects of this size
+# become testable with many trials and, above all, with the group test over subjects shown
+# above.
