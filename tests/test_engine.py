@@ -108,11 +108,16 @@ def test_weighted_isotonic_matches_pool_adjacent_violators():
         assert (np.diff(v, axis=1) <= 1e-12).all()
 
 
+@pytest.mark.parametrize("path", ["table", "expansion"])
 @pytest.mark.parametrize("cross_ties", [False, True])
-def test_grouped_soft_spearman_equals_torchsort_on_the_expanded_batch(cross_ties):
-    """Values and gradients equal torchsort's soft rank on every repeated pair."""
+def test_grouped_soft_spearman_equals_torchsort_on_the_expanded_batch(cross_ties, path,
+                                                                      monkeypatch):
+    """Values and gradients equal torchsort's soft rank on every repeated pair, with the
+    weighted isotonic regression solved by the interval table or by expansion."""
+    import mlem_neuro.core.tied as tied
     from mlem_neuro.core.tied import grouped_soft_rank, grouped_soft_spearman
     from mlem_neuro.core.spearman import soft_rank
+    monkeypatch.setattr(tied, "_use_table", lambda *a: path == "table")
     g = torch.Generator().manual_seed(1)
     M, U = 6, 24
     counts = torch.randint(1, 200, (U,), generator=g)
@@ -156,11 +161,13 @@ def test_subset_ranks_equal_rankdata_with_and_without_ties():
         assert torch.equal(sr.ranks(cols), rankdata(v[[0, 2, 3]][:, cols]))
 
 
+@pytest.mark.parametrize("path", ["table", "expansion"])
 @pytest.mark.parametrize("batch_size", ["full", 400])
-def test_grouped_and_expanded_engines_learn_the_same_metrics(batch_size, monkeypatch):
+def test_grouped_and_expanded_engines_learn_the_same_metrics(batch_size, path, monkeypatch):
     """The grouped path (few distinct term rows) and the per-pair torchsort path agree."""
     import mlem_neuro.core.engine as engine
     import mlem_neuro.core.tied as tied
+    monkeypatch.setattr(tied, "_use_table", lambda *a: path == "table")
     Y, y = _stack(M=4, n=60)
     enc = FeatureSpace().fit_transform(y)
     # no early stopping (tol=-inf): the paths compute the soft ranks in float64 vs float32,

@@ -144,8 +144,6 @@ def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=10
         Pt = terms.take(np.arange(total), i, j)
 
     # Grouped path: soft ranks over groups of pairs with identical term rows.
-    if groups is not None and not tied.usable(M, groups[0].shape[0], b):
-        groups = None
     if groups is not None:
         P_uniq, uid = groups
         P_uniq = P_uniq.double()

@@ -15,10 +15,11 @@ The soft rank of :func:`torchsort.soft_rank` (l2 regularisation) can then be com
   ``s_u − mean(w over the group's positions)``, weight ``c_u``.
 * The Spearman sum then needs the targets only through ``T_u = Σ_{pairs of group u} t_z``.
 
-A step then costs ``O(M U²)`` instead of two sorts of ``M × b`` values.  The weighted
-isotonic regression uses the min–max formula ``v_i = min_{j≤i} max_{k≥i} avg(j..k)``, all
-intervals at once; its Jacobian (the average over each pooled block, weighted) is the one
-torchsort's backward applies.  ``tests/test_engine.py`` checks values and gradients against
+A step then needs no sort of the ``M × b`` predictions.  The weighted isotonic regression
+uses the min–max formula ``v_i = min_{j≤i} max_{k≥i} avg(j..k)``, all intervals at once
+(``O(U²)`` per model, for few groups), or, for many groups, torchsort's pool-adjacent-
+violators kernel on the groups expanded in sorted order (``O(b)``); its Jacobian (the
+average over each pooled block, weighted) is the one torchsort's backward applies.  ``tests/test_engine.py`` checks values and gradients against
 torchsort on the expanded batch.
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ import math
 import torch
 
 #: largest number of distinct term rows for which the grouped path is used.
-MAX_GROUPS = 256
+MAX_GROUPS = 4096
 #: elements (models × groups²) allowed for the interval table of one call.
 MAX_TABLE_ELEMENTS = 3 * 10**7
 _EPS = 1e-12
@@ -43,18 +44,6 @@ def distinct_rows(P):
     if uniq.shape[0] > MAX_GROUPS or 4 * uniq.shape[0] > n_rows:
         return None
     return uniq, inverse
-
-
-def usable(n_models, n_groups, batch_size):
-    """Whether grouped soft ranks pay off for ``n_models`` models on batches of this size.
-
-    The interval table costs ``O(U²)`` per model and step, a per-pair soft rank about
-    ``O(b)`` (a sort plus pool-adjacent-violators): measured on 2 CPU threads (100 models),
-    the grouped path is faster while ``U² ≤ 2 b`` (U = 128: 34 vs 58 ms at b = 8,496;
-    U = 256: 236 vs 19 ms at b = 2,850).  The table must also fit the memory budget.
-    """
-    return (n_groups * n_groups <= 2 * batch_size
-            and n_models * n_groups * n_groups <= MAX_TABLE_ELEMENTS)
 
 
 def _minmax_isotonic(y, c):
@@ -74,12 +63,56 @@ def _minmax_isotonic(y, c):
     return R.min(dim=-2).values                                          # v_i = min_{j<=i}
 
 
+def _expanded_isotonic(s, c):
+    """The same regression as :func:`_minmax_isotonic` for soft ranks, in ``O(b)`` per row.
+
+    ``s (M, U)`` are sorted (decreasing) values, ``c`` their integer counts (each row sums to
+    ``b``).  Each value is repeated ``c`` times and torchsort's pool-adjacent-violators
+    kernel solves ``isotonic(s_expanded − (b, b−1, …, 1))``; every run of repeats is pooled
+    whole, so the solution at a run's first position is the weighted solution for the group
+    (``y_u = s_u − mean of w over its positions``).
+    """
+    import torchsort
+
+    M, U = s.shape
+    counts = c.to(torch.long)
+    b = int(counts[0].sum())
+    offset = torch.arange(M, device=s.device)[:, None] * U
+    block = torch.repeat_interleave((offset + torch.arange(U, device=s.device)).reshape(-1),
+                                    counts.reshape(-1)).view(M, b) - offset
+    w = torch.arange(b, 0, -1, dtype=s.dtype, device=s.device)
+    dual = torchsort.ops.isotonic_l2[s.device.type](s.gather(1, block) - w)
+    start = torch.cumsum(counts, dim=-1) - counts
+    return dual.gather(1, start)
+
+
+def _use_table(n_groups, batch_size, n_models):
+    """Interval table or expansion for the weighted isotonic regression.
+
+    The table is used while ``U² ≤ b + 1024`` and its ``M × U²`` elements fit the memory
+    budget.
+
+    Measured per step for 100 models on 2 CPU threads (forward and backward): the table
+    costs about 3.5 µs × U² (2 ms at U = 32, 13–15 ms at U = 64, 40–58 ms at U = 128), the
+    expansion about 4 µs × b + 3 ms (4–5 ms at b ≤ 2,850, 30–37 ms at b = 8,496).
+    """
+    return (n_groups * n_groups <= float(batch_size) + 1024
+            and n_models * n_groups * n_groups <= MAX_TABLE_ELEMENTS)
+
+
 class _WeightedIsotonic(torch.autograd.Function):
-    """``argmin Σ c_u (v_u − y_u)²`` s.t. ``v`` non-increasing, rows independent."""
+    """``argmin Σ c_u (v_u − y_u)²`` s.t. ``v`` non-increasing, rows independent.
+
+    ``y`` are the group means of ``s − w`` (soft-rank duals); with ``s`` given, large group
+    counts solve it by expansion (:func:`_expanded_isotonic`) instead of the ``O(U²)`` table.
+    """
 
     @staticmethod
-    def forward(ctx, y, c):
-        v = _minmax_isotonic(y, c)
+    def forward(ctx, y, c, s=None):
+        if s is None:
+            v = _minmax_isotonic(y, c)
+        else:
+            v = _expanded_isotonic(s, c)
         ctx.save_for_backward(v, c)
         return v
 
@@ -93,7 +126,7 @@ class _WeightedIsotonic(torch.autograd.Function):
         block = torch.cumsum(new, dim=-1) - 1
         g_sum = torch.zeros_like(grad).scatter_add_(1, block, grad)
         c_sum = torch.zeros_like(c).scatter_add_(1, block, c)
-        return c * (g_sum / c_sum).gather(1, block), None
+        return c * (g_sum / c_sum).gather(1, block), None, None
 
 
 def grouped_soft_rank(pred, counts, strength):
@@ -112,7 +145,8 @@ def grouped_soft_rank(pred, counts, strength):
     c_s = c[perm]
     start = torch.cumsum(c_s, dim=-1) - c_s                             # first position
     w_mean = b - start - (c_s - 1.0) / 2.0                               # mean of w = b..1
-    dual = _WeightedIsotonic.apply(s - w_mean, c_s)
+    dual = _WeightedIsotonic.apply(s - w_mean, c_s,
+                                   None if _use_table(pred.shape[-1], b, pred.shape[0]) else s.detach())
     r_sorted = s - dual
     inv = torch.argsort(perm, dim=-1)
     return r_sorted.gather(1, inv)
