@@ -255,7 +255,7 @@ def run_searchlight(args):
         bg_img = mean_img(imgs[0], copy_header=True)
     except ImageFileError as err:
         raise CLIError(f"{err} (--imgs and --mask take NIfTI images)") from None
-    if args.group_runs:   # the fold indices themselves are not worth a settings entry
+    if args.group_runs:   # say how the explicit folds were made (their indices are kept)
         res.settings["cv"] = f"GroupKFold({args.cv}) over runs"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

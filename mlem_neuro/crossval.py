@@ -236,6 +236,23 @@ def run_cv(source, features, *, cv=5, n_permutations=10, level="term", constrain
     return out
 
 
+def cv_settings(cv, folds):
+    """How the folds were made, for a result's settings (JSON-friendly).
+
+    ``cv`` is kept as given when it is ``None`` or an int, as its ``repr`` for a splitter,
+    and as ``"explicit"`` for an iterable of folds; the held-out stimuli of every fold are
+    recorded in all cases (``fold_test_indices``), so any split can be reproduced.
+    """
+    if cv is None or isinstance(cv, (numbers.Integral, np.integer)) and \
+            not isinstance(cv, bool):
+        desc = None if cv is None else int(cv)
+    elif hasattr(cv, "split"):
+        desc = repr(cv)
+    else:
+        desc = "explicit"
+    return dict(cv=desc, fold_test_indices=[[int(k) for k in te] for _, te in folds])
+
+
 def _flat_features(enc, names):
     """Features whose distance is the same on every pair of the encoded stimuli."""
     if enc.n_stimuli < 2:

@@ -19,7 +19,7 @@ from .adapters.nifti import (SphereRDMSource, _binary, _check_3d, check_radius, 
                              sphere_membership)
 from .core.features import as_feature_table
 from .core.neural import METRICS
-from .crossval import run_cv
+from .crossval import cv_settings, run_cv
 from .results.brainmap import BrainMapResult
 from .utils import check_option, logger, verbose
 
@@ -74,7 +74,7 @@ def _settings(kind, cv, n_permutations, constraint, interactions, distance, max_
             return float(v)
         return repr(v)
 
-    s = dict(analysis=kind, cv=plain(cv), n_folds=len(out.folds),
+    s = dict(analysis=kind, **cv_settings(cv, out.folds), n_folds=len(out.folds),
              n_permutations=int(n_permutations), constraint=constraint,
              interactions=bool(interactions), distance=distance, max_steps=int(max_steps),
              patience=int(patience), lr=float(lr), tol=float(tol),

@@ -20,7 +20,7 @@ from .adapters.epochs import (check_window, epochs_data, epochs_feature_table,
 from .core.features import as_feature_table
 from .core.metric import CONSTRAINTS
 from .core.neural import METRICS
-from .crossval import DenseRDMSource, run_cv
+from .crossval import DenseRDMSource, cv_settings, run_cv
 from .results.timecourse import TimeCourseResult
 from .utils import check_device, check_float, check_int, check_option, logger, verbose
 
@@ -177,11 +177,10 @@ def _fit(data, table, times, ch_names, *, settings, cv, n_permutations, level, c
                  missing_distance=missing_distance, max_steps=max_steps, patience=patience,
                  lr=lr, tol=tol, batch_size=batch_size, chunk_size=chunk_size, n_jobs=n_jobs,
                  device=device, random_state=random_state, desc="time points")
-    cv_desc = (cv if cv is None or isinstance(cv, (numbers.Integral, np.integer))
-               else repr(cv))
     settings = dict(settings)
+    settings.update(cv_settings(cv, out.folds))
     settings.update(
-        cv=_jsonable(cv_desc), n_folds=len(out.folds), n_permutations=int(n_permutations),
+        n_folds=len(out.folds), n_permutations=int(n_permutations),
         level=level, constraint=constraint, interactions=bool(interactions),
         feature_kinds=_jsonable(feature_kinds), feature_groups=_jsonable(feature_groups),
         missing_distance=_jsonable(missing_distance), distance=distance,

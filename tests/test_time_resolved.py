@@ -496,3 +496,24 @@ def test_folds_whose_held_out_pairs_cannot_score_a_feature():
     folds = [(np.setdiff1d(np.arange(24), s), s) for s in same]
     with pytest.raises(ValueError, match="fold 1 has the same distance on every feature"):
         mlem_array(data, table, sfreq=10.0, cv=folds, n_permutations=2, max_steps=20)
+
+
+def test_settings_record_the_folds_whatever_cv_was(tmp_path):
+    from sklearn.model_selection import KFold
+
+    rng = np.random.default_rng(1)
+    table = pd.DataFrame({"A": np.tile(["x", "y"], 12), "B": np.tile(["p", "q", "r"], 8)})
+    data = rng.standard_normal((24, 4, 3))
+    folds = [(np.arange(8, 24), np.arange(8)), (np.arange(16), np.arange(16, 24))]
+    kw = dict(sfreq=10.0, n_permutations=1, max_steps=5)
+    res = mlem_array(data, table, cv=folds, **kw)
+    assert res.settings["cv"] == "explicit"
+    assert res.settings["fold_test_indices"] == [list(range(8)), list(range(16, 24))]
+    res.save(tmp_path / "r.npz")
+    back = mlem_neuro.read_result(tmp_path / "r.npz")
+    assert back.settings["fold_test_indices"] == res.settings["fold_test_indices"]
+    res = mlem_array(data, table, cv=KFold(3), **kw)
+    assert res.settings["cv"].startswith("KFold(")
+    assert sorted(sum(res.settings["fold_test_indices"], [])) == list(range(24))
+    res = mlem_array(data, table, cv=3, random_state=0, **kw)
+    assert res.settings["cv"] == 3 and len(res.settings["fold_test_indices"]) == 3
