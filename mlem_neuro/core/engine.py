@@ -6,6 +6,11 @@ computes every model's soft Spearman at once; per-model early stopping is done b
 a stopped model leaves the active index set, so its parameters are held and later steps cost
 only what the models still training need, never a Python loop over models.  The update is
 AdamW without weight decay (torch's defaults), applied to the active rows.
+
+When the pairs' term rows take few distinct values (categorical designs), soft ranks are
+computed on groups of identical pairs (:mod:`mlem_neuro.core.tied`), and mini-batch target
+ranks come from one sort of all pairs per model (:class:`~mlem_neuro.core.spearman.
+SubsetRanks`): no step sorts the batch.  Both give the same numbers as the per-pair path.
 """
 from __future__ import annotations
 
