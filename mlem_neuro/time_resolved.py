@@ -15,7 +15,7 @@ import numbers
 
 import numpy as np
 
-from .adapters.epochs import (check_window, epochs_data, epochs_feature_table,
+from .adapters.epochs import (check_window, epochs_data, epochs_feature_table, time_mask,
                               window_average)
 from .core.features import as_feature_table
 from .core.metric import CONSTRAINTS
@@ -122,7 +122,9 @@ def _check_times(times, sfreq, n_times):
     if sfreq is None and n_times > 1:
         dt = np.diff(times)
         if np.allclose(dt, dt.mean(), rtol=1e-3, atol=0):
-            sfreq = float(1.0 / dt.mean())
+            # 9 significant digits: times built as k / sfreq give sfreq back exactly, so
+            # sample counts derived from it (window, decim) do not depend on float noise
+            sfreq = float(f"{1.0 / dt.mean():.9g}")
     elif sfreq is not None and n_times > 1 and not np.allclose(
             np.diff(times), 1.0 / sfreq, rtol=1e-3, atol=0):
         raise ValueError(f"times are not spaced by 1 / sfreq = {1.0 / sfreq:g} s.")
@@ -204,8 +206,8 @@ def _fit(data, table, times, ch_names, *, settings, cv, n_permutations, level, c
 
 
 @verbose
-def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, window=None,
-               scale=True, cv=5, n_permutations=10, level="term", constraint="spd",
+def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=None,
+               tmax=None, decim=1, window=None, scale=True, cv=5, n_permutations=10, level="term", constraint="spd",
                interactions=True, feature_kinds=None, feature_groups=None,
                missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
                lr=0.1, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
@@ -226,6 +228,12 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, window=
         Sampling rate in Hz (needed for ``window`` when ``times`` is not given).
     ch_names : list of str | None
         Channel names, kept on the result.
+    tmin, tmax : float | None
+        Time window analysed (seconds, inclusive; default: all samples).
+    decim : int
+        Keep one sample in ``decim`` (on a grid anchored at ``t = 0`` when the sampling rate
+        is known), after ``window`` averaging: e.g. spikes binned at 1 ms with
+        ``window=0.05, decim=25`` give 50 ms averages every 25 ms.
     %(shared)s
     Returns
     -------
@@ -265,10 +273,14 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, window=
     if len(table) != n:
         raise ValueError(f"the feature table has {len(table)} rows but data hold {n} trials; "
                          "pass one row per trial, in the same order.")
+    keep = time_mask(times, sfreq, tmin, tmax, decim, window=window)
     if window is not None:
         data = window_average(data, sfreq, window)
-    settings = dict(window=window, scale=bool(scale), sfreq=sfreq,
-                    times_in_seconds=in_seconds)
+    data, times = np.ascontiguousarray(data[..., keep]), times[keep]
+    settings = dict(window=window, scale=bool(scale),
+                    sfreq=None if sfreq is None else sfreq / int(decim),
+                    times_in_seconds=in_seconds, tmin=_jsonable(tmin), tmax=_jsonable(tmax),
+                    decim=int(decim))
     return _fit(data, table, times, ch_names, settings=settings, cv=cv,
                 n_permutations=n_permutations, level=level, constraint=constraint,
                 interactions=interactions, feature_kinds=feature_kinds,

@@ -517,3 +517,22 @@ def test_settings_record_the_folds_whatever_cv_was(tmp_path):
     assert sorted(sum(res.settings["fold_test_indices"], [])) == list(range(24))
     res = mlem_array(data, table, cv=3, random_state=0, **kw)
     assert res.settings["cv"] == 3 and len(res.settings["fold_test_indices"]) == 3
+
+
+def test_mlem_array_crops_and_decimates_like_mlem_epochs():
+    """tmin / tmax / decim on an array select the same samples as on the equivalent Epochs,
+    after the same window averaging."""
+    X, y, times = simulate(n=40, n_channels=6, n_times=30)
+    kw = dict(cv=2, n_permutations=1, max_steps=10, random_state=0)
+    sel = dict(tmin=0.0, tmax=0.2, decim=2, window=0.03)   # +-1.5 samples: rounding agrees
+    res = mlem_array(X * 1e-6, y, times=times, **sel, **kw)        # the Epochs' volts
+    ref = mlem_epochs(to_epochs(X, y, times), features=list(y.columns), **sel, **kw)
+    np.testing.assert_allclose(res.times, ref.times)
+    assert res.times[0] >= 0 and res.times[-1] <= 0.2 + 1e-9
+    np.testing.assert_allclose(res.importance, ref.importance, atol=1e-12)
+    assert res.settings["decim"] == 2 and res.settings["sfreq"] == pytest.approx(
+        ref.settings["sfreq"])
+    with pytest.raises(ValueError, match="no time sample"):
+        mlem_array(X, y, times=times, tmin=5.0, **kw)
+    with pytest.raises(ValueError, match="decim must be an int"):
+        mlem_array(X, y, times=times, decim=0, **kw)

@@ -49,20 +49,17 @@ folder = find_data("zhang_desimone_it_units_part1")
 # about 5 trials raises the signal-to-noise ratio; keeping 4 pseudo-trials per condition
 # leaves pairs of stimuli that share a condition, as real trials would.
 #
-# Rates are spike counts in 100 ms windows every 50 ms, from 200 ms before to 500 ms after
-# onset (the time of a window is its centre).
-width, step, n_groups = 100, 50, 4                       # milliseconds; groups per condition
-starts = np.arange(-200, 500 - width + 1, step)            # window starts (ms from onset)
-times = (starts + width / 2) / 1000                        # window centres (s)
+# The array keeps the rasters' 1 ms resolution (firing rate in spikes/s, from 500 ms before
+# to 500 ms after onset); ``mlem_array`` does the binning below.
+n_groups = 4                                               # pseudo-trials per condition
+times = np.arange(-500, 500) / 1000                        # seconds from onset
 positions = ["lower", "middle", "upper"]
 
 
 def unit_rates(path):
-    """(conditions × groups, windows) rates of one unit, and the condition labels."""
+    """(conditions × groups, 1000 ms) firing rates of one unit, and the condition labels."""
     mat = scipy.io.loadmat(path, squeeze_me=True, struct_as_record=False)
-    counts = np.cumsum(np.pad(mat["raster_data"].astype(float), ((0, 0), (1, 0))), axis=1)
-    first = 500 + starts                                       # onset is column 500
-    rate = (counts[:, first + width] - counts[:, first]) / (width / 1000)   # spikes/s
+    rate = mat["raster_data"].astype(float) * 1000             # spikes/s in 1 ms bins
     labels = np.asarray(mat["raster_labels"].combined_ID_position)
     rows, conditions = [], []
     for condition in sorted(set(labels)):
@@ -88,7 +85,7 @@ else:
     from mlem_neuro.simulation import simulate_epochs
 
     data, features, _ = simulate_epochs(
-        n_trials=84, n_channels=64, n_times=len(times), sfreq=1000 / step, tmin=times[0],
+        n_trials=84, n_channels=64, n_times=len(times), sfreq=1000.0, tmin=times[0],
         windows={"object": (0.1, 0.45), "position": (0.05, 0.2)}, n_levels=3,
         amplitude=0.7, random_state=0)
     features["position"] = features["position"].cat.rename_categories(positions)
@@ -99,17 +96,21 @@ else:
 # ordered, so an ordered categorical makes lower–upper twice as far as lower–middle.
 features["position"] = pd.Categorical(features["position"], categories=positions,
                                       ordered=True)
-print(f"{data.shape[0]} pseudo-trials × {data.shape[1]} units × {data.shape[2]} windows")
+print(f"{data.shape[0]} pseudo-trials × {data.shape[1]} units × {data.shape[2]} samples")
 features.value_counts().head()
 
 # %%
 # Time-resolved MLEM
 # ------------------
-# Each unit is standardised over trials and times (``scale=True``, the default), so that
-# units with high firing rates do not dominate the distances.  Folds split the
-# pseudo-trials; settings are reduced to keep the page fast.
-res = mlem_neuro.mlem_array(data, features, times=times, ch_names=ch_names, cv=3,
-                            n_permutations=5, random_state=0)
+# ``window=0.1`` averages each sample with its neighbours within ±50 ms (a 100 ms rate),
+# ``decim=50`` then keeps one sample in 50, and ``tmin`` / ``tmax`` the part of the trial
+# analysed: rates over 100 ms windows every 50 ms, centred from 150 ms before to 450 ms
+# after onset.  Each unit is standardised over trials and times (``scale=True``, the
+# default), so that units with high firing rates do not dominate the distances.  Folds
+# split the pseudo-trials.
+res = mlem_neuro.mlem_array(data, features, times=times, ch_names=ch_names, window=0.1,
+                            decim=50, tmin=-0.15, tmax=0.45, random_state=0)
+print(f"{res.n_times} time points: {res.times[0]:.2f} to {res.times[-1]:.2f} s")
 fig = res.plot()
 
 # %%
@@ -122,8 +123,7 @@ df.loc[df.groupby("term")["importance"].idxmax(), ["term", "time", "importance",
 # 150 ms after onset, and the held-out score rises with it.  Retinal position, as coded
 # here (lower < middle < upper), adds little to the ranking of distances: in this sample
 # of IT units the geometry is dominated by what the object is, not where it is.  Negative
-# importances (before onset, and for the ``object:position`` interaction late in the
-# trial) stay within the spread over folds: a weight learnt from noise in the training
+# importances (before onset, for instance) stay within the spread over folds: a weight learnt from noise in the training
 # pairs ranks held-out pairs slightly worse than none, so permuting its term helps.
 #
 # Before onset, every term should stay near zero: a useful check that the folds leak no

@@ -276,6 +276,51 @@ def check_window(window, sfreq):
     return float(window)
 
 
+def time_mask(times, sfreq, tmin=None, tmax=None, decim=1, window=None, lowpass=None,
+              stacklevel=4):
+    """Samples kept by ``[tmin, tmax]`` (inclusive) and ``decim`` (boolean, per sample).
+
+    ``decim`` keeps every ``decim``-th sample on a grid anchored at ``t = 0`` (as MNE's
+    ``decimate``) when ``sfreq`` is known, else every ``decim``-th sample from the first.
+    Warns when ``[tmin, tmax]`` reaches outside ``times`` or when decimation leaves a Nyquist
+    frequency below ``lowpass`` with no averaging ``window``; raises when nothing is left.
+    """
+    tmin, tmax = _check_time("tmin", tmin), _check_time("tmax", tmax)
+    if tmin is not None and tmax is not None and tmin > tmax:
+        raise ValueError(f"tmin ({tmin} s) must not be after tmax ({tmax} s).")
+    if isinstance(decim, bool) or not isinstance(decim, (numbers.Integral, np.integer)) \
+            or decim < 1:
+        raise ValueError(f"decim must be an int >= 1; got {decim!r}")
+    decim = int(decim)
+    step = 1.0 / sfreq if sfreq is not None else (
+        float(np.min(np.diff(times))) if len(times) > 1 else 1.0)
+    lo = times[0] if tmin is None else tmin
+    hi = times[-1] if tmax is None else tmax
+    mask = (times >= lo - 1e-3 * step) & (times <= hi + 1e-3 * step)
+    if mask.any() and (lo < times[0] - step / 2 or hi > times[-1] + step / 2):
+        warnings.warn(f"[tmin, tmax] = [{lo}, {hi}] s reaches outside the data "
+                      f"([{times[0]:.4g}, {times[-1]:.4g}] s); using the overlap.",
+                      RuntimeWarning, stacklevel=stacklevel)
+    if decim > 1:
+        if sfreq is not None:
+            samples = np.round(times * sfreq).astype(np.int64)
+        else:
+            samples = np.arange(len(times))
+        mask &= (samples % decim) == 0
+        if sfreq is not None and lowpass is not None:
+            nyq = sfreq / decim / 2.0
+            if lowpass > nyq and (window is None or window < decim / sfreq):
+                warnings.warn(f"decim={decim} leaves a Nyquist frequency of {nyq:g} Hz, below "
+                              f"the low-pass of the data ({lowpass:g} Hz): high frequencies "
+                              "will alias. Low-pass filter the data first or pass window= "
+                              "(which averages samples).", RuntimeWarning,
+                              stacklevel=stacklevel)
+    if not mask.any():
+        raise ValueError(f"no time sample in [tmin, tmax] = [{lo}, {hi}] s (with decim="
+                         f"{decim}); the data span [{times[0]:.4g}, {times[-1]:.4g}] s.")
+    return mask
+
+
 def epochs_data(epochs, picks=None, tmin=None, tmax=None, decim=1, window=None):
     """Data ``(n_epochs, n_channels, n_times)``, times, channel names and the read epochs.
 
@@ -290,40 +335,12 @@ def epochs_data(epochs, picks=None, tmin=None, tmax=None, decim=1, window=None):
         (the caller's object when preloaded, else a copy whose bad epochs were dropped).
     """
     _check_epochs(epochs)
-    tmin, tmax = _check_time("tmin", tmin), _check_time("tmax", tmax)
-    if tmin is not None and tmax is not None and tmin > tmax:
-        raise ValueError(f"tmin ({tmin} s) must not be after tmax ({tmax} s).")
-    if isinstance(decim, bool) or not isinstance(decim, (numbers.Integral, np.integer)) \
-            or decim < 1:
-        raise ValueError(f"decim must be an int >= 1; got {decim!r}")
-    decim = int(decim)
     idx = _pick_indices(epochs, picks)
     sfreq = float(epochs.info["sfreq"])
     window = check_window(window, sfreq)
     times = np.asarray(epochs.times, dtype=float)
-    tol = 0.5 / sfreq
-    lo = times[0] if tmin is None else tmin
-    hi = times[-1] if tmax is None else tmax
-    mask = (times >= lo - 1e-3 / sfreq) & (times <= hi + 1e-3 / sfreq)
-    if mask.any() and (lo < times[0] - tol or hi > times[-1] + tol):
-        # stacklevel: epochs_data < mlem_epochs < verbose wrapper < the caller
-        warnings.warn(f"[tmin, tmax] = [{lo}, {hi}] s reaches outside the epochs "
-                      f"([{times[0]:.4g}, {times[-1]:.4g}] s); using the overlap.",
-                      RuntimeWarning, stacklevel=4)
-    if decim > 1:
-        samples = np.round(times * sfreq).astype(np.int64)
-        mask &= (samples % decim) == 0
-        lowpass = epochs.info.get("lowpass")
-        nyq = sfreq / decim / 2.0
-        if lowpass is not None and lowpass > nyq and (window is None
-                                                      or window < decim / sfreq):
-            warnings.warn(f"decim={decim} leaves a Nyquist frequency of {nyq:g} Hz, below the "
-                          f"low-pass of the data ({lowpass:g} Hz): high frequencies will "
-                          "alias. Low-pass filter the epochs first or pass window= (which "
-                          "averages samples).", RuntimeWarning, stacklevel=4)
-    if not mask.any():
-        raise ValueError(f"no time sample in [tmin, tmax] = [{lo}, {hi}] s (with decim="
-                         f"{decim}); the epochs span [{times[0]:.4g}, {times[-1]:.4g}] s.")
+    mask = time_mask(times, sfreq, tmin, tmax, decim, window=window,
+                     lowpass=epochs.info.get("lowpass"), stacklevel=5)
     work = _readable(epochs)
     if len(work) == 0:
         raise ValueError("no epoch is left (all were dropped); nothing to model.")
