@@ -211,3 +211,24 @@ def test_early_stopping_with_target_ranks_from_one_sort(monkeypatch):
     np.testing.assert_array_equal(fast.n_iter, slow.n_iter)
     np.testing.assert_allclose(fast.W, slow.W, atol=1e-6)
     np.testing.assert_allclose(fast.history, slow.history, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("batch_size", ["full", 400])
+def test_grouped_engine_with_tied_targets(batch_size, monkeypatch):
+    """Targets with many ties (an integer-valued RDM) give the same fit on both paths."""
+    import mlem_neuro.core.engine as engine
+    import mlem_neuro.core.tied as tied
+    from mlem_neuro.core.neural import rdm_from_rows
+    Y, y = _stack(M=3, n=60)
+    enc = FeatureSpace().fit_transform(y)
+    i, j = pair_indices(60)
+    rdm = rdm_from_rows(torch.as_tensor(Y), i, j, "euclidean")
+    rdm = torch.round(rdm / rdm.std() * 2)                     # about 10 distinct values
+    assert len(torch.unique(rdm)) < 20
+    kw = dict(batch_size=batch_size, max_steps=60, tol=-np.inf, random_state=0)
+    fast = fit_stack(enc, NeuralTargets.from_rdm(rdm, 60, "cpu"), **kw)
+    monkeypatch.setattr(tied, "MAX_GROUPS", 0)
+    monkeypatch.setattr(engine, "MAX_RANKER_ELEMENTS", 0)
+    slow = fit_stack(enc, NeuralTargets.from_rdm(rdm, 60, "cpu"), **kw)
+    np.testing.assert_allclose(fast.history, slow.history, atol=1e-5)   # measured: 1.5e-6
+    np.testing.assert_allclose(fast.W, slow.W, atol=5e-6)               # measured: 4.2e-7
