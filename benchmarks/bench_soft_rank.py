@@ -1,0 +1,80 @@
+"""Soft Spearman per training step: per-pair torchsort vs grouped (interval table / expansion).
+
+With categorical features the pairs of a batch fall into ``U`` groups of identical term rows.
+For ``M`` models and a batch of ``b`` pairs this script times one forward + backward pass of
+the soft Spearman three ways, side by side in one run:
+
+* per pair: :func:`mlem_neuro.core.spearman.soft_spearman` on the ``M × b`` predictions
+  (torchsort sorts them);
+* grouped, interval table: :func:`mlem_neuro.core.tied.grouped_soft_spearman` with the
+  ``O(U²)`` min-max solution of the weighted isotonic regression;
+* grouped, expansion: the same with torchsort's pool-adjacent-violators kernel on the sorted
+  groups expanded to the ``b`` pairs (``O(b)``, no sort of the pairs).
+
+It also prints which of the two the engine picks (:func:`mlem_neuro.core.tied._use_table`).
+The three give the same values and gradients (``tests/test_engine.py``).
+
+Run: ``.venv/bin/python benchmarks/bench_soft_rank.py [--models 100] [--repeats 10]``
+"""
+import argparse
+import time
+
+import torch
+
+import mlem_neuro.core.tied as tied
+from mlem_neuro.core.spearman import soft_spearman
+
+
+def timed(fn, repeats):
+    fn()
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - t0) / repeats * 1e3
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", type=int, default=100)
+    p.add_argument("--repeats", type=int, default=10)
+    args = p.parse_args()
+    M = args.models
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {M} models; "
+          "ms per step (forward + backward)")
+    print(f"{'pairs b':>8} {'groups U':>9} {'per pair':>9} {'table':>8} {'expansion':>10} "
+          f"{'engine uses':>12} {'speed-up':>9}")
+    g = torch.Generator().manual_seed(0)
+    real = tied._use_table
+    try:
+        for b in (1000, 2850, 8496):
+            for U in (16, 32, 64, 128, 256):
+                counts = torch.full((U,), b // U)
+                counts[: b - int(counts.sum())] += 1
+                pred = torch.randn(M, U, dtype=torch.float64, generator=g,
+                                   requires_grad=True)
+                sums = torch.randn(M, U, dtype=torch.float64, generator=g)
+                pairs = torch.randn(M, b, generator=g, requires_grad=True)
+                target = torch.randn(M, b, generator=g)
+
+                def per_pair():
+                    soft_spearman(pairs, target).sum().backward()
+
+                def grouped():
+                    tied.grouped_soft_spearman(pred, counts, sums, 1.0).sum().backward()
+
+                t_pair = timed(per_pair, args.repeats)
+                tied._use_table = lambda *a: True
+                t_table = timed(grouped, args.repeats)
+                tied._use_table = lambda *a: False
+                t_exp = timed(grouped, args.repeats)
+                tied._use_table = real
+                choice = "table" if real(U, b, M) else "expansion"
+                best = t_table if choice == "table" else t_exp
+                print(f"{b:>8} {U:>9} {t_pair:>9.2f} {t_table:>8.2f} {t_exp:>10.2f} "
+                      f"{choice:>12} {t_pair / best:>8.1f}x")
+    finally:
+        tied._use_table = real
+
+
+if __name__ == "__main__":
+    main()
