@@ -146,7 +146,8 @@ def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=10
     full = b >= total
     if full:
         i, j = pair_indices(n)
-        Pt = terms.take(np.arange(total), i, j)
+        if groups is None:
+            Pt = terms.take(np.arange(total), i, j)
 
     # Grouped path: soft ranks over groups of pairs with identical term rows.
     if groups is not None:
