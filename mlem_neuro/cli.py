@@ -165,7 +165,7 @@ def run_epochs(args):
     epochs = mne.read_epochs(fname, preload=True, verbose="ERROR")
     features = args.features.split(",") if args.features else None
     res = mlem_epochs(epochs, features=features, tmin=args.tmin, tmax=args.tmax,
-                      decim=args.decim, **_analysis_kwargs(args))
+                      decim=args.decim, window=args.window, **_analysis_kwargs(args))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     res.save(out / "mlem.npz", overwrite=True)
@@ -307,6 +307,9 @@ def build_parser():
     e.add_argument("--tmin", type=float)
     e.add_argument("--tmax", type=float)
     e.add_argument("--decim", type=_positive_int, default=1)
+    e.add_argument("--window", type=float, default=None,
+                   help="average each sample over this many seconds around it (before "
+                        "--decim, against aliasing)")
     _add_analysis_options(e)
     s = sub.add_parser("searchlight", help="fMRI searchlight MLEM from BOLD runs + events")
     s.add_argument("--imgs", nargs="+", required=True, help="BOLD runs (4D NIfTI)")

@@ -81,14 +81,14 @@ def test_epochs_metadata_features_and_options(epochs_file, tmp_path):
     out = tmp_path / "out"
     assert main(["epochs", str(epochs_file), "--tmin", "0.1", "--tmax", "0.3", "--cv", "0",
                  "--no-interactions", "--constraint", "diagonal", "--n-permutations", "2",
-                 "--seed", "3", "--out", str(out)]) == 0
+                 "--seed", "3", "--window", "0.08", "--out", str(out)]) == 0
     res = mlem_neuro.read_result(out / "mlem.npz")
     assert res.terms == ["A", "B", "C"]
     np.testing.assert_allclose(res.times, [0.12, 0.16, 0.2, 0.24, 0.28], atol=1e-9)
     assert res.n_folds == 1
     assert np.isfinite(res.importance).all()
     assert res.settings["constraint"] == "diagonal" and res.settings["cv"] is None
-    assert res.settings["random_state"] == 3
+    assert res.settings["random_state"] == 3 and res.settings["window"] == 0.08
     assert np.allclose(res.weights[..., 0, 1], 0)          # diagonal W
 
 
@@ -98,6 +98,8 @@ def test_epochs_bad_input_gives_one_line_errors(epochs_file, tmp_path, capsys):
     _one_line_error(capsys, "unknown feature column", "'Z'")
     assert main(["epochs", str(epochs_file), "--tmin", "5", "--out", out]) == 2
     _one_line_error(capsys, "no time sample")
+    assert main(["epochs", str(epochs_file), "--window", "-1", "--out", out]) == 2
+    _one_line_error(capsys, "window must be a positive number")
     not_fif = tmp_path / "notes-epo.fif"
     not_fif.write_text("not an epochs file")
     assert main(["epochs", str(not_fif), "--out", out]) == 2
