@@ -232,3 +232,17 @@ def test_grouped_engine_with_tied_targets(batch_size, monkeypatch):
     slow = fit_stack(enc, NeuralTargets.from_rdm(rdm, 60, "cpu"), **kw)
     np.testing.assert_allclose(fast.history, slow.history, atol=1e-5)   # measured: 1.5e-6
     np.testing.assert_allclose(fast.W, slow.W, atol=5e-6)               # measured: 4.2e-7
+
+
+def test_grouped_soft_ranks_without_torchsorts_kernel_fall_back_to_the_table(monkeypatch):
+    """If torchsort's internal kernel table is unavailable, the same values come from the
+    interval table."""
+    import mlem_neuro.core.tied as tied
+    g = torch.Generator().manual_seed(4)
+    counts = torch.randint(1, 60, (40,), generator=g)
+    pred = torch.randn(3, 40, dtype=torch.float64, generator=g)
+    monkeypatch.setattr(tied, "_use_table", lambda *a: False)
+    expanded = tied.grouped_soft_rank(pred, counts, 1.0)
+    monkeypatch.setattr(tied, "_pav_kernel", lambda device_type: None)
+    np.testing.assert_allclose(tied.grouped_soft_rank(pred, counts, 1.0), expanded,
+                               rtol=1e-10)

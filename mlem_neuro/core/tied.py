@@ -72,8 +72,6 @@ def _expanded_isotonic(s, c):
     whole, so the solution at a run's first position is the weighted solution for the group
     (``y_u = s_u − mean of w over its positions``).
     """
-    import torchsort
-
     M, U = s.shape
     counts = c.to(torch.long)
     b = int(counts[0].sum())
@@ -81,9 +79,18 @@ def _expanded_isotonic(s, c):
     block = torch.repeat_interleave((offset + torch.arange(U, device=s.device)).reshape(-1),
                                     counts.reshape(-1)).view(M, b) - offset
     w = torch.arange(b, 0, -1, dtype=s.dtype, device=s.device)
-    dual = torchsort.ops.isotonic_l2[s.device.type](s.gather(1, block) - w)
+    dual = _pav_kernel(s.device.type)(s.gather(1, block) - w)
     start = torch.cumsum(counts, dim=-1) - counts
     return dual.gather(1, start)
+
+
+def _pav_kernel(device_type):
+    """torchsort's pool-adjacent-violators kernel for this device, or ``None``."""
+    try:
+        from torchsort import ops
+        return ops.isotonic_l2[device_type]
+    except (ImportError, AttributeError, KeyError, TypeError):
+        return None
 
 
 def _use_table(n_groups, batch_size, n_models):
@@ -109,7 +116,7 @@ class _WeightedIsotonic(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, y, c, s=None):
-        if s is None:
+        if s is None or _pav_kernel(s.device.type) is None:
             v = _minmax_isotonic(y, c)
         else:
             v = _expanded_isotonic(s, c)
