@@ -20,15 +20,17 @@ import numbers
 import warnings
 
 import numpy as np
+import pandas as pd
 import torch
 from joblib import effective_n_jobs
 
 from .utils import check_device, check_random_state, logger
 from .core.engine import fit_stack
-from .core.features import FeatureSpace, as_feature_table
+from .core.features import as_feature_table
 from .core.importance import feature_importance, term_importance
 from .core.metric import term_index, term_names
 from .core.neural import NeuralTargets, rdm_from_rows
+from .core.options import MLEMOptions, cv_description, jsonable
 from .core.pairs import kfold_stimuli, n_pairs, pair_indices
 
 #: bytes of training-pair distances (float64) allowed in one chunk of models.
@@ -91,14 +93,87 @@ class CVOutput:
     batch_size: list = field(default_factory=list)
 
 
-def _check_cv(cv, n, rng):
+def check_groups(groups, n):
+    """One group label per stimulus (runs, items, sessions), as a 1-D numpy array."""
+    if groups is None:
+        return None
+    if isinstance(groups, str):
+        raise TypeError("groups must be an array-like with one label per stimulus (e.g. the "
+                        f"run of each trial); got the string {groups!r}. Pass the column's "
+                        "values, e.g. groups=table['run'].")
+    arr = np.asarray(groups)
+    if arr.ndim != 1 or len(arr) != n:
+        raise ValueError(f"groups must hold one label per stimulus ({n}); got shape "
+                         f"{arr.shape}.")
+    if arr.dtype.kind == "f" and np.isnan(arr).any() or \
+            arr.dtype == object and pd.isna(arr).any():
+        raise ValueError("groups holds missing values (NaN/None): give every stimulus a group.")
+    return arr
+
+
+def _index_array(values, name, n):
+    """Validated integer stimulus indices of one side of an explicit fold."""
+    arr = np.asarray(values)
+    if arr.dtype == bool:
+        raise TypeError(f"{name} must hold stimulus indices, not a boolean mask; use "
+                        "np.flatnonzero(mask).")
+    if arr.ndim != 1 or arr.size and arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be a 1-D array of integer stimulus indices; got "
+                        f"dtype {arr.dtype} and shape {arr.shape}.")
+    arr = arr.astype(int)
+    if arr.size and (arr.min() < 0 or arr.max() >= n):
+        raise ValueError(f"{name} holds indices outside 0..{n - 1} (min {arr.min()}, max "
+                         f"{arr.max()}); indices count stimuli from 0.")
+    if len(np.unique(arr)) != len(arr):
+        raise ValueError(f"{name} repeats stimulus indices; each stimulus appears once.")
+    return arr
+
+
+def _check_fold(k, train, test, n):
+    tr = _index_array(train, f"fold {k + 1}'s training indices", n)
+    te = _index_array(test, f"fold {k + 1}'s held-out indices", n)
+    both = np.intersect1d(tr, te)
+    if both.size:
+        raise ValueError(f"fold {k + 1} has {both.size} stimuli both in training and held "
+                         f"out (e.g. {both[:5].tolist()}); a fold's sets must be disjoint.")
+    if len(tr) < 3 or len(te) < 3:
+        raise ValueError("every cv fold needs at least 3 training and 3 held-out stimuli "
+                         f"(fold {k + 1}: {len(tr)} and {len(te)}).")
+    return tr, te
+
+
+def _group_kfold(n_splits, groups, rng):
+    from sklearn.model_selection import GroupKFold
+
+    n_groups = len(np.unique(groups))
+    if n_groups < n_splits:
+        raise ValueError(f"cv={n_splits} folds over groups needs at least {n_splits} groups; "
+                         f"groups has {n_groups}. Lower cv or give more groups.")
+    try:
+        splitter = GroupKFold(n_splits=n_splits, shuffle=True,
+                              random_state=int(rng.integers(2**31 - 1)))
+    except TypeError:      # scikit-learn < 1.6: no shuffling of groups
+        splitter = GroupKFold(n_splits=n_splits)
+    return splitter.split(np.zeros((len(groups), 1)), groups=groups)
+
+
+def check_cv(cv, n, rng, groups=None):
+    """Folds ``[(train, test), ...]`` of ``n`` stimuli from ``cv`` (validated).
+
+    With ``groups``, an int ``cv`` gives :class:`~sklearn.model_selection.GroupKFold`
+    folds, a splitter receives the groups, and every fold is checked to keep each group
+    on one side.
+    """
+    groups = check_groups(groups, n)
     if cv is None:
         idx = np.arange(n)
         return [(idx, idx)]
     if isinstance(cv, (numbers.Integral, np.integer)) and not isinstance(cv, bool):
-        return kfold_stimuli(n, int(cv), rng)
-    if hasattr(cv, "split"):
-        folds = list(cv.split(np.zeros((n, 1))))
+        if groups is None:
+            return kfold_stimuli(n, int(cv), rng)
+        folds = _group_kfold(int(cv), groups, rng)
+    elif hasattr(cv, "split"):
+        folds = cv.split(np.zeros((n, 1)), None, groups)
     else:
         try:
             folds = list(cv)
@@ -106,30 +181,62 @@ def _check_cv(cv, n, rng):
             raise TypeError("cv must be None, an int, a scikit-learn splitter or an iterable "
                             f"of (train, test) index arrays; got {cv!r}") from None
     out = []
-    for tr, te in folds:
-        tr, te = np.asarray(tr, dtype=int), np.asarray(te, dtype=int)
-        if len(tr) < 3 or len(te) < 3:
-            raise ValueError("every cv fold needs at least 3 training and 3 held-out stimuli "
-                             f"(got {len(tr)} and {len(te)}).")
-        out.append((tr, te))
+    for k, fold in enumerate(folds):
+        try:
+            train, test = fold
+        except (TypeError, ValueError):
+            raise TypeError(f"fold {k + 1} of cv must be a (train, test) pair of index "
+                            f"arrays; got {fold!r}") from None
+        out.append(_check_fold(k, train, test, n))
+    if not out:
+        raise ValueError("cv produced no fold.")
+    if groups is not None:
+        _check_groups_kept(out, groups)
     return out
 
 
-def _fit_chunk(source, enc_train, enc_test, train, test, fit_kw, n_permutations, level,
-               interactions, seed, device):
+def _check_groups_kept(folds, groups):
+    for k, (tr, te) in enumerate(folds):
+        split = np.intersect1d(groups[tr], groups[te])
+        if split.size:
+            raise ValueError(
+                f"fold {k + 1} puts stimuli of group {split[0]!r} both in training and held "
+                f"out ({split.size} group(s) split): with groups, use a group-aware splitter "
+                "(an int cv, GroupKFold, LeaveOneGroupOut) or folds that keep each group "
+                "together.")
+
+
+def _fold_space(options, table, train, k, n_folds):
+    """The feature encoding fitted on fold ``k``'s training stimuli (errors name the fold)."""
+    try:
+        return options.feature_space().fit(table.iloc[train])
+    except ValueError as err:
+        full = options.feature_space()
+        try:
+            full.fit(table)
+        except ValueError:
+            raise err from None         # a problem of the whole table, not of the fold
+        raise ValueError(
+            f"fold {k + 1} of {n_folds}: over its {len(train)} training stimuli, {err} "
+            "The feature varies over all stimuli, but its rarer values are all held out in "
+            "this fold: use fewer folds, folds stratified on this feature, or drop it."
+        ) from None
+
+
+def _fit_chunk(source, enc_train, enc_test, train, test, options, seed):
     """Train one chunk of models on training pairs; score and permute on held-out pairs."""
     # separate streams: training draws as many batches as its slowest model needs
     train_seq, perm_seq = np.random.SeedSequence(seed).spawn(2)
     rng = np.random.default_rng(perm_seq)
-    dev = check_device(device)
+    dev = check_device(options.device)
+    n_permutations = options.n_permutations
     targets = NeuralTargets.from_rdm(source.rdm(train, dev), len(train), dev)
-    fit = fit_stack(enc_train, targets, random_state=np.random.default_rng(train_seq),
-                    device=dev, **fit_kw)
+    fit = fit_stack(enc_train, targets, options, random_state=np.random.default_rng(train_seq))
     target_test = source.rdm(test, dev)
     enc_t = enc_test.to_torch(dev, torch.float64)
     i, j = pair_indices(len(test))
-    if level == "term":
-        k, l = term_index(enc_test.n_features, interactions)
+    if options.level == "term":
+        k, l = term_index(enc_test.n_features, options.model_interactions)
         D = enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
         drops, base = term_importance(fit.W, D, target_test, k, l, n_permutations, rng)
     else:
@@ -151,10 +258,7 @@ def _chunk_slices(M, n_train, chunk_size, n_jobs):
     return [slice(s, min(s + chunk_size, M)) for s in range(0, M, chunk_size)]
 
 
-def run_cv(source, features, *, cv=5, n_permutations=10, level="term", constraint="spd",
-           interactions=True, feature_kinds=None, feature_groups=None, missing_distance=0.0,
-           max_steps=1000, patience=50, lr=0.1, tol=1e-4, batch_size="auto",
-           chunk_size=None, n_jobs=None, device="cpu", random_state=None, desc="models"):
+def run_cv(source, features, options=None, *, groups=None, desc="models"):
     """Cross-validated MLEM for every model of ``source``.
 
     Parameters
@@ -163,12 +267,13 @@ def run_cv(source, features, *, cv=5, n_permutations=10, level="term", constrain
         See the module docstring.
     features : DataFrame
         One row per stimulus of ``source``.
-    cv : None | int | splitter | iterable
-        ``None`` trains and evaluates on all stimuli (optimistic); an int gives shuffled
-        K-fold splits of the stimuli.
-    chunk_size : int | None
-        Models per engine call (default: bounded by memory, split across ``n_jobs``).
-    Other parameters are those of :class:`mlem_neuro.MLEM`.
+    options : MLEMOptions | None
+        Every training / analysis option (``cv``, ``level``, ``n_permutations``,
+        ``chunk_size``, ``n_jobs``, ``random_state``...); ``None`` uses the defaults.
+    groups : array-like | None
+        One label per stimulus (runs, items, sessions): folds never split a group.
+    desc : str
+        What the models are, for progress messages (``"time points"``, ``"spheres"``).
 
     Returns
     -------
@@ -176,53 +281,59 @@ def run_cv(source, features, *, cv=5, n_permutations=10, level="term", constrain
     """
     from joblib import Parallel, delayed
 
-    check_device(device)
+    opts = MLEMOptions() if options is None else options
     table = as_feature_table(features, name="features")
     n, M = source.n_stimuli, source.n_models
     if len(table) != n:
         raise ValueError(f"the feature table has {len(table)} rows but the data have {n} "
                          "stimuli; they must match one-to-one.")
-    rng = check_random_state(random_state)
-    folds = _check_cv(cv, n, rng)
-    inter = bool(interactions) and constraint != "diagonal"
-    fit_kw = dict(constraint=constraint, interactions=inter, max_steps=max_steps,
-                  patience=patience, lr=lr, tol=tol, batch_size=batch_size)
-    space_kw = dict(kinds=feature_kinds, groups=feature_groups,
-                    missing_distance=missing_distance)
-    layout = []
-    names = None
-    flat = {}
+    rng = check_random_state(opts.random_state)
+    folds = check_cv(opts.cv, n, rng, groups)
+    layout, names, flat = [], None, {}
     for f, (train, test) in enumerate(folds):
-        space = FeatureSpace(**space_kw).fit(table.iloc[train])
+        space = _fold_space(opts, table, train, f, len(folds))
         names = space.feature_names_
         enc_train = space.transform(table.iloc[train])
         enc_test = space.transform(table.iloc[test])
-        for name in _flat_features(enc_test, names):
-            flat.setdefault(name, []).append(f + 1)
-        if len(names) and all(f + 1 in flat.get(name, ()) for name in names):
-            raise ValueError(
-                f"every held-out pair of fold {f + 1} has the same distance on every feature "
-                f"({list(names)}), so the fold cannot be scored: choose folds whose held-out "
-                "stimuli differ in some features and agree in others (e.g. fewer folds).")
+        _check_fold_scorable(f, enc_test, names, flat)
         # one seed per fold: every chunk draws the same batches and permutations, so
         # results do not depend on chunk_size or n_jobs
         seed = int(rng.integers(2**63 - 1))
-        for sl in _chunk_slices(M, len(train), chunk_size, n_jobs):
+        for sl in _chunk_slices(M, len(train), opts.chunk_size, opts.n_jobs):
             layout.append((f, sl, enc_train, enc_test, train, test, seed))
+    _warn_flat(flat)
+    # chunk data are cut lazily, as joblib asks for the next job
+    jobs = (delayed(_fit_chunk)(source.subset(sl), et, ete, tr, te, opts, sd)
+            for _, sl, et, ete, tr, te, sd in layout)
+    logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(layout))
+    results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc)
+    terms = (term_names(names, opts.model_interactions) if opts.level == "term"
+             else list(names))
+    return _collect(layout, results, folds, terms, names, M)
+
+
+def _check_fold_scorable(f, enc_test, names, flat):
+    """Record features flat over fold ``f``'s held-out pairs; refuse a fold flat on all."""
+    for name in _flat_features(enc_test, names):
+        flat.setdefault(name, []).append(f + 1)
+    if len(names) and all(f + 1 in flat.get(name, ()) for name in names):
+        raise ValueError(
+            f"every held-out pair of fold {f + 1} has the same distance on every feature "
+            f"({list(names)}), so the fold cannot be scored: choose folds whose held-out "
+            "stimuli differ in some features and agree in others (e.g. fewer folds).")
+
+
+def _warn_flat(flat):
     if flat:
         where = "; ".join(f"{name!r} in fold(s) {', '.join(map(str, k))}"
                           for name, k in flat.items())
         warnings.warn(f"every held-out pair has the same distance on {list(flat)} ({where}): "
                       "importance there is 0 by construction. Choose folds whose held-out "
                       "stimuli vary in these features (e.g. fewer folds).", UserWarning,
-                      stacklevel=5)   # user > verbose wrapper > public > _fit > run_cv
-    # chunk data are cut lazily, as joblib asks for the next job
-    jobs = (delayed(_fit_chunk)(source.subset(sl), et, ete, tr, te, fit_kw, n_permutations,
-                                level, inter, sd, str(device))
-            for _, sl, et, ete, tr, te, sd in layout)
-    logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(layout))
-    results = _run_jobs(Parallel, jobs, len(layout), n_jobs, desc)
-    terms = term_names(names, inter) if level == "term" else list(names)
+                      stacklevel=6)   # user > verbose wrapper > public > _fit > run_cv > here
+
+
+def _collect(layout, results, folds, terms, names, M):
     m, T, F = len(names), len(terms), len(folds)
     out = CVOutput(W=np.empty((F, M, m, m)), score=np.empty((F, M)),
                    importance=np.empty((F, M, T)), importance_perm_std=np.empty((F, M, T)),
@@ -236,6 +347,18 @@ def run_cv(source, features, *, cv=5, n_permutations=10, level="term", constrain
     return out
 
 
+def result_settings(options, out, **extra):
+    """The settings a result records: every option, the folds and ``extra`` (JSON)."""
+    settings = options.to_settings()
+    settings.update(cv_settings(options.cv, out.folds))
+    settings.update(n_folds=len(out.folds),
+                    fold_test_sizes=[int(len(te)) for _, te in out.folds],
+                    batch_size_used=[int(b) for b in out.batch_size],
+                    converged_fraction=float(np.mean(out.converged)))
+    settings.update({k: jsonable(v) for k, v in extra.items()})
+    return settings
+
+
 def cv_settings(cv, folds):
     """How the folds were made, for a result's settings (JSON-friendly).
 
@@ -243,14 +366,8 @@ def cv_settings(cv, folds):
     and as ``"explicit"`` for an iterable of folds; the held-out stimuli of every fold are
     recorded in all cases (``fold_test_indices``), so any split can be reproduced.
     """
-    if cv is None or isinstance(cv, (numbers.Integral, np.integer)) and \
-            not isinstance(cv, bool):
-        desc = None if cv is None else int(cv)
-    elif hasattr(cv, "split"):
-        desc = repr(cv)
-    else:
-        desc = "explicit"
-    return dict(cv=desc, fold_test_indices=[[int(k) for k in te] for _, te in folds])
+    return dict(cv=cv_description(cv),
+                fold_test_indices=[[int(k) for k in te] for _, te in folds])
 
 
 def _flat_features(enc, names):

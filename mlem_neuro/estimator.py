@@ -8,15 +8,20 @@ import torch
 from sklearn.base import BaseEstimator
 
 from .core.engine import fit_stack
-from .core.features import FeatureSpace, as_feature_table
+from .core.features import as_feature_table
 from .core.importance import baseline_scores, feature_importance, term_importance
 from .core.metric import CONSTRAINTS, term_index, term_names
 from .core.neural import METRICS, NeuralTargets
+from .core.options import MLEMOptions
 from .core.pairs import pair_indices
 from .utils import (check_device, check_float, check_int, check_option, check_random_state,
                     logger, use_log_level)
 
 DISTANCES = METRICS + ("precomputed",)
+#: estimator parameters that are MLEM options (validated by MLEMOptions).
+_OPTION_PARAMS = ("constraint", "interactions", "distance", "n_permutations", "max_steps",
+                  "patience", "lr", "tol", "batch_size", "feature_kinds", "feature_groups",
+                  "missing_distance", "device", "random_state")
 
 
 class MLEM(BaseEstimator):
@@ -118,17 +123,13 @@ class MLEM(BaseEstimator):
         self.verbose = verbose
 
     # ------------------------------------------------------------------ checks
+    def _options(self):
+        """The estimator's parameters as validated :class:`MLEMOptions`."""
+        kw = {name: getattr(self, name) for name in _OPTION_PARAMS}
+        return MLEMOptions(allow_precomputed=True, cv=None, **kw)
+
     def _check_params(self):
-        check_option("constraint", self.constraint, CONSTRAINTS)
-        check_option("distance", self.distance, DISTANCES)
-        if not isinstance(self.interactions, (bool, np.bool_)):
-            raise TypeError(f"interactions must be True or False; got {self.interactions!r}")
-        check_int("n_permutations", self.n_permutations, 1)
-        check_int("max_steps", self.max_steps, 1)
-        check_int("patience", self.patience, 1)
-        check_float("lr", self.lr)
-        check_float("tol", self.tol, strict=False)
-        return check_device(self.device)
+        return check_device(self._options().device)
 
     def _check_X(self, X, n_rows=None):
         if isinstance(X, (pd.DataFrame, pd.Series)):
@@ -168,6 +169,7 @@ class MLEM(BaseEstimator):
         return X
 
     def _check_Xy(self, X, y):
+        _check_same_index(X, y)
         table = as_feature_table(y)
         return self._check_X(X, n_rows=len(table)), table
 
@@ -197,16 +199,13 @@ class MLEM(BaseEstimator):
         self
         """
         with use_log_level(self.verbose):
-            dev = self._check_params()
+            opts = self._options()
+            dev = check_device(opts.device)
             X, table = self._check_Xy(X, y)
-            space = FeatureSpace(kinds=self.feature_kinds, groups=self.feature_groups,
-                                 missing_distance=self.missing_distance).fit(table)
+            space = opts.feature_space().fit(table)
             enc = space.transform(table)
-            res = fit_stack(enc, self._targets(X, dev), constraint=self.constraint,
-                            interactions=bool(self.interactions), max_steps=self.max_steps,
-                            patience=self.patience, lr=self.lr, tol=self.tol,
-                            batch_size=self.batch_size, random_state=self.random_state,
-                            device=dev)
+            res = fit_stack(enc, self._targets(X, dev), opts,
+                            random_state=opts.random_state)
             self.feature_space_ = space
             self.feature_names_in_ = np.array(space.feature_names_, dtype=object)
             self.terms_ = term_names(space.feature_names_, self._interaction_terms)
@@ -326,3 +325,18 @@ class MLEM(BaseEstimator):
                               index=pd.Index(index, name="term"))
             df.attrs.update(baseline_score=float(base[0]), n_permutations=n_perm, level=level)
             return df
+
+
+def _check_same_index(X, y):
+    """Refuse pandas X and y whose indexes disagree (rows are matched by position)."""
+    ix = X.index if isinstance(X, (pd.DataFrame, pd.Series)) else None
+    iy = y.index if isinstance(y, (pd.DataFrame, pd.Series)) else None
+    if ix is None or iy is None or ix.equals(iy):
+        return
+    if len(ix) == len(iy) and set(ix) == set(iy):
+        fix = "reorder one to match the other, e.g. y = y.loc[X.index]"
+    else:
+        fix = "align them first, e.g. y = y.loc[X.index]"
+    raise ValueError("X and y are pandas objects whose indexes disagree; MLEM matches "
+                     f"stimuli by position, so the rows would be mismatched: {fix} (or pass "
+                     "numpy arrays if the order is already right).")

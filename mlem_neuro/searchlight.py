@@ -10,22 +10,24 @@ cluster), and the output is wrapped in a :class:`~mlem_neuro.results.BrainMapRes
 """
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 from .adapters.nifti import (SphereRDMSource, _binary, _check_3d, check_radius, load_images,
                              load_mask, mask_coords, mask_data, region_membership,
                              sphere_membership)
 from .core.features import as_feature_table
-from .core.neural import METRICS
-from .crossval import cv_settings, run_cv
+from .core.options import MLEMOptions
+from .crossval import result_settings, run_cv
 from .results.brainmap import BrainMapResult
-from .utils import check_option, logger, verbose
+from .utils import logger, verbose
 
 __all__ = ["mlem_roi", "mlem_searchlight"]
 
-_SHARED_DOC = """    cv : None | int | scikit-learn splitter | iterable of (train, test)
+_SHARED_DOC = """    groups : array-like | None
+        One label per image (e.g. the run of each trial): folds keep each group's images
+        together (an int ``cv`` then gives :class:`~sklearn.model_selection.GroupKFold`
+        folds over the groups; a splitter receives ``groups``).
+    cv : None | int | scikit-learn splitter | iterable of (train, test)
         Cross-validation over stimuli (images).  An int gives shuffled K-fold splits
         seeded by ``random_state``; ``None`` trains and scores on all images (optimistic).
         With trial-wise betas from several runs, consider a splitter over runs
@@ -63,30 +65,7 @@ _SHARED_DOC = """    cv : None | int | scikit-learn splitter | iterable of (trai
 """
 
 
-def _settings(kind, cv, n_permutations, constraint, interactions, distance, max_steps,
-              patience, lr, tol, batch_size, random_state, out, **extra):
-    def plain(v):
-        if v is None or isinstance(v, (bool, str)):
-            return v
-        if isinstance(v, numbers.Integral):
-            return int(v)
-        if isinstance(v, numbers.Real):
-            return float(v)
-        return repr(v)
-
-    s = dict(analysis=kind, **cv_settings(cv, out.folds), n_folds=len(out.folds),
-             n_permutations=int(n_permutations), constraint=constraint,
-             interactions=bool(interactions), distance=distance, max_steps=int(max_steps),
-             patience=int(patience), lr=float(lr), tol=float(tol),
-             batch_size=plain(batch_size),
-             batch_size_used=[int(b) for b in out.batch_size], random_state=plain(random_state),
-             converged_fraction=float(np.mean(out.converged)))
-    s.update({k: plain(v) for k, v in extra.items()})
-    return s
-
-
-def _prepare(imgs, features, mask_img, distance, name="mask_img"):
-    check_option("distance", distance, METRICS)
+def _prepare(imgs, features, mask_img, name="mask_img"):
     img4d = load_images(imgs)
     n = img4d.shape[3]
     table = as_feature_table(features, name="features")
@@ -97,21 +76,9 @@ def _prepare(imgs, features, mask_img, distance, name="mask_img"):
     return img4d, table, mask
 
 
-def _run(source, table, desc, cv, n_permutations, constraint, interactions,
-         feature_kinds, feature_groups, missing_distance, max_steps, patience, lr, tol,
-         batch_size, chunk_size, n_jobs, device, random_state):
-    source.check_patterns()
-    return run_cv(source, table, cv=cv, n_permutations=n_permutations, level="term",
-                  constraint=constraint, interactions=interactions,
-                  feature_kinds=feature_kinds, feature_groups=feature_groups,
-                  missing_distance=missing_distance, max_steps=max_steps, patience=patience,
-                  lr=lr, tol=tol, batch_size=batch_size, chunk_size=chunk_size,
-                  n_jobs=n_jobs,
-                  device=device, random_state=random_state, desc=desc)
-
-
 @verbose
-def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0, *, cv=5,
+def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0, *,
+                     groups=None, cv=5,
                      n_permutations=10, constraint="spd", interactions=True,
                      feature_kinds=None, feature_groups=None, missing_distance=0.0,
                      distance="euclidean", max_steps=1000, patience=50, lr=0.1, tol=1e-4,
@@ -166,12 +133,13 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     >>> res.plot("category")                                            # doctest: +SKIP
     >>> res.to_nifti().to_filename("sub-01_importance.nii.gz")          # doctest: +SKIP
     """
+    options = MLEMOptions.from_call(locals(), level="term")
     radius = check_radius(radius)
     if mask_img is None:
         raise ValueError("mask_img is required: pass a brain mask, e.g. "
                          "nilearn.masking.compute_brain_mask(imgs), so that only brain "
                          "voxels enter the spheres.")
-    img4d, table, mask = _prepare(imgs, features, mask_img, distance)
+    img4d, table, mask = _prepare(imgs, features, mask_img)
     if process_mask_img is None:
         centres_mask, centres_affine = mask, img4d.affine
     else:
@@ -191,14 +159,12 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     logger.info("MLEM searchlight: %d images, %d voxels in mask, %d spheres of %d voxels "
                 "(median; %d-%d)", X.shape[0], X.shape[1], len(sizes), int(np.median(sizes)),
                 sizes.min(), sizes.max())
-    source = SphereRDMSource(X, A, distance)
-    out = _run(source, table, "spheres", cv, n_permutations, constraint, interactions,
-               feature_kinds, feature_groups, missing_distance, max_steps, patience, lr, tol,
-               batch_size, chunk_size, n_jobs, device, random_state)
-    settings = _settings("searchlight", cv, n_permutations, constraint, interactions,
-                         distance, max_steps, patience, lr, tol, batch_size, random_state, out,
-                         radius=radius, n_images=X.shape[0], n_mask_voxels=X.shape[1],
-                         median_sphere_size=float(np.median(sizes)))
+    source = SphereRDMSource(X, A, options.distance)
+    source.check_patterns()
+    out = run_cv(source, table, options, groups=groups, desc="spheres")
+    settings = result_settings(options, out, analysis="searchlight", radius=radius,
+                               n_images=X.shape[0], n_mask_voxels=X.shape[1],
+                               median_sphere_size=float(np.median(sizes)))
     return BrainMapResult(out.importance, out.score, out.W, out.n_iter, out.terms,
                           out.feature_names, settings, affine=centres_affine,
                           shape=centres_mask.shape, voxel_indices=centre_ijk,
@@ -206,7 +172,8 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
 
 
 @verbose
-def mlem_roi(imgs, features, labels_img, mask_img=None, *, cv=5, n_permutations=10,
+def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
+             n_permutations=10,
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
              missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50, lr=0.1,
              tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None, device="cpu",
@@ -248,7 +215,8 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, cv=5, n_permutations=
     """
     from nilearn.image import resample_to_img
 
-    img4d, table, mask = _prepare(imgs, features, mask_img, distance)
+    options = MLEMOptions.from_call(locals(), level="term")
+    img4d, table, mask = _prepare(imgs, features, mask_img)
     limg = _check_3d(labels_img, "labels_img")
     if limg.shape != img4d.shape[:3] or not np.allclose(limg.affine, img4d.affine, atol=1e-4):
         limg = resample_to_img(limg, img4d.slicer[..., 0], interpolation="nearest",
@@ -274,13 +242,11 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, cv=5, n_permutations=
     X = mask_data(img4d, voxel_mask)
     logger.info("MLEM ROI: %d images, %d regions, %d voxels", X.shape[0], A.shape[0],
                 X.shape[1])
-    source = SphereRDMSource(X, A, distance)
-    out = _run(source, table, "regions", cv, n_permutations, constraint, interactions,
-               feature_kinds, feature_groups, missing_distance, max_steps, patience, lr, tol,
-               batch_size, chunk_size, n_jobs, device, random_state)
-    settings = _settings("roi", cv, n_permutations, constraint, interactions, distance,
-                         max_steps, patience, lr, tol, batch_size, random_state, out,
-                         n_images=X.shape[0], n_mask_voxels=X.shape[1])
+    source = SphereRDMSource(X, A, options.distance)
+    source.check_patterns()
+    out = run_cv(source, table, options, groups=groups, desc="regions")
+    settings = result_settings(options, out, analysis="roi", n_images=X.shape[0],
+                               n_mask_voxels=X.shape[1])
     ijk = np.argwhere(voxel_mask)
     voxel_model = A.tocsc().indices if A.shape[0] else np.zeros(0, dtype=int)
     labels_out = [int(v) if float(v).is_integer() else float(v) for v in region_labels]

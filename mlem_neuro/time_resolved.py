@@ -11,18 +11,15 @@ Each trial is a stimulus: folds split trials, and the feature table has one row 
 """
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 from .adapters.epochs import (check_window, epochs_data, epochs_feature_table, time_mask,
                               window_average)
 from .core.features import as_feature_table
-from .core.metric import CONSTRAINTS
-from .core.neural import METRICS
-from .crossval import DenseRDMSource, cv_settings, run_cv
+from .core.options import MLEMOptions
+from .crossval import DenseRDMSource, result_settings, run_cv
 from .results.timecourse import TimeCourseResult
-from .utils import check_device, check_float, check_int, check_option, logger, verbose
+from .utils import check_float, logger, verbose
 
 _SHARED_DOC = """
     window : float | None
@@ -35,6 +32,11 @@ _SHARED_DOC = """
         types and units (MEG T and T/m, EEG V) weigh alike in the Euclidean distance; the
         transform ignores the features, so it leaks nothing across folds.  ``False`` keeps
         the data's own units (channels with larger variance then dominate).
+    groups : array-like | None
+        One label per trial (run, session, item...): folds keep each group's trials
+        together (an int ``cv`` then gives :class:`~sklearn.model_selection.GroupKFold`
+        folds; a splitter receives ``groups``).  :func:`mlem_epochs` also takes the name of
+        an ``epochs.metadata`` column.
     cv : None | int | splitter | iterable
         Cross-validation over trials: an int gives shuffled K-fold splits (default 5);
         also a scikit-learn splitter or ``(train, test)`` index pairs.  Each fold's models
@@ -68,21 +70,6 @@ _SHARED_DOC = """
     verbose : bool | str | int | None
         Logging level; ``"INFO"`` shows a progress bar over chunks.
 """
-
-
-def _jsonable(value):
-    """Best-effort JSON form of a setting (numbers, strings, lists, dicts)."""
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, (numbers.Integral, np.integer)):
-        return int(value)
-    if isinstance(value, (numbers.Real, np.floating)):
-        return float(value)
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return repr(value)
 
 
 def _check_data(data):
@@ -142,28 +129,8 @@ def _scale_channels(data):
     return (data - mean) / np.where(std > 0, std, 1.0)
 
 
-def _fit(data, table, times, ch_names, *, settings, cv, n_permutations, level, constraint,
-         interactions, feature_kinds, feature_groups, missing_distance, distance, max_steps,
-         patience, lr, tol, batch_size, chunk_size, n_jobs, device, random_state):
+def _fit(data, table, times, ch_names, *, settings, options, groups):
     """Validated data (trials, channels, times) + table → TimeCourseResult."""
-    check_option("constraint", constraint, CONSTRAINTS)
-    check_option("distance", distance, METRICS)
-    check_option("level", level, ("term", "feature"))
-    if not isinstance(interactions, (bool, np.bool_)):
-        raise TypeError(f"interactions must be True or False; got {interactions!r}")
-    check_int("n_permutations", n_permutations, 1)
-    check_int("max_steps", max_steps, 1)
-    check_int("patience", patience, 1)
-    check_float("lr", lr)
-    check_float("tol", tol, strict=False)
-    if chunk_size is not None:
-        check_int("chunk_size", chunk_size, 1)
-    if n_jobs is not None:
-        n_jobs = check_int("n_jobs", n_jobs, -2**31)
-        if n_jobs == 0:
-            raise ValueError("n_jobs must be None, a positive int or a negative int "
-                             "(joblib semantics); got 0")
-    check_device(device)
     n, C, T = data.shape
     if len(table) != n:
         raise ValueError(f"the feature table has {len(table)} rows but there are {n} trials; "
@@ -173,27 +140,9 @@ def _fit(data, table, times, ch_names, *, settings, cv, n_permutations, level, c
     Y = data.transpose(2, 0, 1)                         # (M = n_times, n_trials, n_channels)
     logger.info("MLEM time course: %d trials, %d channels, %d time points, features %s",
                 n, C, T, list(table.columns))
-    out = run_cv(DenseRDMSource(Y, distance), table, cv=cv, n_permutations=n_permutations,
-                 level=level, constraint=constraint, interactions=bool(interactions),
-                 feature_kinds=feature_kinds, feature_groups=feature_groups,
-                 missing_distance=missing_distance, max_steps=max_steps, patience=patience,
-                 lr=lr, tol=tol, batch_size=batch_size, chunk_size=chunk_size, n_jobs=n_jobs,
-                 device=device, random_state=random_state, desc="time points")
-    settings = dict(settings)
-    settings.update(cv_settings(cv, out.folds))
-    settings.update(
-        n_folds=len(out.folds), n_permutations=int(n_permutations),
-        level=level, constraint=constraint, interactions=bool(interactions),
-        feature_kinds=_jsonable(feature_kinds), feature_groups=_jsonable(feature_groups),
-        missing_distance=_jsonable(missing_distance), distance=distance,
-        max_steps=int(max_steps), patience=int(patience), lr=float(lr), tol=float(tol),
-        batch_size=_jsonable(batch_size), batch_size_used=_jsonable(out.batch_size),
-        n_trials=int(n), n_channels=int(C), device=str(device),
-        random_state=(_jsonable(random_state)
-                      if random_state is None or isinstance(random_state, numbers.Integral)
-                      else repr(random_state)),
-        fold_test_sizes=[int(len(te)) for _, te in out.folds],
-    )
+    out = run_cv(DenseRDMSource(Y, options.distance), table, options, groups=groups,
+                 desc="time points")
+    settings = result_settings(options, out, n_trials=n, n_channels=C, **settings)
     res = TimeCourseResult(fold_importance=out.importance, fold_score=out.score,
                            fold_weights=out.W, n_iter=out.n_iter, terms=out.terms,
                            feature_names=out.feature_names, settings=settings, times=times,
@@ -207,8 +156,8 @@ def _fit(data, table, times, ch_names, *, settings, cv, n_permutations, level, c
 
 @verbose
 def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=None,
-               tmax=None, decim=1, window=None, scale=True, cv=5, n_permutations=10, level="term", constraint="spd",
-               interactions=True, feature_kinds=None, feature_groups=None,
+               tmax=None, decim=1, window=None, scale=True, groups=None, cv=5,
+               n_permutations=10, level="term", constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
                missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
                lr=0.1, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
                device="cpu", random_state=None, verbose=None):
@@ -260,6 +209,7 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     >>> bool(res.importance[6:, 0].mean() > res.importance[:6, 0].mean())
     True
     """
+    options = MLEMOptions.from_call(locals())
     data = _check_data(data)
     n, C, T = data.shape
     in_seconds = times is not None or sfreq is not None
@@ -279,20 +229,14 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     data, times = np.ascontiguousarray(data[..., keep]), times[keep]
     settings = dict(window=window, scale=bool(scale),
                     sfreq=None if sfreq is None else sfreq / int(decim),
-                    times_in_seconds=in_seconds, tmin=_jsonable(tmin), tmax=_jsonable(tmax),
-                    decim=int(decim))
-    return _fit(data, table, times, ch_names, settings=settings, cv=cv,
-                n_permutations=n_permutations, level=level, constraint=constraint,
-                interactions=interactions, feature_kinds=feature_kinds,
-                feature_groups=feature_groups, missing_distance=missing_distance,
-                distance=distance, max_steps=max_steps, patience=patience, lr=lr, tol=tol,
-                batch_size=batch_size, chunk_size=chunk_size, n_jobs=n_jobs, device=device,
-                random_state=random_state)
+                    times_in_seconds=in_seconds, tmin=tmin, tmax=tmax, decim=int(decim))
+    return _fit(data, table, times, ch_names, settings=settings, options=options,
+                groups=groups)
 
 
 @verbose
 def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1, *,
-                window=None, scale=True, cv=5, n_permutations=10, level="term",
+                window=None, scale=True, groups=None, cv=5, n_permutations=10, level="term",
                 constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
                 missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
                 lr=0.1, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
@@ -336,6 +280,7 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     ...                                                       # doctest: +SKIP
     >>> res.plot()                                            # doctest: +SKIP
     """
+    options = MLEMOptions.from_call(locals())
     data, times, ch_names, work = epochs_data(epochs, picks=picks, tmin=tmin, tmax=tmax,
                                               decim=decim, window=window)
     table = epochs_feature_table(work, features)
@@ -344,17 +289,22 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
                          f"{data.shape[0]} epochs.")
     sfreq = float(epochs.info["sfreq"])
     settings = dict(window=None if window is None else float(window), scale=bool(scale),
-                    sfreq=sfreq / int(decim), decim=int(decim), picks=_jsonable(picks),
+                    sfreq=sfreq / int(decim), decim=int(decim), picks=picks,
                     tmin=None if tmin is None else float(tmin),
                     tmax=None if tmax is None else float(tmax), times_in_seconds=True,
                     n_epochs=int(len(work)))
-    return _fit(_check_data(data), table, times, ch_names, settings=settings, cv=cv,
-                n_permutations=n_permutations, level=level, constraint=constraint,
-                interactions=interactions, feature_kinds=feature_kinds,
-                feature_groups=feature_groups, missing_distance=missing_distance,
-                distance=distance, max_steps=max_steps, patience=patience, lr=lr, tol=tol,
-                batch_size=batch_size, chunk_size=chunk_size, n_jobs=n_jobs, device=device,
-                random_state=random_state)
+    if isinstance(groups, str):         # a metadata column names the groups
+        groups = _metadata_column(work, groups)
+    return _fit(_check_data(data), table, times, ch_names, settings=settings,
+                options=options, groups=groups)
+
+
+def _metadata_column(epochs, name):
+    if epochs.metadata is None or name not in epochs.metadata.columns:
+        have = [] if epochs.metadata is None else list(epochs.metadata.columns)
+        raise ValueError(f"groups={name!r} names no column of epochs.metadata (columns: "
+                         f"{have}); pass a column name or one label per epoch.")
+    return epochs.metadata[name].to_numpy()
 
 
 for _f in (mlem_array, mlem_epochs):

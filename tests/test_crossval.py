@@ -3,10 +3,16 @@ import numpy as np
 import pytest
 from sklearn.model_selection import KFold
 
-from mlem_neuro.crossval import DenseRDMSource, run_cv
+from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.crossval import DenseRDMSource
+from mlem_neuro.crossval import run_cv as _run_cv
 from mlem_neuro.results import _base
 from mlem_neuro.results._base import BaseResult, read_result
 from mlem_neuro.simulation import simulate_representations
+
+
+def run_cv(source, features, groups=None, **kw):
+    return _run_cv(source, features, MLEMOptions(**kw), groups=groups)
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ import torch
 
 from mlem_neuro import MLEM
 from mlem_neuro.core.engine import fit_stack
+from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.features import FeatureSpace
 from mlem_neuro.core.metric import make_W, predict, term_index, term_matrix, term_weights, \
     init_params
@@ -12,6 +13,14 @@ from mlem_neuro.core.neural import NeuralTargets
 from mlem_neuro.core.pairs import pair_indices
 from mlem_neuro.core.spearman import rankdata, soft_spearman, standardize
 from mlem_neuro.simulation import simulate_representations
+
+
+def _fit(enc, targets, random_state=None, tol=1e-4, **kw):
+    """fit_stack with options; ``tol=-inf`` (never stop, keep the last state) is set past
+    the public validation, which refuses it, to test the engine itself."""
+    opts = MLEMOptions(**kw)
+    object.__setattr__(opts, "tol", tol)
+    return fit_stack(enc, targets, opts, random_state=random_state)
 
 
 def _stack(M=4, n=40, units=12, m=3, seed=0):
@@ -27,7 +36,7 @@ def test_update_matches_torch_adamw(constraint):
     """Full batch, no early stop: W after 7 steps equals a torch.optim.AdamW loop."""
     Y, y = _stack(M=3)
     enc = FeatureSpace().fit_transform(y)
-    res = fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), constraint=constraint,
+    res = _fit(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), constraint=constraint,
                     max_steps=7, patience=100, batch_size="full", tol=-np.inf)
     # reference: the plain loop a user would write with torch.optim.AdamW
     n, m = Y.shape[1], 3
@@ -58,7 +67,7 @@ def test_stack_equals_independent_fits():
     enc = FeatureSpace().fit_transform(y)
     # tol=0: with a threshold, float32 rounding differences between the batched and the
     # single computation (~1e-7) can flip an "improved by more than tol" decision
-    res = fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), batch_size="full",
+    res = _fit(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), batch_size="full",
                     patience=15, max_steps=400, tol=0.0)
     assert len(set(res.n_iter.tolist())) > 1          # models stopped at different steps
     for t in range(4):
@@ -73,7 +82,7 @@ def test_stack_equals_independent_fits():
 def test_minibatch_stack_runs_and_uses_distinct_pairs():
     Y, y = _stack(M=3, n=60)
     enc = FeatureSpace().fit_transform(y)
-    res = fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), batch_size=300,
+    res = _fit(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), batch_size=300,
                     max_steps=60, patience=20, random_state=0)
     assert res.batch_size == 300 and not res.full_batch
     assert np.isfinite(res.W).all()
@@ -173,10 +182,10 @@ def test_grouped_and_expanded_engines_learn_the_same_metrics(batch_size, path, m
     # no early stopping (tol=-inf): the paths compute the soft ranks in float64 vs float32,
     # and a 1e-7 difference could flip one "improved by more than tol" decision
     kw = dict(batch_size=batch_size, max_steps=80, tol=-np.inf, random_state=0)
-    fast = fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), **kw)
+    fast = _fit(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), **kw)
     monkeypatch.setattr(tied, "MAX_GROUPS", 0)             # every batch expanded
     monkeypatch.setattr(engine, "MAX_RANKER_ELEMENTS", 0)  # targets sorted at every step
-    slow = fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), **kw)
+    slow = _fit(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), **kw)
     assert (fast.n_iter == 80).all() and (slow.n_iter == 80).all()
     np.testing.assert_allclose(fast.history, slow.history, atol=1e-5)   # measured: 1.2e-6
     np.testing.assert_allclose(fast.W, slow.W, atol=5e-6)   # measured: 2.5e-7
@@ -204,9 +213,9 @@ def test_early_stopping_with_target_ranks_from_one_sort(monkeypatch):
     Y, y = _stack(M=8, n=60)
     enc = FeatureSpace().fit_transform(y)
     kw = dict(batch_size=400, patience=8, max_steps=300, random_state=0)
-    fast = fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), **kw)
+    fast = _fit(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), **kw)
     monkeypatch.setattr(engine, "MAX_RANKER_ELEMENTS", 0)  # targets sorted at every step
-    slow = fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), **kw)
+    slow = _fit(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), **kw)
     assert len(set(fast.n_iter.tolist())) >= 4               # several bulk drops happened
     np.testing.assert_array_equal(fast.n_iter, slow.n_iter)
     np.testing.assert_allclose(fast.W, slow.W, atol=1e-6)
@@ -226,10 +235,10 @@ def test_grouped_engine_with_tied_targets(batch_size, monkeypatch):
     rdm = torch.round(rdm / rdm.std() * 2)                     # about 10 distinct values
     assert len(torch.unique(rdm)) < 20
     kw = dict(batch_size=batch_size, max_steps=60, tol=-np.inf, random_state=0)
-    fast = fit_stack(enc, NeuralTargets.from_rdm(rdm, 60, "cpu"), **kw)
+    fast = _fit(enc, NeuralTargets.from_rdm(rdm, 60, "cpu"), **kw)
     monkeypatch.setattr(tied, "MAX_GROUPS", 0)
     monkeypatch.setattr(engine, "MAX_RANKER_ELEMENTS", 0)
-    slow = fit_stack(enc, NeuralTargets.from_rdm(rdm, 60, "cpu"), **kw)
+    slow = _fit(enc, NeuralTargets.from_rdm(rdm, 60, "cpu"), **kw)
     np.testing.assert_allclose(fast.history, slow.history, atol=1e-5)   # measured: 1.5e-6
     np.testing.assert_allclose(fast.W, slow.W, atol=5e-6)               # measured: 4.2e-7
 

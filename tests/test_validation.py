@@ -141,11 +141,11 @@ class TestBadInput:
         ("constraint", "foo", r"constraint must be one of \['spd', 'diagonal', 'none'\]"),
         ("distance", "foo", r"distance must be one of \['euclidean', 'correlation'"),
         ("batch_size", "foo", r"batch_size must be 'auto', 'full' or an int >= 2; got 'foo'"),
-        ("batch_size", 1, r"batch_size must be >= 2 pairs"),
+        ("batch_size", 1, r"batch_size must be 'auto', 'full' or an int >= 2 \(pairs per step\)"),
         ("device", "tpu", r"device must be 'cpu', 'cuda'.*got 'tpu'"),
         ("device", "mps", r"device must be 'cpu' or 'cuda'; got 'mps'"),
-        ("max_steps", 0, r"max_steps must be >= 1"),
-        ("n_permutations", 0, r"n_permutations must be >= 1"),
+        ("max_steps", 0, r"max_steps must be an int >= 1; got 0"),
+        ("n_permutations", 0, r"n_permutations must be an int >= 1; got 0"),
         ("lr", -0.1, r"lr must be a finite number > 0"),
         ("verbose", "chatty", r"verbose must be one of"),
     ])
@@ -184,7 +184,7 @@ class TestBadInput:
 
     def test_feature_kinds_unknown_kind(self, sim):
         X, _ = sim
-        with pytest.raises(ValueError, match=r"kind of feature 'a' must be one of "
+        with pytest.raises(ValueError, match=r"feature_kinds\['a'\] must be one of "
                            r"\['categorical', 'ordinal', 'numeric'\]; got 'nominal'"):
             MLEM(feature_kinds={"a": "nominal"}, **FAST).fit(X, _numeric_table())
 
@@ -200,7 +200,7 @@ class TestBadInput:
 
     def test_missing_distance_negative(self, sim):
         X, _ = sim
-        with pytest.raises(ValueError, match="missing_distance must be finite and >= 0"):
+        with pytest.raises(ValueError, match="missing_distance must be a finite number >= 0"):
             MLEM(missing_distance=-1.0, **FAST).fit(X, _numeric_table())
 
     def test_numeric_kind_on_strings(self, sim):

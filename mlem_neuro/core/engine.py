@@ -15,15 +15,14 @@ SubsetRanks`): no step sorts the batch.  Both give the same numbers as the per-p
 from __future__ import annotations
 
 from dataclasses import dataclass
-import numbers
 
 import numpy as np
 import torch
 
 from ..utils import check_device, check_random_state, logger
 from .batch_size import select_batch_size
-from .metric import (CONSTRAINTS, init_params, make_W, predict, term_index, term_matrix,
-                     term_weights)
+from .metric import init_params, make_W, predict, term_index, term_matrix, term_weights
+from .options import MLEMOptions
 from .pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
 from . import tied
 from .spearman import (SOFT_RANK_STRENGTH, SubsetRanks, rankdata, soft_spearman,
@@ -98,25 +97,160 @@ _BETA1, _BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
 
 
 def resolve_batch_size(batch_size, terms, n, rng, groups=None):
+    """Pairs per step: ``"auto"`` (the paper's selection), ``"full"`` or an int."""
     total = n_pairs(n)
-    if isinstance(batch_size, str):
-        if batch_size == "auto":
-            return select_batch_size(terms.take, n, rng, groups=groups)
-        if batch_size == "full":
-            return total
-        raise ValueError(f"batch_size must be 'auto', 'full' or an int >= 2; got "
-                         f"{batch_size!r}")
-    if isinstance(batch_size, (numbers.Integral, np.integer)) and not isinstance(batch_size,
-                                                                                  bool):
-        if batch_size < 2:
-            raise ValueError(f"batch_size must be >= 2 pairs; got {batch_size}")
-        return min(int(batch_size), total)
-    raise TypeError(f"batch_size must be 'auto', 'full' or an int; got {batch_size!r}")
+    if batch_size == "auto":
+        return select_batch_size(terms.take, n, rng, groups=groups)
+    if batch_size == "full":
+        return total
+    return min(int(batch_size), total)
 
 
-def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=1000,
-              patience=50, lr=0.1, tol=1e-4, batch_size="auto", random_state=None,
-              device="cpu", dtype=torch.float32):
+class _StepTargets:
+    """What each step trains against: term rows (or groups of them) and target ranks.
+
+    Full batch: fixed for the whole fit (rows of stopped models are dropped).  Mini-batch:
+    a fresh batch of distinct pairs per step, whose exact within-batch target ranks come
+    from one global sort per model (:class:`SubsetRanks`) when it pays, else from a sort.
+    With few distinct term rows (categorical designs) pairs are handled as groups.
+    """
+
+    def __init__(self, enc, targets, fit_kw, rng, dev, dtype):
+        self.n, self.M = enc.n_stimuli, targets.n_models
+        self.total = n_pairs(self.n)
+        self.rng, self.dev, self.dtype, self.targets = rng, dev, dtype, targets
+        self.k, self.l = term_index(enc.n_features, fit_kw["interactions"])
+        self.terms = PairTerms(enc.to_torch(dev, dtype), self.n, self.k, self.l)
+        # few distinct term rows (categorical designs): work on groups of identical pairs
+        groups = tied.distinct_rows(self.terms.all) if self.terms.all is not None else None
+        self.grouped = groups is not None
+        self.b = resolve_batch_size(fit_kw["batch_size"], self.terms, self.n, rng, groups)
+        self.full = self.b >= self.total
+        if self.grouped:
+            P_uniq, self.uid = groups
+            self.P_uniq = P_uniq.double()
+            self.n_groups = P_uniq.shape[0]
+        self.ranker = None
+        # one sort per model pays while the pairs are at most ~8 batches
+        if (not self.full and targets.full is not None
+                and self.M * self.total <= MAX_RANKER_ELEMENTS and self.total <= 8 * self.b):
+            self.ranker = SubsetRanks(targets.full.to(dev), self.uid if self.grouped else None)
+            self.ranker_rows = torch.arange(self.M, device=dev)
+        if self.full:
+            self._init_full()
+
+    def _init_full(self):
+        i, j = pair_indices(self.n)
+        tz = standardize(rankdata(self.targets.take(np.arange(self.total), i, j).to(self.dev)))
+        if self.grouped:
+            self.counts = torch.bincount(self.uid, minlength=self.n_groups)
+            self.t_active = torch.zeros(self.M, self.n_groups, dtype=torch.float64,
+                                        device=self.dev).scatter_add_(
+                1, self.uid.expand(self.M, self.total), tz.double())
+        else:
+            self.Pt = self.terms.take(np.arange(self.total), i, j)
+            self.t_active = tz.to(self.dtype)     # rows follow the models still training
+
+    def describe(self):
+        return (f"{'full' if self.full else 'mini'} batches of {self.b} pairs, "
+                + (f"{self.n_groups} distinct term rows" if self.grouped else "expanded"))
+
+    def next_batch(self, idx):
+        """Draw the step's batch (mini-batch mode) for the active models ``idx``."""
+        if self.full:
+            return
+        lin = sample_pairs(self.rng, self.total, self.b)
+        lin_t = torch.as_tensor(lin, device=self.dev)
+        if self.grouped:
+            u = self.uid[lin_t]
+            self.counts = torch.bincount(u, minlength=self.n_groups)
+            if self.ranker is not None:
+                self.t_active = self.ranker.group_sums(lin_t, self.counts)[self.ranker_rows]
+                return
+        if self.ranker is not None:
+            tz = standardize(self.ranker.ranks(lin_t)[self.ranker_rows])
+        else:
+            i, j = (None, None) if self.targets.full is not None else linear_to_pair(lin,
+                                                                                    self.n)
+            tz = standardize(rankdata(self.targets.take(lin, i, j, models=idx).to(self.dev)))
+        if self.grouped:
+            self.t_active = torch.zeros(len(idx), self.n_groups, dtype=torch.float64,
+                                        device=self.dev).scatter_add_(
+                1, u.expand(len(idx), self.b), tz)
+        else:
+            self.Pt = self.terms.take(lin)
+            self.t_active = tz.to(self.dtype)
+
+    def soft_spearman(self, tw, constraint):
+        """Soft Spearman of the active models with term weights ``tw`` on this batch."""
+        if not self.grouped:
+            return soft_spearman(predict(tw @ self.Pt.T, constraint), self.t_active)
+        present = self.counts > 0
+        if bool(present.all()):
+            q, counts, t = tw.double() @ self.P_uniq.T, self.counts, self.t_active
+        else:
+            q = tw.double() @ self.P_uniq[present].T
+            counts, t = self.counts[present], self.t_active[:, present]
+        return tied.grouped_soft_spearman(predict(q, constraint), counts, t,
+                                          SOFT_RANK_STRENGTH).to(self.dtype)
+
+    def drop(self, keep):
+        """Stopped models (``~keep`` among the active ones) leave the computation."""
+        if self.full:
+            self.t_active = self.t_active[keep]
+        if self.ranker is not None:
+            # stopped rows are dropped from the ranker in bulk, not at every stop
+            self.ranker_rows = self.ranker_rows[keep]
+            if len(self.ranker_rows) < 0.75 * self.ranker.n_rows:
+                self.ranker.keep(self.ranker_rows)
+                self.ranker_rows = torch.arange(len(self.ranker_rows), device=self.dev)
+
+
+class _MaskedAdamW:
+    """AdamW (weight_decay=0, torch's defaults) stepping only the rows of active models."""
+
+    def __init__(self, A, lr):
+        self.lr = lr
+        self.m = torch.zeros_like(A)
+        self.v = torch.zeros_like(A)
+
+    def step(self, A, idx, grad, t):
+        """Update ``A[idx]`` in place; every active model has taken ``t`` steps."""
+        mm = self.m[idx].mul_(_BETA1).add_(grad, alpha=1 - _BETA1)
+        vv = self.v[idx].mul_(_BETA2).addcmul_(grad, grad, value=1 - _BETA2)
+        self.m[idx], self.v[idx] = mm, vv
+        denom = (vv.sqrt() / (1 - _BETA2 ** t) ** 0.5).add_(_ADAM_EPS)
+        A[idx] = A[idx] - (self.lr / (1 - _BETA1 ** t)) * mm / denom
+
+
+class _EarlyStopping:
+    """Best state, steps since the last improvement and history of every model."""
+
+    def __init__(self, A, patience, tol):
+        M = A.shape[0]
+        self.patience, self.tol = patience, tol
+        self.best = torch.full((M,), -float("inf"), device=A.device, dtype=A.dtype)
+        self.best_A = A.clone()
+        self.since = torch.zeros(M, dtype=torch.long, device=A.device)
+        self.n_iter = torch.zeros(M, dtype=torch.long, device=A.device)
+        self.history = []
+
+    def update(self, A, idx, r):
+        """Record scores ``r`` of the active models (before their update); return keep."""
+        improved = r > self.best[idx] + self.tol
+        won = idx[improved]
+        self.best_A[won] = A[won]                  # the state that scored r (a copy)
+        self.best[won] = r[improved]
+        self.since[idx] = torch.where(improved, torch.zeros_like(r, dtype=torch.long),
+                                      self.since[idx] + 1)
+        self.n_iter[idx] += 1
+        row = torch.full_like(self.best, float("nan"))
+        row[idx] = r
+        self.history.append(row)
+        return self.since[idx] < self.patience
+
+
+def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.float32):
     """Fit ``M`` MLEM models sharing stimuli and features.
 
     Parameters
@@ -125,140 +259,48 @@ def fit_stack(enc, targets, *, constraint="spd", interactions=True, max_steps=10
         Encoded features of the ``n`` training stimuli.
     targets : NeuralTargets
         Neural distances of the ``M`` models on the same stimuli.
-    constraint, interactions, max_steps, patience, lr, tol, batch_size, random_state, device
-        As in :class:`mlem_neuro.MLEM`.
+    options : MLEMOptions | None
+        Training options (``constraint``, ``interactions``, ``max_steps``, ``patience``,
+        ``lr``, ``tol``, ``batch_size``, ``device``); ``None`` uses the defaults.
+    random_state : None | int | numpy Generator
+        Seeds the batch-size selection and the mini-batches.
+    dtype : torch dtype
+        Training precision.
 
     Returns
     -------
     StackFit
     """
-    dev = check_device(device)
+    opts = MLEMOptions() if options is None else options
+    fit_kw = opts.fit_kwargs()
+    constraint = fit_kw["constraint"]
+    dev = check_device(opts.device)
     rng = check_random_state(random_state)
-    if constraint not in CONSTRAINTS:
-        raise ValueError(f"constraint must be one of {list(CONSTRAINTS)}; got {constraint!r}")
-    n, m, M = enc.n_stimuli, enc.n_features, targets.n_models
-    total = n_pairs(n)
-    k, l = term_index(m, interactions and constraint != "diagonal")
-    terms = PairTerms(enc.to_torch(dev, dtype), n, k, l)
-    # few distinct term rows (categorical designs): work on groups of identical pairs
-    groups = tied.distinct_rows(terms.all) if terms.all is not None else None
-    b = resolve_batch_size(batch_size, terms, n, rng, groups)
-    full = b >= total
-    if full:
-        i, j = pair_indices(n)
-        if groups is None:
-            Pt = terms.take(np.arange(total), i, j)
-
-    # Grouped path: soft ranks over groups of pairs with identical term rows.
-    if groups is not None:
-        P_uniq, uid = groups
-        P_uniq = P_uniq.double()
-        n_groups = P_uniq.shape[0]
-    # Exact within-batch target ranks from one sort per model (mini-batches).
-    # (worth it while the pairs are at most ~8 batches: O(M P) per step vs O(M b log b))
-    ranker = None
-    if (not full and targets.full is not None and M * total <= MAX_RANKER_ELEMENTS
-            and total <= 8 * b):
-        ranker = SubsetRanks(targets.full.to(dev), None if groups is None else uid)
-        ranker_rows = torch.arange(M, device=dev)    # ranker row of each active model
-    if full:
-        tz_all = standardize(rankdata(targets.take(np.arange(total), i, j).to(dev)))
-        if groups is not None:
-            counts = torch.bincount(uid, minlength=n_groups)
-            t_active = torch.zeros(M, n_groups, dtype=torch.float64, device=dev).scatter_add_(
-                1, uid.expand(M, total), tz_all.double())
-        else:
-            t_active = tz_all.to(dtype)           # rows follow the models still training
-
-    A = init_params(M, m, constraint, dev, dtype)
-    adam_m = torch.zeros_like(A)                 # AdamW moments (no weight decay)
-    adam_v = torch.zeros_like(A)
-    best = torch.full((M,), -float("inf"), device=dev, dtype=dtype)
-    best_A = A.clone()
-    since = torch.zeros(M, dtype=torch.long, device=dev)
-    n_iter = torch.zeros(M, dtype=torch.long, device=dev)
-    idx = torch.arange(M, device=dev)            # models still training
-    history = []
-    logger.debug("fit_stack: %d models, %d stimuli, %d features, %d terms, %s batches of %d "
-                 "pairs, %s", M, n, m, len(k), "full" if full else "mini", b,
-                 f"{n_groups} distinct term rows" if groups is not None else "expanded")
-    for step in range(max_steps):
-        if not full:
-            lin = sample_pairs(rng, total, b)
-            lin_t = torch.as_tensor(lin, device=dev)
-            if groups is not None:
-                u = uid[lin_t]
-                counts = torch.bincount(u, minlength=n_groups)
-            if ranker is not None and groups is not None:
-                t_active = ranker.group_sums(lin_t, counts)[ranker_rows]
-                tz = None
-            elif ranker is not None:
-                tz = standardize(ranker.ranks(lin_t)[ranker_rows])
-            else:
-                i, j = (None, None) if targets.full is not None else linear_to_pair(lin, n)
-                tz = standardize(rankdata(targets.take(lin, i, j, models=idx).to(dev)))
-            if groups is None:
-                Pt = terms.take(lin)
-                t_active = tz.to(dtype)
-            elif tz is not None:
-                t_active = torch.zeros(len(idx), n_groups, dtype=torch.float64,
-                                       device=dev).scatter_add_(1, u.expand(len(idx), b), tz)
+    data = _StepTargets(enc, targets, fit_kw, rng, dev, dtype)
+    A = init_params(data.M, enc.n_features, constraint, dev, dtype)
+    adam = _MaskedAdamW(A, fit_kw["lr"])
+    stop = _EarlyStopping(A, fit_kw["patience"], fit_kw["tol"])
+    idx = torch.arange(data.M, device=dev)            # models still training
+    logger.debug("fit_stack: %d models, %d stimuli, %d features, %d terms, %s", data.M,
+                 data.n, enc.n_features, len(data.k), data.describe())
+    for step in range(fit_kw["max_steps"]):
+        data.next_batch(idx)
         A_act = A[idx].requires_grad_(True)
-        tw = term_weights(make_W(A_act, constraint), k, l)
-        if groups is not None:
-            present = counts > 0
-            if bool(present.all()):
-                q = tw.double() @ P_uniq.T
-                rho = tied.grouped_soft_spearman(predict(q, constraint), counts, t_active,
-                                                 SOFT_RANK_STRENGTH)
-            else:
-                q = tw.double() @ P_uniq[present].T
-                rho = tied.grouped_soft_spearman(predict(q, constraint), counts[present],
-                                                 t_active[:, present], SOFT_RANK_STRENGTH)
-            rho = rho.to(dtype)
-        else:
-            rho = soft_spearman(predict(tw @ Pt.T, constraint), t_active)
+        rho = data.soft_spearman(term_weights(make_W(A_act, constraint), data.k, data.l),
+                                 constraint)
         (-rho.sum()).backward()
         with torch.no_grad():
-            r = rho.detach()
-            improved = r > best[idx] + tol
-            won = idx[improved]
-            best_A[won] = A[won]                  # the state that scored r (a copy)
-            best[won] = r[improved]
-            since[idx] = torch.where(improved, torch.zeros_like(r, dtype=torch.long),
-                                     since[idx] + 1)
-            n_iter[idx] += 1
-            row = torch.full((M,), float("nan"), device=dev, dtype=dtype)
-            row[idx] = r
-            history.append(row)
-            # AdamW step (weight_decay=0, torch's defaults) on the active models only;
-            # every active model has taken the same number of steps.
-            g = A_act.grad
-            t = step + 1
-            mm = adam_m[idx].mul_(_BETA1).add_(g, alpha=1 - _BETA1)
-            vv = adam_v[idx].mul_(_BETA2).addcmul_(g, g, value=1 - _BETA2)
-            adam_m[idx], adam_v[idx] = mm, vv
-            denom = (vv.sqrt() / (1 - _BETA2 ** t) ** 0.5).add_(_ADAM_EPS)
-            A[idx] = A_act.detach() - (lr / (1 - _BETA1 ** t)) * mm / denom
-            keep = since[idx] < patience
+            keep = stop.update(A, idx, rho.detach())
+            adam.step(A, idx, A_act.grad, step + 1)
             if not bool(keep.all()):
                 idx = idx[keep]                   # stopped models leave the computation
-                if full:
-                    t_active = t_active[keep]
-                if ranker is not None:
-                    # stopped rows are dropped from the ranker in bulk, not at every stop
-                    ranker_rows = ranker_rows[keep]
-                    if len(ranker_rows) < 0.75 * ranker.n_rows:
-                        ranker.keep(ranker_rows)
-                        ranker_rows = torch.arange(len(ranker_rows), device=dev)
+                data.drop(keep)
         if len(idx) == 0:
             break
     with torch.no_grad():
-        W = make_W(best_A, constraint)
-    converged = (since >= patience).cpu().numpy()
-    out = StackFit(W=W.cpu().double().numpy(), n_iter=n_iter.cpu().numpy(),
-                   converged=converged,
-                   history=torch.stack(history, dim=1).cpu().double().numpy(),
-                   best_score=best.cpu().double().numpy(), batch_size=int(b),
-                   full_batch=bool(full))
-    return out
+        W = make_W(stop.best_A, constraint)
+    return StackFit(W=W.cpu().double().numpy(), n_iter=stop.n_iter.cpu().numpy(),
+                    converged=(stop.since >= fit_kw["patience"]).cpu().numpy(),
+                    history=torch.stack(stop.history, dim=1).cpu().double().numpy(),
+                    best_score=stop.best.cpu().double().numpy(), batch_size=int(data.b),
+                    full_batch=bool(data.full))

@@ -57,6 +57,14 @@ def as_feature_table(y, *, name="y"):
     return table.reset_index(drop=True)
 
 
+def _check_names(names):
+    """Feature names must not contain ':', which names interaction terms ("a:b")."""
+    bad = [n for n in names if ":" in n]
+    if bad:
+        raise ValueError(f"feature names must not contain ':' (interaction terms are named "
+                         f"'a:b'); rename {bad}, e.g. {bad[0].replace(':', '_')!r}.")
+
+
 def _infer_kind(col: pd.Series) -> str:
     if isinstance(col.dtype, pd.CategoricalDtype):
         return "ordinal" if col.dtype.ordered else "categorical"
@@ -221,6 +229,7 @@ class FeatureSpace:
             name = owner if owner is not None else col
             if name not in order:
                 order.append(name)
+        _check_names(order)
         known = set(order)
         for key in list(kinds) + [k for k in missing if k is not None]:
             if key not in known:
