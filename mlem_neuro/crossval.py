@@ -200,7 +200,7 @@ def _check_groups_kept(folds, groups):
         split = np.intersect1d(groups[tr], groups[te])
         if split.size:
             raise ValueError(
-                f"fold {k + 1} puts stimuli of group {split[0]!r} both in training and held "
+                f"fold {k + 1} puts stimuli of group {split[0].item()!r} both in training and held "
                 f"out ({split.size} group(s) split): with groups, use a group-aware splitter "
                 "(an int cv, GroupKFold, LeaveOneGroupOut) or folds that keep each group "
                 "together.")
