@@ -28,12 +28,14 @@ from .utils import check_device, check_random_state, logger
 from .core.engine import fit_stack
 from .core.features import as_feature_table
 from .core.importance import feature_importance, term_importance
+from .core.memory import memory_budget
 from .core.metric import term_index, term_names
 from .core.neural import NeuralTargets, rdm_from_rows
 from .core.options import MLEMOptions, cv_description, jsonable
 from .core.pairs import kfold_stimuli, n_pairs, pair_indices
 
-#: bytes of training-pair distances (float64) allowed in one chunk of models.
+#: bytes of training-pair distances (float64) allowed in one chunk of models (at most a
+#: sixteenth of the memory budget: a chunk holds several arrays of that size).
 CHUNK_BYTES = 256 * 2**20
 
 
@@ -250,7 +252,8 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed):
 
 def _chunk_slices(M, n_train, chunk_size, n_jobs):
     if chunk_size is None:
-        chunk_size = max(1, int(CHUNK_BYTES // (8 * max(n_pairs(n_train), 1))))
+        per_chunk = min(CHUNK_BYTES, memory_budget() // 16)
+        chunk_size = max(1, int(per_chunk // (8 * max(n_pairs(n_train), 1))))
         workers = effective_n_jobs(n_jobs)
         if workers > 1:
             chunk_size = min(chunk_size, -(-M // workers))
