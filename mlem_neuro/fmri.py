@@ -23,6 +23,16 @@ def _as_list(x):
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
+def _rows(where, values, label="onset"):
+    """``'rows 3, 4 (onset 10000, 36000)'`` for the True entries of ``where`` (5 at most)."""
+    idx = np.flatnonzero(np.asarray(where))
+    more = f", ... ({len(idx)} rows in all)" if len(idx) > 5 else ""
+    vals = ", ".join(f"{v:g}" if isinstance(v, (float, np.floating)) else repr(v)
+                     for v in np.asarray(values, dtype=object)[idx[:5]])
+    return (f"row{'s' if len(idx) > 1 else ''} {', '.join(str(int(i)) for i in idx[:5])}"
+            f"{more} ({label} {vals})")
+
+
 def _read_events(ev, k):
     if isinstance(ev, (str, os.PathLike)):
         try:
@@ -39,6 +49,237 @@ def _read_events(ev, k):
     if len(ev) == 0:
         raise ValueError(f"events[{k}] has no rows: every run needs at least one trial.")
     return ev.reset_index(drop=True)
+
+
+def _timing_values(ev, k):
+    """Onsets and durations as float arrays; refuse missing, non-numeric or negative ones."""
+    out = []
+    for col in _TIMING:
+        values = pd.to_numeric(ev[col], errors="coerce").to_numpy(dtype=float)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            raise ValueError(f"events[{k}]: {col} must be a finite number of seconds in "
+                             f"every row; it is missing (NaN, 'n/a'), infinite or not a "
+                             f"number in {_rows(bad, ev[col], col)}. Fix or drop those "
+                             "rows.")
+        out.append(values)
+    onset, duration = out
+    if (duration < 0).any():
+        raise ValueError(f"events[{k}]: durations must be >= 0 s; negative in "
+                         f"{_rows(duration < 0, duration, 'duration')}.")
+    if (onset < 0).any():
+        raise ValueError(f"events[{k}]: onsets must be >= 0 s (seconds from the first "
+                         f"stored scan of the run); negative in {_rows(onset < 0, onset)}. "
+                         "Drop the events that happened before the run started, or shift "
+                         "the onsets if they were given relative to another time.")
+    return onset, duration
+
+
+def _check_timing(ev, k, n_scans, t_r):
+    """Onsets and durations (float) of one run; refuse events outside ``[0, n_scans * t_r]``
+    s, with a hint when they look like milliseconds."""
+    onset, duration = _timing_values(ev, k)
+    run_end = n_scans * t_r
+    span = f"bold_imgs[{k}] lasts {n_scans} scans x t_r={t_r:g} s = {run_end:g} s"
+    late = onset >= run_end
+    if late.any():
+        # in ms, all but onsets < run_end ms fall after the end; /1000 they fit
+        if late.mean() > 0.5 and onset.max() / 1000 < run_end:
+            hint = "onsets look like milliseconds: BIDS onsets are in seconds, divide by 1000"
+        else:
+            hint = f"check t_r and that events[{k}] belongs to bold_imgs[{k}]"
+        raise ValueError(f"events[{k}]: {int(late.sum())} event(s) start at or after the "
+                         f"end of the run ({span}): {_rows(late, onset)}; {hint}.")
+    over = onset + duration > run_end * (1 + 1e-9)
+    if over.any():
+        if duration.max() > run_end and (duration / 1000).max() < run_end:
+            hint = ("durations look like milliseconds: BIDS durations are in seconds, "
+                    "divide by 1000")
+        else:
+            hint = (f"if the scan stopped before they ended, shorten their duration to "
+                    f"end at {run_end:g} s")
+        rows = _rows(over, onset + duration, "onset + duration")
+        raise ValueError(f"events[{k}]: {int(over.sum())} event(s) end after the end of "
+                         f"the run ({span}): {rows}; {hint}.")
+    return onset, duration
+
+
+def _check_inputs(runs, evs, t_r, confounds):
+    """Validate run/events/confounds counts and ``t_r``; return each run's number of scans."""
+    from .adapters.nifti import _load
+
+    if len(evs) != len(runs):
+        raise ValueError(f"{len(runs)} BOLD run(s) but {len(evs)} events table(s): pass one "
+                         "events table per run, in the same order.")
+    if isinstance(t_r, bool) or not isinstance(t_r, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(t_r) or t_r <= 0:
+        raise ValueError(f"t_r must be the repetition time in seconds (> 0); got {t_r!r}")
+    if confounds is not None and len(confounds) != len(runs):
+        raise ValueError(f"{len(runs)} run(s) but {len(confounds)} confounds table(s).")
+    n_scans = []
+    for r, run in enumerate(runs):
+        if isinstance(run, (list, tuple)):      # one run given as a list of 3D images
+            from nilearn.image import load_img
+
+            shape = load_img(run).shape
+        else:                                   # header only: nilearn reads the data
+            shape = _load(run, f"bold_imgs[{r}]", read=False).shape
+        if len(shape) != 4:
+            raise ValueError(f"bold_imgs[{r}] has shape {shape}: each BOLD run must be a 4D "
+                             "image (x, y, z, scans).")
+        n_scans.append(int(shape[3]))
+    return n_scans
+
+
+def _feature_columns(evs, feature_cols):
+    """Feature columns (all non-timing columns by default); whether they were explicit."""
+    columns = list(dict.fromkeys(c for ev in evs for c in ev.columns))
+    explicit = feature_cols is not None
+    if feature_cols is None:
+        feature_cols = [c for c in columns if c not in _TIMING]
+    else:
+        feature_cols = [feature_cols] if isinstance(feature_cols, str) else list(feature_cols)
+        bad = [c for c in feature_cols if c in _TIMING or c not in columns]
+        if bad:
+            raise ValueError(f"feature_cols {bad} are not feature columns of the events "
+                             f"(columns: {columns}; onset/duration are timing, not features).")
+    for k, ev in enumerate(evs):
+        missing = [c for c in feature_cols if c not in ev.columns]
+        if missing:
+            raise ValueError(f"events[{k}] lacks the feature column(s) {missing} that other "
+                             "runs have; every run needs the same columns.")
+    return feature_cols, explicit, columns
+
+
+def _trial_regressors(evs, feature_cols):
+    """LSA: one regressor per event row.
+
+    Returns nilearn events per run (internal regressor names, no clash with drift or
+    confound columns), the feature table, the regressor names and what each one is.
+    """
+    if not feature_cols:
+        raise ValueError("the events have no feature column besides onset/duration; add "
+                         "e.g. a 'trial_type' column or pass feature_cols.")
+    nl_events, index, labels = [], [], {}
+    for r, ev in enumerate(evs):
+        names = [f"mlem_r{r:03d}_t{k:05d}" for k in range(len(ev))]
+        nl_events.append(pd.DataFrame({"onset": ev["onset"], "duration": ev["duration"],
+                                       "trial_type": names}))
+        index.extend((r, k) for k in range(len(ev)))
+        labels.update((name, f"the trial in row {k} (onset {ev['onset'].iloc[k]:g} s)")
+                      for k, name in enumerate(names))
+    table = pd.concat([ev[feature_cols] for ev in evs], ignore_index=True)
+    table.index = pd.MultiIndex.from_tuples(index, names=["run", "trial"])
+    return nl_events, table, list(labels), labels
+
+
+def _condition_table(allev, conds, condition_col, feature_cols, explicit):
+    """One row per condition: the feature columns that are constant within conditions."""
+    cols = list(dict.fromkeys([condition_col] + feature_cols))
+    keep = []
+    for c in cols:
+        constant = allev.groupby(condition_col, sort=False)[c].nunique(dropna=False) <= 1
+        if constant.all():
+            keep.append(c)
+        elif explicit:
+            raise ValueError(f"feature column {c!r} varies within a condition of "
+                             f"{condition_col!r}; with model='condition' every feature "
+                             "must be constant within a condition. Use model='trial' or "
+                             "drop the column from feature_cols.")
+        else:
+            logger.info("trial_images: column %r varies within conditions; left out of "
+                        "the condition table", c)
+    if not explicit or condition_col in feature_cols:
+        cols_out = keep
+    else:
+        cols_out = [c for c in keep if c != condition_col]
+    first = allev.drop_duplicates(condition_col).set_index(condition_col)
+    table = pd.DataFrame({c: [c_ if c == condition_col else first.loc[c_, c]
+                              for c_ in conds] for c in cols_out})
+    table.index = pd.Index(conds, name="condition")
+    return table
+
+
+def _condition_regressors(evs, condition_col, feature_cols, explicit, columns):
+    """One regressor per value of ``condition_col`` (same returns as _trial_regressors)."""
+    if condition_col not in columns:
+        raise ValueError(f"condition_col={condition_col!r} is not a column of the events "
+                         f"(columns: {columns}).")
+    allev = pd.concat(evs, ignore_index=True)
+    if allev[condition_col].isna().any():
+        raise ValueError(f"the condition column {condition_col!r} has missing values; "
+                         "every trial needs a condition.")
+    conds = list(pd.unique(allev[condition_col]))
+    try:
+        conds = sorted(conds)
+    except TypeError:
+        pass
+    code = {c: f"mlem_c{k:04d}" for k, c in enumerate(conds)}
+    nl_events = [pd.DataFrame({"onset": ev["onset"], "duration": ev["duration"],
+                               "trial_type": ev[condition_col].map(code)}) for ev in evs]
+    table = _condition_table(allev, conds, condition_col, feature_cols, explicit)
+    labels = {code[c]: f"condition {condition_col}={c!r}" for c in conds}
+    return nl_events, table, [code[c] for c in conds], labels
+
+
+#: a regressor whose largest |value| is below this fraction of the run's largest regressor
+#: of interest is refused (measured: a 0 s event beside a 30 s block is at 0.008)
+_NULL_REGRESSOR = 1e-4
+
+
+def _check_regressors(glm, nl_events, n_scans, labels):
+    """Refuse a regressor of interest that is (numerically) zero in its run's design.
+
+    The regressors are built as nilearn's ``FirstLevelModel`` builds them (same frame
+    times, HRF, FIR delays, minimum onset), without drifts or confounds, which do not
+    change them; this costs no voxel data, so it runs before the GLM is fitted.
+    """
+    from nilearn.glm.first_level import make_first_level_design_matrix
+
+    start = (glm.slice_time_ref or 0.0) * glm.t_r
+    for r, (ev, n) in enumerate(zip(nl_events, n_scans)):
+        frame_times = start + glm.t_r * np.arange(n)
+        with warnings.catch_warnings():     # nilearn's fit repeats any warning below
+            warnings.simplefilter("ignore")
+            design = make_first_level_design_matrix(
+                frame_times, ev, hrf_model=glm.hrf_model, drift_model=None,
+                fir_delays=[0] if glm.fir_delays is None else glm.fir_delays,
+                min_onset=glm.min_onset)
+        names = list(pd.unique(ev["trial_type"]))
+        peak = {name: np.abs(design.loc[:, [c for c in design.columns if c == name or
+                                             c.startswith(name + "_")]].to_numpy()).max()
+                for name in names}
+        top = max(peak.values())
+        null = [name for name in names if not peak[name] > _NULL_REGRESSOR * top]
+        if null:
+            what = "; ".join(labels[name] for name in null[:5])
+            raise ValueError(
+                f"events[{r}]: the regressor of {what} is zero in the design matrix of run "
+                f"{r} (largest |value| {peak[null[0]]:.2g}, vs {top:.2g} for the run's "
+                f"largest regressor): its response falls outside the {n} scans, so its beta "
+                "would be meaningless. Check the onsets (seconds from the first scan) and "
+                "t_r, or drop the event.")
+
+
+def _fit_maps(glm, runs, nl_events, confounds, regressors):
+    """Fit the GLM and return the effect-size map of each regressor of interest."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Mm]atrix is singular.*")
+        # nilearn's masker notes that the given mask_img wins over mask computation
+        warnings.filterwarnings("ignore", message=".*a mask was given at masker creation.*")
+        glm.fit(runs, events=nl_events, confounds=confounds)
+    designs = glm.design_matrices_
+    maps = []
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Contrast for run .* is null")
+        for name in regressors:
+            con = [np.asarray(dm.columns == name, dtype=float) for dm in designs]
+            if not any(c.any() for c in con):
+                raise ValueError(f"regressor {name!r} is missing from every design matrix "
+                                 "(an event outside the run's time span?).")
+            maps.append(glm.compute_contrast(con if len(con) > 1 else con[0],
+                                             output_type="effect_size"))
+    return maps
 
 
 @verbose
@@ -100,6 +341,16 @@ def trial_images(bold_imgs, events, t_r, mask_img=None, *, model="trial",
         cross-validation of trial images, pass ``cv=list(LeaveOneGroupOut().split(table,
         groups=table.index.get_level_values("run")))``.
 
+    Raises
+    ------
+    ValueError
+        Before any GLM is fitted, naming the run (``events[k]``) and the rows: onsets or
+        durations missing (NaN, ``n/a``) or not numbers, negative durations, events that
+        start before 0 s or end after the run (``n_scans * t_r`` s; onsets in
+        milliseconds are recognised and said so), and regressors of interest whose design
+        column is zero (their response falls after the last scan).  Also for BOLD files
+        that are not readable images.
+
     Examples
     --------
     >>> from mlem_neuro.fmri import trial_images
@@ -115,108 +366,23 @@ def trial_images(bold_imgs, events, t_r, mask_img=None, *, model="trial",
     check_option("model", model, ("trial", "condition"))
     runs = _as_list(bold_imgs)
     evs = [_read_events(ev, k) for k, ev in enumerate(_as_list(events))]
-    if len(evs) != len(runs):
-        raise ValueError(f"{len(runs)} BOLD run(s) but {len(evs)} events table(s): pass one "
-                         "events table per run, in the same order.")
-    if isinstance(t_r, bool) or not isinstance(t_r, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(t_r) or t_r <= 0:
-        raise ValueError(f"t_r must be the repetition time in seconds (> 0); got {t_r!r}")
-    if confounds is not None:
-        confounds = _as_list(confounds)
-        if len(confounds) != len(runs):
-            raise ValueError(f"{len(runs)} run(s) but {len(confounds)} confounds table(s).")
-    columns = list(dict.fromkeys(c for ev in evs for c in ev.columns))
-    explicit = feature_cols is not None
-    if feature_cols is None:
-        feature_cols = [c for c in columns if c not in _TIMING]
-    else:
-        feature_cols = [feature_cols] if isinstance(feature_cols, str) else list(feature_cols)
-        bad = [c for c in feature_cols if c in _TIMING or c not in columns]
-        if bad:
-            raise ValueError(f"feature_cols {bad} are not feature columns of the events "
-                             f"(columns: {columns}; onset/duration are timing, not features).")
-    for k, ev in enumerate(evs):
-        missing = [c for c in feature_cols if c not in ev.columns]
-        if missing:
-            raise ValueError(f"events[{k}] lacks the feature column(s) {missing} that other "
-                             "runs have; every run needs the same columns.")
-
-    # nilearn events with internal regressor names (no clash with drift/confound columns)
-    nl_events, rows = [], []
+    confounds = None if confounds is None else _as_list(confounds)
+    n_scans = _check_inputs(runs, evs, t_r, confounds)
+    for k, (ev, n) in enumerate(zip(evs, n_scans)):
+        onset, duration = _check_timing(ev, k, n, float(t_r))
+        evs[k] = ev.assign(onset=onset, duration=duration)
+    feature_cols, explicit, columns = _feature_columns(evs, feature_cols)
     if model == "trial":
-        if not feature_cols:
-            raise ValueError("the events have no feature column besides onset/duration; add "
-                             "e.g. a 'trial_type' column or pass feature_cols.")
-        for r, ev in enumerate(evs):
-            names = [f"mlem_r{r:03d}_t{k:05d}" for k in range(len(ev))]
-            nl_events.append(pd.DataFrame({"onset": ev["onset"], "duration": ev["duration"],
-                                           "trial_type": names}))
-            rows.extend((r, k, name) for k, name in enumerate(names))
-        table = pd.concat([ev[feature_cols] for ev in evs], ignore_index=True)
-        table.index = pd.MultiIndex.from_tuples([(r, k) for r, k, _ in rows],
-                                                names=["run", "trial"])
-        regressors = [name for _, _, name in rows]
+        nl_events, table, regressors, labels = _trial_regressors(evs, feature_cols)
     else:
-        if condition_col not in columns:
-            raise ValueError(f"condition_col={condition_col!r} is not a column of the events "
-                             f"(columns: {columns}).")
-        allev = pd.concat(evs, ignore_index=True)
-        if allev[condition_col].isna().any():
-            raise ValueError(f"the condition column {condition_col!r} has missing values; "
-                             "every trial needs a condition.")
-        conds = list(pd.unique(allev[condition_col]))
-        try:
-            conds = sorted(conds)
-        except TypeError:
-            pass
-        code = {c: f"mlem_c{k:04d}" for k, c in enumerate(conds)}
-        for ev in evs:
-            nl_events.append(pd.DataFrame({"onset": ev["onset"], "duration": ev["duration"],
-                                           "trial_type": ev[condition_col].map(code)}))
-        cols = list(dict.fromkeys([condition_col] + feature_cols))
-        keep = []
-        for c in cols:
-            constant = allev.groupby(condition_col, sort=False)[c].nunique(dropna=False) <= 1
-            if constant.all():
-                keep.append(c)
-            elif explicit:
-                raise ValueError(f"feature column {c!r} varies within a condition of "
-                                 f"{condition_col!r}; with model='condition' every feature "
-                                 "must be constant within a condition. Use model='trial' or "
-                                 "drop the column from feature_cols.")
-            else:
-                logger.info("trial_images: column %r varies within conditions; left out of "
-                            "the condition table", c)
-        if not explicit or condition_col in feature_cols:
-            cols_out = keep
-        else:
-            cols_out = [c for c in keep if c != condition_col]
-        first = allev.drop_duplicates(condition_col).set_index(condition_col)
-        table = pd.DataFrame({c: [c_ if c == condition_col else first.loc[c_, c]
-                                  for c_ in conds] for c in cols_out})
-        table.index = pd.Index(conds, name="condition")
-        regressors = [code[c] for c in conds]
-
+        nl_events, table, regressors, labels = _condition_regressors(
+            evs, condition_col, feature_cols, explicit, columns)
     glm = FirstLevelModel(t_r=float(t_r), hrf_model=hrf_model, drift_model=drift_model,
                           high_pass=high_pass, noise_model=noise_model,
                           smoothing_fwhm=smoothing_fwhm, mask_img=mask_img, n_jobs=n_jobs,
                           **glm_kwargs)
+    _check_regressors(glm, nl_events, n_scans, labels)
     logger.info("trial_images: first-level GLM, %d run(s), %d regressor(s) of interest (%s)",
                 len(runs), len(regressors), model)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Mm]atrix is singular.*")
-        # nilearn's masker notes that the given mask_img wins over mask computation
-        warnings.filterwarnings("ignore", message=".*a mask was given at masker creation.*")
-        glm.fit(runs, events=nl_events, confounds=confounds)
-    designs = glm.design_matrices_
-    maps = []
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Contrast for run .* is null")
-        for name in regressors:
-            con = [np.asarray(dm.columns == name, dtype=float) for dm in designs]
-            if not any(c.any() for c in con):
-                raise ValueError(f"regressor {name!r} is missing from every design matrix "
-                                 "(an event outside the run's time span?).")
-            maps.append(glm.compute_contrast(con if len(con) > 1 else con[0],
-                                             output_type="effect_size"))
+    maps = _fit_maps(glm, runs, nl_events, confounds, regressors)
     return concat_imgs(maps), table

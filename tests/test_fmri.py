@@ -114,6 +114,130 @@ def test_trial_images_bad_input(sim):
         trial_images(runs, [1, 2], T_R, mask_img=mask)
 
 
+# ------------------------------------------------------- events outside the run
+def _no_fit(monkeypatch):
+    """Make any GLM fit fail loudly: the refusals below must come before fitting."""
+    from nilearn.glm.first_level import FirstLevelModel
+
+    def fit(*args, **kwargs):
+        raise AssertionError("the GLM was fitted before the events were checked")
+
+    monkeypatch.setattr(FirstLevelModel, "fit", fit)
+
+
+def _edit(events, run, **cols):
+    out = [ev.copy() for ev in events]
+    for col, values in cols.items():
+        out[run][col] = values
+    return out
+
+
+def test_millisecond_onsets_refused_before_fit(sim, monkeypatch):
+    runs, events, _, _, mask = sim
+    _no_fit(monkeypatch)
+    ms = [ev.assign(onset=ev.onset * 1000, duration=ev.duration * 1000) for ev in events]
+    # run 0 is 120 scans x 2 s = 240 s; onsets 10000, 36000, ... ms
+    with pytest.raises(ValueError, match=r"events\[0\]: 8 event\(s\) start at or after the "
+                       r"end of the run .*= 240 s\): rows 0, 1, 2, 3, 4, \.\.\. \(8 rows in "
+                       r"all\) \(onset 10000, 36000.*onsets look like milliseconds: BIDS "
+                       r"onsets are in seconds, divide by 1000"):
+        trial_images(runs, ms, T_R, mask_img=mask)
+    # durations only in ms
+    dms = _edit(events, 1, duration=events[1].duration * 1000)
+    with pytest.raises(ValueError, match=r"events\[1\]: 8 event\(s\) end after the end of "
+                       r"the run.*durations look like milliseconds"):
+        trial_images(runs, dms, T_R, mask_img=mask)
+
+
+def test_events_past_the_run_end_refused(sim, monkeypatch):
+    runs, events, _, _, mask = sim
+    _no_fit(monkeypatch)
+    late = _edit(events, 1, onset=events[1].onset + 60)     # last onset 252 s > 240 s
+    with pytest.raises(ValueError, match=r"events\[1\]: 1 event\(s\) start at or after the "
+                       r"end of the run \(bold_imgs\[1\] lasts 120 scans x t_r=2 s = 240 s\)"
+                       r": row 7 \(onset 252\); check t_r") as err:
+        trial_images(runs, late, T_R, mask_img=mask)
+    assert "milliseconds" not in str(err.value)
+    # the t_r of the wrong scanner makes the run too short for its events
+    with pytest.raises(ValueError, match=r"events\[0\]: 3 event\(s\) start at or after.*"
+                       r"rows 5, 6, 7 \(onset 140, 166, 192\)"):
+        trial_images(runs, events, 1.0, mask_img=mask)       # run = 120 s
+    # starts inside the run, ends 3 s after it
+    over = _edit(events, 0, onset=list(events[0].onset[:-1]) + [239.0])
+    with pytest.raises(ValueError, match=r"events\[0\]: 1 event\(s\) end after the end of "
+                       r"the run.*row 7 \(onset \+ duration 243\); if the scan stopped"):
+        trial_images(runs, over, T_R, mask_img=mask)
+
+
+def test_negative_nan_and_non_numeric_timing_refused(sim, monkeypatch, tmp_path):
+    runs, events, _, _, mask = sim
+    _no_fit(monkeypatch)
+    neg = _edit(events, 1, onset=events[1].onset - 20)       # onsets -10, 16, ...
+    with pytest.raises(ValueError, match=r"events\[1\]: onsets must be >= 0 s.*negative in "
+                       r"row 0 \(onset -10\)"):
+        trial_images(runs, neg, T_R, mask_img=mask)
+    nan = _edit(events, 0, onset=[np.nan] + list(events[0].onset[1:]))
+    with pytest.raises(ValueError, match=r"events\[0\]: onset must be a finite number.*"
+                       r"row 0 \(onset nan\)"):
+        trial_images(runs, nan, T_R, mask_img=mask)
+    dur = events[1].duration.to_numpy(copy=True)
+    dur[[2, 5]] = np.nan
+    with pytest.raises(ValueError, match=r"events\[1\]: duration must be a finite number.*"
+                       r"rows 2, 5 \(duration nan, nan\)"):
+        trial_images(runs, _edit(events, 1, duration=dur), T_R, mask_img=mask)
+    dur = events[0].duration.to_numpy(copy=True)
+    dur[3] = -4.0
+    with pytest.raises(ValueError, match=r"events\[0\]: durations must be >= 0 s; negative "
+                       r"in row 3 \(duration -4\)"):
+        trial_images(runs, _edit(events, 0, duration=dur), T_R, mask_img=mask)
+    # a BIDS 'n/a' and a typo in an events.tsv
+    tsv = tmp_path / "events.tsv"
+    bad = events[0].astype({"onset": object})
+    bad.loc[1, "onset"], bad.loc[4, "onset"] = "n/a", "3O.0"
+    bad.to_csv(tsv, sep="\t", index=False)
+    with pytest.raises(ValueError, match=r"events\[1\]: onset .* not a number in rows 1, 4 "
+                       r"\(onset nan, '3O.0'\)"):
+        trial_images(runs, [events[0], tsv], T_R, mask_img=mask)
+
+
+def test_zero_regressor_refused_before_fit(sim, monkeypatch):
+    runs, events, _, _, mask = sim
+    _no_fit(monkeypatch)
+    # the last frame is at 238 s: an event at 238.5 s ends inside the 240 s run but no scan
+    # sees its response, so its design column is all zero
+    onset = list(events[1].onset[:-1]) + [238.5]
+    zero = _edit(events, 1, onset=onset, duration=[4.0] * 7 + [1.0])
+    with pytest.raises(ValueError, match=r"events\[1\]: the regressor of the trial in row 7 "
+                       r"\(onset 238.5 s\) is zero in the design matrix of run 1 \(largest "
+                       r"\|value\| (0|[0-9.]+e-\d\d), vs .*outside the 120 scans"):
+        trial_images(runs, zero, T_R, mask_img=mask)
+    # a condition seen only there
+    zero[1]["trial_type"] = ["A", "B"] * 3 + ["A", "C"]
+    with pytest.raises(ValueError, match=r"events\[1\]: the regressor of condition "
+                       r"trial_type='C' is zero in the design matrix of run 1"):
+        trial_images(runs, zero, T_R, mask_img=mask, model="condition")
+
+
+@pytest.mark.filterwarnings("ignore:The following conditions contain events with null")
+def test_zero_duration_events_beside_blocks_are_kept(sim):
+    """The zero-regressor threshold must not refuse short events next to long blocks (the
+    0 s event's column peaks at ~0.008 of a 30 s block's)."""
+    runs, events, _, _, mask = sim
+    mixed = _edit(events, 0, duration=[0.0, 30.0] * 4)
+    imgs, table = trial_images(runs, mixed, T_R, mask_img=mask, noise_model="ols")
+    assert imgs.shape[3] == len(table) == 16
+    assert np.isfinite(imgs.get_fdata()).all()
+
+
+def test_unreadable_bold_run(sim, tmp_path):
+    runs, events, _, _, mask = sim
+    text = tmp_path / "run-1_bold.nii.gz"
+    text.write_text("not an image\n")
+    with pytest.raises(ValueError, match=r"bold_imgs\[1\]: cannot read the image file "
+                       r"'.*run-1_bold.nii.gz'.*not a NIfTI image"):
+        trial_images([runs[0], text], events, T_R, mask_img=mask)
+
+
 # ------------------------------------------------------------------ real data
 needs_haxby = pytest.mark.skipif(not HAXBY.exists(), reason="shared Haxby data absent")
 

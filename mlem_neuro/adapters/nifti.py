@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -33,20 +34,71 @@ from ..core.pairs import pair_indices
 
 #: bytes of one block of squared pair differences (voxels × pairs, float64) in ``rdm``.
 BLOCK_BYTES = 32 * 2**20
+#: peak bytes per (sphere, voxel) entry while :func:`sphere_membership` builds ``A``
+#: (measured with tracemalloc: 36-58 bytes per entry for 27,000 spheres of radius 6-20 mm;
+#: the finished CSR matrix holds 12: int32 index + float64 value).
+SPHERE_ENTRY_BYTES = 36
+
+
+def _read_errors():
+    from nibabel.filebasedimages import ImageFileError
+    from nibabel.spatialimages import HeaderDataError
+
+    # gzip.BadGzipFile is an OSError; a truncated .nii.gz ends in EOFError
+    return (ImageFileError, HeaderDataError, OSError, EOFError, zlib.error, ValueError,
+            TypeError)
 
 
 # ---------------------------------------------------------------------------- images
-def _load(img, name):
-    """Load one Niimg-like object (path or nibabel image) without checking its dimension."""
+def _unreadable(name, source, err):
+    return ValueError(
+        f"{name}: cannot read the image {source} ({type(err).__name__}: {err}). The file is "
+        "truncated, corrupt or not a NIfTI image: check that it was copied or downloaded "
+        "completely (e.g. 'gzip -t' on a .nii.gz) and that it opens with "
+        "nibabel.load(path).get_fdata(), or write it again.")
+
+
+def _read_data(img, name, source):
+    """``img`` with its data in memory (no-op for in-memory images).
+
+    nibabel loads lazily, so a truncated or corrupt file only fails when its data are
+    read: read them here, once, so that the error names the file and the parameter.
+    """
+    import nibabel as nib
+
+    if not nib.is_proxy(img.dataobj):
+        return img
+    try:
+        data = np.asanyarray(img.dataobj)
+    except _read_errors() as err:
+        raise _unreadable(name, source, err) from None
+    return img.__class__(data, img.affine, img.header)
+
+
+def _load(img, name, read=True):
+    """Load one Niimg-like object (path or nibabel image) without checking its dimension.
+
+    With ``read=True`` (default) the data are read into memory, so that a truncated or
+    corrupt file raises a ValueError naming ``name`` and the file here rather than a
+    nibabel/zlib traceback later; ``read=False`` checks the header only (for callers that
+    need the shape of images they hand on unread).
+    """
     import nibabel as nib
     from nilearn.image import load_img
 
     if isinstance(img, (str, os.PathLike)):
+        source = repr(str(img))
         if not Path(img).exists():
-            raise ValueError(f"{name}: no such image file {str(img)!r}.")
-        return load_img(img)
+            raise ValueError(f"{name}: no such image file {source}.")
+        try:
+            img = load_img(img)
+        except _read_errors() as err:
+            raise _unreadable(name, f"file {source}", err) from None
+        return _read_data(img, name, f"file {source}") if read else img
     if isinstance(img, nib.spatialimages.SpatialImage):
-        return img
+        filename = img.get_filename()
+        source = f"read from {filename!r}" if filename else "given (no file name)"
+        return _read_data(img, name, source) if read else img
     raise TypeError(f"{name} must be a NIfTI file path or a nibabel image; got "
                     f"{type(img).__name__}.")
 
@@ -176,12 +228,36 @@ def mask_coords(mask, affine):
 
 # ----------------------------------------------------------------------- memberships
 def check_radius(radius):
+    """``radius`` as a float, refusing non-numbers and non-positive or non-finite values."""
     if isinstance(radius, bool) or not isinstance(radius, numbers.Real):
         raise TypeError(f"radius must be a number of millimetres; got {radius!r}")
     if not np.isfinite(radius) or radius <= 0:
         raise ValueError(f"radius must be a positive number of millimetres (world "
                          f"coordinates), e.g. radius=6.0; got {radius}")
     return float(radius)
+
+
+def _check_sphere_memory(n_spheres, n_voxels, affine, radius):
+    """Refuse, before any allocation, a sphere membership larger than the memory budget.
+
+    Each sphere is taken to hold ``min(n_voxels, 4/3 π r³ / voxel volume + 1)`` voxels (an
+    upper bound: spheres cut by the mask's edge hold fewer; 1.1-1.3x the true count for
+    a cube mask, 6-20 mm); the build peaks at :data:`SPHERE_ENTRY_BYTES` per entry.
+    """
+    from ..core.memory import check_memory
+
+    voxel_volume = abs(float(np.linalg.det(affine[:3, :3])))
+    sphere_volume = 4.0 / 3.0 * np.pi * radius ** 3
+    with np.errstate(divide="ignore", over="ignore"):
+        per_sphere = min(float(n_voxels), sphere_volume / voxel_volume + 1.0)
+    n_entries = n_spheres * per_sphere
+    side = round(voxel_volume ** (1 / 3), 3)
+    check_memory(
+        int(n_entries * SPHERE_ENTRY_BYTES),
+        f"the sphere membership for radius={radius:g} mm ({n_spheres:,} spheres x up to "
+        f"{per_sphere:,.0f} of the {n_voxels:,} mask voxels each, voxels of ~{side:g} mm)",
+        "use a smaller radius (in mm of world coordinates, e.g. radius=6.0) or fewer sphere "
+        "centres (process_mask_img)")
 
 
 def sphere_membership(seeds, mask, affine, radius):
@@ -207,11 +283,19 @@ def sphere_membership(seeds, mask, affine, radius):
     Returns
     -------
     A : scipy.sparse.csr_matrix (S, V), float64 0/1, sorted indices
+
+    Raises
+    ------
+    MemoryError
+        Before any allocation, when the membership would exceed the memory budget
+        (:mod:`mlem_neuro.core.memory`), e.g. for a radius mistyped in micrometres.
     """
     from sklearn.neighbors import NearestNeighbors
 
+    radius = check_radius(radius)
     seeds = np.asarray(seeds, dtype=float).reshape(-1, 3)
     affine = np.asarray(affine, dtype=float)
+    _check_sphere_memory(len(seeds), int(np.count_nonzero(mask)), affine, radius)
     ijk, xyz = mask_coords(mask, affine)
     V = len(ijk)
     A = NearestNeighbors(radius=radius).fit(xyz).radius_neighbors_graph(seeds).tocsr()
