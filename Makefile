@@ -1,11 +1,12 @@
 # Every target sets up .venv first (tools/setup_env.sh): torch (reused or torch==2.13.0),
-# torchsort built against it, and this package with its test extras.
+# torchsort built against it, and this package with all its extras (MEG/EEG, fMRI,
+# figures) plus the test and doc tools.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.mlem_neuro_installed
 
-.PHONY: install test bench demo doc clean
+.PHONY: install test lint bench demo doc clean
 
 $(STAMP): setup.cfg pyproject.toml tools/setup_env.sh
 	PYTHON=$(PYTHON) bash tools/setup_env.sh $(VENV)
@@ -13,8 +14,12 @@ $(STAMP): setup.cfg pyproject.toml tools/setup_env.sh
 
 install: $(STAMP)
 
+# tests/ and the doctests of mlem_neuro/ (testpaths and --doctest-modules: pyproject.toml)
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_engine.py

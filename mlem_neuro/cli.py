@@ -8,15 +8,20 @@
   per-trial beta maps with nilearn's GLM, then a searchlight; ``--group-runs`` keeps each
   run's trials in one fold.
 
-Bad paths and options end with a one-line error and a non-zero exit code.
+``--out`` is checked before any data are read: it must be writable, and results already
+there are replaced only with ``--overwrite``.  Bad paths, unreadable inputs and bad options
+end with a one-line error and exit code 2; warnings print one line each.
 """
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import re
 import sys
 import time
 import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -138,12 +143,143 @@ def run_demo(out, paper=False, seed=0, n_seeds=5, log=print):
     return path
 
 
-# ---------------------------------------------------------------------------- epochs
+# --------------------------------------------------------------------- shared helpers
+#: files that mark an --out folder as holding the results of ``epochs`` / ``searchlight``
+RESULT_PATTERNS = ("mlem.npz", "importance.*")
+#: the files ``demo`` writes
+DEMO_OUTPUTS = ("simulation.csv", "simulation.png", "time_resolved_mlem.npz",
+                "time_resolved.png", "report.html")
+IN_SAMPLE = "in-sample (no cross-validation)"
+
+
 def _existing(path, what):
     p = Path(path)
     if not p.exists():
         raise CLIError(f"{what} not found: {path}")
     return p
+
+
+def _name_list(text, option):
+    """``"a, b"`` → ``["a", "b"]`` (spaces and empty items ignored); ``None`` stays None."""
+    if text is None:
+        return None
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise CLIError(f"{option} {text!r} names nothing; give comma-separated names, e.g. "
+                       f"{option} a,b")
+    return names
+
+
+def check_out(out, overwrite, patterns=RESULT_PATTERNS):
+    """Refuse an output folder that cannot be written, or that already holds results.
+
+    Runs before any data are read, so that a long analysis never ends unable to save, and
+    earlier results are replaced only when ``overwrite`` (``--overwrite``) says so.
+    Nothing is created here.
+    """
+    out = Path(out)
+    if out.exists():
+        if not out.is_dir():
+            raise CLIError(f"--out {out} is a file, not a folder; give a folder path")
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise CLIError(f"--out {out} is not writable; choose another folder")
+        found = sorted({p.name for pattern in patterns for p in out.glob(pattern)})
+        if found and not overwrite:
+            raise CLIError(f"--out {out} already holds results ({', '.join(found)}); pass "
+                           "--overwrite to replace them, or choose another folder")
+        return out
+    parent = out.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise CLIError(f"--out {out} cannot be created: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CLIError(f"--out {out} cannot be created: no write permission in {parent}")
+    return out
+
+
+def _note(text):
+    print(f"mlem-neuro: note: {text}", file=sys.stderr)
+
+
+def id_columns(table):
+    """Columns with one distinct value per row: labels (word strings, IDs) or trial numbers.
+
+    Text/categorical columns with as many distinct values as rows, and integer columns
+    that are a permutation of consecutive numbers.  Such columns give every pair the same
+    categorical distance (or a trial-order distance): they are not features.
+    """
+    import pandas as pd
+
+    n, found = len(table), []
+    if n < 3:
+        return found
+    for name in table.columns:
+        col = table[name]
+        if col.isna().any() or pd.api.types.is_bool_dtype(col):
+            continue
+        if pd.api.types.is_integer_dtype(col):
+            values = np.sort(col.to_numpy())
+            if np.array_equal(values, values[0] + np.arange(n)):
+                found.append(name)
+        elif not pd.api.types.is_numeric_dtype(col) and col.nunique() == n:
+            found.append(name)
+    return found
+
+
+def _default_features(table, where, exclude=()):
+    """The columns of ``table`` that become features when ``--features`` is not given;
+    ``None`` when that is all of them (the analysis' own default)."""
+    columns = [c for c in table.columns if c not in exclude]
+    ids = id_columns(table[columns])
+    kept = [c for c in columns if c not in ids]
+    if ids:
+        _note(f"left out the {where} column(s) {ids}: one distinct value per trial (labels "
+              "or IDs, not features); name them in --features to use them anyway")
+    if not kept:
+        raise CLIError(f"no feature column left in the {where} (columns: "
+                       f"{list(table.columns)}); name the features with --features")
+    return None if len(kept) == table.shape[1] else kept
+
+
+def _in_sample_text(text):
+    """Reword a score description for ``--cv 0`` (nothing is held out)."""
+    text = re.sub(r"held-out (\w+)", r"in-sample \1 (no cross-validation)", text)
+    return text.replace("held-out", "in-sample")
+
+
+class _InSampleWording(logging.Filter):
+    """Rewords the analysis' progress messages that call the score held-out."""
+
+    def filter(self, record):
+        message = record.getMessage()
+        if "held-out" in message:
+            record.msg, record.args = _in_sample_text(message), None
+        return True
+
+
+def _relabel_in_sample(fig):
+    from matplotlib.text import Text
+
+    for text in fig.findobj(Text):
+        if "held-out" in text.get_text():
+            text.set_text(_in_sample_text(text.get_text()))
+
+
+def _score_kind(args, groups=None):
+    if args.cv == 0:
+        return IN_SAMPLE
+    over = f" grouped by {groups}" if groups else ""
+    return f"held-out, {args.cv}-fold cross-validation{over}"
+
+
+def _save_figure(fig, fname, in_sample):
+    import matplotlib.pyplot as plt
+
+    if in_sample:
+        _relabel_in_sample(fig)
+    fig.savefig(fname, dpi=110)
+    plt.close(fig)
 
 
 def _analysis_kwargs(args):
@@ -153,64 +289,142 @@ def _analysis_kwargs(args):
                 verbose="INFO")
 
 
+def _one_line_warning(message, category, filename, lineno, line=None):
+    """``warnings.formatwarning`` for the command line: one line, no source code."""
+    return f"mlem-neuro: warning: {' '.join(str(message).split())}\n"
+
+
+# ---------------------------------------------------------------------------- epochs
+def _read_epochs(fname):
+    """``mne.read_epochs``; any failure becomes one CLIError naming the file."""
+    import mne
+
+    try:
+        return mne.read_epochs(fname, preload=True, verbose="ERROR")
+    except MemoryError:
+        raise
+    except Exception as err:   # MNE raises many kinds on a file that is not epochs
+        reason = " ".join(str(err).split()) or "no detail"
+        raise CLIError(f"cannot read {fname} as MNE epochs ({type(err).__name__}: "
+                       f"{reason}); give an epochs file saved by MNE (epochs.save(), "
+                       "*-epo.fif)") from None
+
+
+def _epochs_features(args, epochs):
+    names = _name_list(args.features, "--features")
+    if names is not None:
+        return names
+    exclude = [args.groups] if args.groups else []
+    if epochs.metadata is not None:
+        return _default_features(epochs.metadata, "metadata", exclude)
+    from .adapters.epochs import features_from_events
+
+    return _default_features(features_from_events(epochs), "event-name", exclude)
+
+
+def _epochs_groups(args, epochs):
+    if args.groups is None:
+        return None
+    meta = epochs.metadata
+    if meta is None or args.groups not in meta.columns:
+        have = [] if meta is None else list(meta.columns)
+        raise CLIError(f"--groups {args.groups!r} is not a metadata column of {args.fname} "
+                       f"(columns: {have})")
+    n_groups = meta[args.groups].nunique()
+    if n_groups < args.cv:
+        raise CLIError(f"--groups {args.groups} with --cv {args.cv} needs at least {args.cv} "
+                       f"distinct values of {args.groups!r}; it has {n_groups}. Lower --cv "
+                       "or choose another --groups column.")
+    return args.groups
+
+
+def _peak_summary(res, where):
+    score = res.score
+    if not np.isfinite(score).any():
+        return "no finite score"
+    k = int(np.nanargmax(score))
+    return f"peak {score[k]:.3f} {where(k)}, mean {np.nanmean(score):.3f}"
+
+
 def run_epochs(args):
+    """``mlem-neuro epochs``: a time-resolved analysis of an epochs file."""
     fname = _existing(args.fname, "epochs file")
+    picks = _name_list(args.picks, "--picks")
+    _name_list(args.features, "--features")
+    if args.groups is not None and args.cv == 0:
+        raise CLIError("--groups needs cross-validation: pass --cv 2 or more, not 0")
+    out = check_out(args.out, args.overwrite)
     import matplotlib
 
     matplotlib.use("Agg")
-    import mne
+    from . import time_resolved
 
-    from .time_resolved import mlem_epochs
-
-    epochs = mne.read_epochs(fname, preload=True, verbose="ERROR")
-    features = args.features.split(",") if args.features else None
-    res = mlem_epochs(epochs, features=features, tmin=args.tmin, tmax=args.tmax,
-                      decim=args.decim, window=args.window, **_analysis_kwargs(args))
-    out = Path(args.out)
+    epochs = _read_epochs(fname)
+    groups = _epochs_groups(args, epochs)
+    features = _epochs_features(args, epochs)
+    res = time_resolved.mlem_epochs(epochs, features=features, picks=picks, tmin=args.tmin,
+                                    tmax=args.tmax, decim=args.decim, window=args.window,
+                                    groups=groups, **_analysis_kwargs(args))
+    if groups is not None:
+        res.settings.update(groups=groups, cv=f"GroupKFold({args.cv}) over {groups}")
     out.mkdir(parents=True, exist_ok=True)
     res.save(out / "mlem.npz", overwrite=True)
     res.to_data_frame().to_csv(out / "importance.csv", index=False)
-    res.plot(show=False).savefig(out / "importance.png", dpi=110)
+    _save_figure(res.plot(show=False), out / "importance.png", args.cv == 0)
     print(f"Wrote {out / 'mlem.npz'}, {out / 'importance.csv'}, {out / 'importance.png'}")
+    summary = _peak_summary(res, lambda k: f"at {res.times[k]:.3f} s")
+    print(f"Spearman rho ({_score_kind(args, groups)}): {summary}")
 
 
-def _run_folds(table, n_folds):
-    """Folds that keep each run's trials together (GroupKFold over the runs)."""
+# ---------------------------------------------------------------------- searchlight
+def _searchlight_inputs(args):
+    """Input paths and option combinations, checked before anything is read."""
+    imgs = [str(_existing(p, "image")) for p in args.imgs]
+    event_files = [_existing(p, "events file") for p in args.events]
+    mask = str(_existing(args.mask, "mask image"))
+    if len(imgs) != len(event_files):
+        raise CLIError(f"give one events file per run: {len(imgs)} images, "
+                       f"{len(event_files)} events files")
+    _name_list(args.features, "--features")
+    if args.group_runs:
+        if args.model != "trial":
+            raise CLIError("--group-runs needs --model trial (condition images average "
+                           "over runs)")
+        if args.cv == 0:
+            raise CLIError("--group-runs needs cross-validation: pass --cv 2 or more, not 0")
+        if len(imgs) < args.cv:
+            raise CLIError(f"--group-runs with --cv {args.cv} needs at least {args.cv} runs; "
+                           f"got {len(imgs)}. Lower --cv or give more runs.")
+    return imgs, event_files, mask
+
+
+def _read_events(event_files):
     import pandas as pd
-    from sklearn.model_selection import GroupKFold
 
-    runs = table.index.get_level_values("run")
-    n_runs = len(set(runs))
-    if n_folds is None:
-        raise CLIError("--group-runs needs cross-validation: pass --cv 2 or more, not 0")
-    if n_runs < n_folds:
-        raise CLIError(f"--group-runs with --cv {n_folds} needs at least {n_folds} runs; "
-                       f"got {n_runs}. Lower --cv or give more runs.")
-    folds = list(GroupKFold(n_splits=n_folds).split(table, groups=runs))
-    # A feature whose held-out pairs all have the same distance (e.g. one trial per
-    # category per run, one run held out: every pair differs) has importance 0 there by
-    # construction (the analysis warns), and when every feature does the fold cannot be
-    # scored at all: say so in terms of the command's options.
-    for k, (_, test) in enumerate(folds):
-        flat = []
-        for col in table.columns:
-            values = table[col].iloc[test]
-            n_unique = values.nunique(dropna=False)
-            numeric = pd.api.types.is_numeric_dtype(values) and \
-                not pd.api.types.is_bool_dtype(values)
-            if n_unique == 1 or (not numeric and n_unique == len(values)):
-                flat.append(col)
-        if flat:
-            msg = (f"with --group-runs --cv {n_folds}, every held-out pair of fold {k + 1} "
-                   f"has the same distance on {flat}: importance there is 0 by "
-                   "construction. Use fewer folds, so that each holds out more runs.")
-            if len(flat) == table.shape[1]:
-                raise CLIError(msg)
-    return folds
+    events = []
+    for path in event_files:
+        try:
+            events.append(pd.read_csv(path, sep="\t"))
+        except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+            reason = " ".join(str(err).split())
+            raise CLIError(f"cannot read events file {path} as a tab-separated table "
+                           f"({reason})") from None
+    return events
+
+
+def _searchlight_features(args, events):
+    names = _name_list(args.features, "--features")
+    if names is not None or args.model != "trial":   # condition tables drop such columns
+        return names
+    import pandas as pd
+
+    table = pd.concat(events, ignore_index=True)
+    table = table[[c for c in table.columns if c not in ("onset", "duration")]]
+    return _default_features(table, "events", ()) if table.shape[1] else None
 
 
 def _brain_map_figure(res, bg_img):
-    """One row per term (importance) and a last row with the held-out score."""
+    """One row per term (importance) and a last row with the score."""
     import matplotlib.pyplot as plt
 
     rows = [*res.terms, None]
@@ -223,51 +437,88 @@ def _brain_map_figure(res, bg_img):
     return fig
 
 
-def run_searchlight(args):
-    imgs = [str(_existing(p, "image")) for p in args.imgs]
-    event_files = [_existing(p, "events file") for p in args.events]
-    mask = str(_existing(args.mask, "mask image"))
-    if len(imgs) != len(event_files):
-        raise CLIError(f"give one events file per run: {len(imgs)} images, "
-                       f"{len(event_files)} events files")
-    if args.group_runs and args.model != "trial":
-        raise CLIError("--group-runs needs --model trial (condition images average over "
-                       "runs)")
-    import matplotlib
+def _image_error(err, paths):
+    """A CLIError naming the first of ``paths`` that does not read as a NIfTI image."""
+    import nibabel as nib
 
-    matplotlib.use("Agg")
-    import pandas as pd
+    for path in paths:
+        try:
+            np.asanyarray(nib.load(path).dataobj)
+        except Exception as bad:   # nibabel, gzip and zlib errors alike
+            reason = " ".join(str(bad).split())
+            return CLIError(f"cannot read {path} as a NIfTI image ({type(bad).__name__}: "
+                            f"{reason}); --imgs and --mask take complete NIfTI files (check "
+                            "a .nii.gz with 'gzip -t')")
+    return CLIError(f"cannot read an input image ({type(err).__name__}: {err}); --imgs and "
+                    "--mask take NIfTI images")
+
+
+def _fit_searchlight(args, imgs, events, mask):
+    """Beta images, then the searchlight (runs as groups with ``--group-runs``)."""
     from nibabel.filebasedimages import ImageFileError
     from nilearn.image import mean_img
 
-    from .fmri import trial_images
-    from .searchlight import mlem_searchlight
+    from . import fmri, searchlight
 
-    events = [pd.read_csv(p, sep="\t") for p in event_files]
-    feature_cols = args.features.split(",") if args.features else None
-    kwargs = _analysis_kwargs(args)
+    feature_cols = _searchlight_features(args, events)
     try:
-        betas, table = trial_images(imgs, events, t_r=args.t_r, mask_img=mask,
-                                    model=args.model, feature_cols=feature_cols)
-        if args.group_runs:
-            kwargs["cv"] = _run_folds(table, kwargs["cv"])
-        res = mlem_searchlight(betas, table, mask, radius=args.radius, **kwargs)
+        betas, table = fmri.trial_images(imgs, events, t_r=args.t_r, mask_img=mask,
+                                         model=args.model, feature_cols=feature_cols)
+        groups = (table.index.get_level_values("run").to_numpy() if args.group_runs
+                  else None)
+        res = searchlight.mlem_searchlight(betas, table, mask, radius=args.radius,
+                                           groups=groups, **_analysis_kwargs(args))
         bg_img = mean_img(imgs[0], copy_header=True)
-    except ImageFileError as err:
-        raise CLIError(f"{err} (--imgs and --mask take NIfTI images)") from None
-    if args.group_runs:   # say how the explicit folds were made (their indices are kept)
-        res.settings["cv"] = f"GroupKFold({args.cv}) over runs"
-    out = Path(args.out)
+    except (ImageFileError, EOFError, zlib.error) as err:
+        raise _image_error(err, [*imgs, mask]) from None
+    except ValueError as err:
+        if args.group_runs and "same distance on every feature" in str(err):
+            raise CLIError(f"{err} With --group-runs every fold holds out whole runs: "
+                           "lower --cv so that each fold holds out more runs.") from None
+        raise
+    if args.group_runs:
+        res.settings.update(groups="run", cv=f"GroupKFold({args.cv}) over runs")
+    return res, bg_img
+
+
+def run_searchlight(args):
+    """``mlem-neuro searchlight``: beta images per trial or condition, then a searchlight."""
+    imgs, event_files, mask = _searchlight_inputs(args)
+    out = check_out(args.out, args.overwrite)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    events = _read_events(event_files)
+    res, bg_img = _fit_searchlight(args, imgs, events, mask)
     out.mkdir(parents=True, exist_ok=True)
     res.save(out / "mlem.npz", overwrite=True)
     res.to_nifti().to_filename(out / "importance.nii.gz")
     res.to_data_frame().to_csv(out / "importance.csv", index=False)
-    _brain_map_figure(res, bg_img).savefig(out / "importance.png", dpi=110)
+    _save_figure(_brain_map_figure(res, bg_img), out / "importance.png", args.cv == 0)
     print(f"Wrote {out / 'mlem.npz'}, {out / 'importance.nii.gz'} (one volume per term: "
           f"{', '.join(res.terms)}), {out / 'importance.csv'}, {out / 'importance.png'}")
+    score = res.score
+    summary = (f"best sphere {np.nanmax(score):.3f}, median {np.nanmedian(score):.3f} over "
+               f"{len(score)} spheres" if np.isfinite(score).any() else "no finite score")
+    print(f"Spearman rho ({_score_kind(args, 'run' if args.group_runs else None)}): "
+          f"{summary}")
 
 
 # ------------------------------------------------------------------------------ main
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default ("off" for flags); a help text that
+    already says its default in words (``default: ...``) is left as it is."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if ("default" in text or action.required or not action.option_strings
+                or action.default in (None, argparse.SUPPRESS)):
+            return text
+        if action.default is False:
+            return f"{text} (default: off)"
+        return f"{text} (default: %(default)s)"
+
+
 def _positive_int(text):
     v = int(text)
     if v < 1:
@@ -275,73 +526,154 @@ def _positive_int(text):
     return v
 
 
-def _add_analysis_options(p):
-    p.add_argument("--cv", type=int, default=5, help="folds over stimuli (0: no CV, "
-                                                       "optimistic)")
-    p.add_argument("--n-permutations", type=_positive_int, default=10)
-    p.add_argument("--constraint", choices=("spd", "diagonal", "none"), default="spd")
-    p.add_argument("--no-interactions", action="store_true")
-    p.add_argument("--n-jobs", type=int, default=None)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="output folder")
+def _cv_folds(text):
+    v = int(text)
+    if v == 1 or v < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (no cross-validation) or a number of "
+                                         f"folds >= 2, got {v}")
+    return v
 
 
-def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="mlem-neuro", description="Metric Learning Encoding Models for neuroimaging.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("demo", help="main job on built-in simulated data (no download)")
-    d.add_argument("--out", default="mlem_demo", help="output folder (default: mlem_demo)")
+def _add_analysis_options(p, what):
+    p.add_argument("--cv", type=_cv_folds, default=5,
+                   help=f"cross-validation folds over {what}; 0: none, the score is then "
+                        "in-sample (optimistic)")
+    p.add_argument("--n-permutations", type=_positive_int, default=10,
+                   help="permutations per term for the permutation importance")
+    p.add_argument("--constraint", choices=("spd", "diagonal", "none"), default="spd",
+                   help="metric W: spd (MLEM), diagonal (FR-RSA), none (FR-RSA-I)")
+    p.add_argument("--no-interactions", action="store_true",
+                   help="report main effects only (no feature:feature interaction terms)")
+    p.add_argument("--n-jobs", type=int, default=None,
+                   help="parallel jobs (joblib; -1: every core) (default: one job)")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed (folds, training batches, permutations)")
+    p.add_argument("--out", required=True, help="output folder (created if needed)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the results already in --out (mlem.npz, importance.*)")
+
+
+def _add_demo_parser(sub, kw):
+    d = sub.add_parser("demo", help="main job on built-in simulated data (no download)",
+                       description="MLEM vs FR-RSA-I on the paper's simulation and a "
+                                   "time-resolved analysis of simulated epochs; figures, a "
+                                   "table and an HTML report go to --out.", **kw)
+    d.add_argument("--out", default="mlem_demo", help="output folder")
     d.add_argument("--paper", action="store_true",
                    help="the paper's full-size simulation (256 stimuli, 16 features, 768 "
                         "units; slower)")
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seed", type=int, default=0, help="first simulation seed")
     d.add_argument("--seeds", type=_positive_int, default=5,
-                   help="simulations per noise level (seeds --seed, --seed + 1, ...; "
-                        "default: 5)")
-    e = sub.add_parser("epochs", help="time-resolved MLEM on an MNE epochs file")
+                   help="simulations per noise level (seeds --seed, --seed + 1, ...)")
+    d.add_argument("--overwrite", action="store_true",
+                   help="replace the demo outputs already in --out")
+
+
+def _add_epochs_parser(sub, kw):
+    e = sub.add_parser("epochs", help="time-resolved MLEM on an MNE epochs file",
+                       description="Time-resolved MLEM: one model per time sample of an MNE "
+                                   "epochs file; writes mlem.npz, importance.csv and "
+                                   "importance.png to --out.", **kw)
     e.add_argument("fname", help="an MNE epochs file (*-epo.fif)")
-    e.add_argument("--features", help="comma-separated metadata columns (default: "
-                                      "metadata, else event-name tags)")
-    e.add_argument("--tmin", type=float)
-    e.add_argument("--tmax", type=float)
-    e.add_argument("--decim", type=_positive_int, default=1)
+    e.add_argument("--features",
+                   help="comma-separated metadata columns (or event-name tags) to use as "
+                        "features (default: every metadata column, else the event-name "
+                        "tags, leaving out columns with one value per trial such as words "
+                        "or trial numbers)")
+    e.add_argument("--picks", help="comma-separated channel names or types, e.g. eeg or "
+                                   "MEG0111,MEG0112 (default: the good data channels)")
+    e.add_argument("--groups", metavar="COLUMN",
+                   help="metadata column (run, session, item...) whose trials stay in one "
+                        "fold: the folds become GroupKFold over its values (default: trials "
+                        "are split freely)")
+    e.add_argument("--tmin", type=float, help="first time in seconds (default: the epochs' "
+                                              "first sample)")
+    e.add_argument("--tmax", type=float, help="last time in seconds (default: the epochs' "
+                                              "last sample)")
+    e.add_argument("--decim", type=_positive_int, default=1,
+                   help="keep one time sample in DECIM")
     e.add_argument("--window", type=float, default=None,
-                   help="average each sample over this many seconds around it (before "
-                        "--decim, against aliasing)")
-    _add_analysis_options(e)
-    s = sub.add_parser("searchlight", help="fMRI searchlight MLEM from BOLD runs + events")
+                   help="average each sample over this many seconds around it, before "
+                        "--decim, against aliasing (default: no averaging)")
+    _add_analysis_options(e, "trials")
+
+
+def _add_searchlight_parser(sub, kw):
+    s = sub.add_parser("searchlight", help="fMRI searchlight MLEM from BOLD runs + events",
+                       description="Beta images per trial (or condition) with nilearn's "
+                                   "GLM, then a searchlight MLEM; writes mlem.npz, "
+                                   "importance.nii.gz, importance.csv and importance.png "
+                                   "to --out.", **kw)
     s.add_argument("--imgs", nargs="+", required=True, help="BOLD runs (4D NIfTI)")
     s.add_argument("--events", nargs="+", required=True, help="BIDS events.tsv, one per run")
     s.add_argument("--mask", required=True, help="brain mask image")
     s.add_argument("--t-r", type=float, required=True, help="repetition time (s)")
     s.add_argument("--radius", type=float, default=6.0, help="sphere radius in mm")
-    s.add_argument("--model", choices=("trial", "condition"), default="trial")
-    s.add_argument("--features", help="comma-separated events columns")
+    s.add_argument("--model", choices=("trial", "condition"), default="trial",
+                   help="one beta image per trial (row of the events) or per condition "
+                        "(trial_type)")
+    s.add_argument("--features",
+                   help="comma-separated events columns (default: every column but onset "
+                        "and duration, leaving out columns with one value per trial such "
+                        "as stimulus file names)")
     s.add_argument("--group-runs", action="store_true",
-                   help="with --model trial: cross-validate over runs (GroupKFold with "
-                        "--cv folds), so that a run's trials are never split between "
-                        "training and test")
-    _add_analysis_options(s)
+                   help="with --model trial: the runs are groups of GroupKFold, so that a "
+                        "run's trials are never split between training and test")
+    _add_analysis_options(s, "images")
+
+
+def build_parser():
+    """The ``mlem-neuro`` argument parser."""
+    from ._version import __version__
+
+    kw = dict(formatter_class=_HelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="mlem-neuro", description="Metric Learning Encoding Models for neuroimaging.",
+        **kw)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                        help="print the mlem_neuro version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_demo_parser(sub, kw)
+    _add_epochs_parser(sub, kw)
+    _add_searchlight_parser(sub, kw)
     return parser
 
 
+def _dispatch(args):
+    if args.command == "demo":
+        check_out(args.out, args.overwrite, DEMO_OUTPUTS)
+        run_demo(args.out, paper=args.paper, seed=args.seed, n_seeds=args.seeds)
+    elif args.command == "epochs":
+        run_epochs(args)
+    else:
+        run_searchlight(args)
+
+
 def main(argv=None):
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run the command line; return the exit code (0, 2 for a reported error)."""
+    from .utils import logger
+
+    args = build_parser().parse_args(argv)
+    old_format = warnings.formatwarning
+    warnings.formatwarning = _one_line_warning
+    wording = _InSampleWording() if getattr(args, "cv", None) == 0 else None
+    if wording is not None:
+        logger.addFilter(wording)
     try:
-        if args.command == "demo":
-            run_demo(args.out, paper=args.paper, seed=args.seed, n_seeds=args.seeds)
-        elif args.command == "epochs":
-            run_epochs(args)
-        else:
-            run_searchlight(args)
+        _dispatch(args)
     except (CLIError, ValueError, TypeError, FileNotFoundError, OSError) as err:
         msg = " ".join(str(err).split())
         msg = re.sub(r"\b(?:Posix|Windows)?Path\(('[^']*')\)", r"\1", msg)  # MNE's repr()
         print(f"mlem-neuro {args.command}: error: {msg}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"mlem-neuro {args.command}: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        warnings.formatwarning = old_format
+        if wording is not None:
+            logger.removeFilter(wording)
     return 0
 
 

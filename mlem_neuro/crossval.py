@@ -7,11 +7,12 @@ then scored and permuted on pairs of held-out stimuli.  Chunks go through joblib
 fold's seed derived from ``random_state`` (every chunk of a fold draws the same batches and
 permutations), so results do not depend on ``n_jobs`` or chunking.
 
-Neural distances come from an *RDM source*: any object with ``n_models``, ``n_stimuli``,
-``subset(models)`` (a picklable source of those models only) and ``rdm(stimuli)`` returning
-an ``(n_models, n_pairs)`` tensor of distances between the given stimuli (pairs in
-:func:`~mlem_neuro.core.pairs.pair_indices` order).  :class:`DenseRDMSource` serves data
-of shape ``(M, n_stimuli, n_units)`` from Gram products; the searchlight provides its own.
+Neural distances come from an *RDM source* (:class:`~mlem_neuro.core.sources.RDMSource`):
+any object with ``n_models``, ``n_stimuli``, ``subset(models)`` (a picklable source of those
+models only) and ``rdm(stimuli, device)`` returning an ``(n_models, n_pairs)`` tensor of
+distances between the given stimuli (pairs in :func:`~mlem_neuro.core.pairs.pair_indices`
+order).  :mod:`mlem_neuro.core.sources` holds the dense and the sphere/region sources
+(:class:`DenseRDMSource` is re-exported here).
 """
 from __future__ import annotations
 
@@ -30,37 +31,14 @@ from .core.features import as_feature_table
 from .core.importance import feature_importance, term_importance
 from .core.memory import memory_budget
 from .core.metric import term_index, term_names
-from .core.neural import NeuralTargets, rdm_from_rows
+from .core.neural import NeuralTargets
 from .core.options import MLEMOptions, cv_description, jsonable
 from .core.pairs import kfold_stimuli, n_pairs, pair_indices
+from .core.sources import DenseRDMSource, RDMSource  # noqa: F401  (re-exported)
 
 #: bytes of training-pair distances (float64) allowed in one chunk of models (at most a
 #: sixteenth of the memory budget: a chunk holds several arrays of that size).
 CHUNK_BYTES = 256 * 2**20
-
-
-class DenseRDMSource:
-    """Distances of ``M`` models with dense data ``Y`` ``(M, n_stimuli, n_units)``."""
-
-    def __init__(self, Y, metric="euclidean"):
-        self.Y = Y
-        self.metric = metric
-
-    @property
-    def n_models(self):
-        return self.Y.shape[0]
-
-    @property
-    def n_stimuli(self):
-        return self.Y.shape[1]
-
-    def subset(self, models):
-        return DenseRDMSource(self.Y[models], self.metric)
-
-    def rdm(self, stimuli, device="cpu"):
-        Y = torch.as_tensor(np.ascontiguousarray(self.Y[:, stimuli]), device=device)
-        i, j = pair_indices(len(stimuli))
-        return rdm_from_rows(Y, i, j, self.metric)
 
 
 @dataclass
@@ -266,8 +244,8 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
 
     Parameters
     ----------
-    source : RDM source
-        See the module docstring.
+    source : RDMSource
+        See :mod:`mlem_neuro.core.sources`.
     features : DataFrame
         One row per stimulus of ``source``.
     options : MLEMOptions | None

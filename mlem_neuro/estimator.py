@@ -6,14 +6,19 @@ import numpy as np
 import pandas as pd
 import torch
 from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
 
+from ._docs import fill_doc
+from .core.distances import get_metric
 from .core.engine import fit_stack
 from .core.features import as_feature_table
-from .core.importance import baseline_scores, feature_importance, term_importance
+from .core.importance import (PairFeatures, baseline_scores, feature_importance,
+                              pair_blocks, term_importance)
+from .core.memory import check_memory, memory_budget
 from .core.metric import CONSTRAINTS, term_index, term_names
-from .core.neural import METRICS, NeuralTargets
+from .core.neural import METRICS, NeuralTargets, preprocess_rows
 from .core.options import MLEMOptions
-from .core.pairs import pair_indices
+from .core.pairs import linear_to_pair, n_pairs, pair_indices
 from .utils import (check_device, check_float, check_int, check_option, check_random_state,
                     logger, use_log_level)
 
@@ -24,6 +29,7 @@ _OPTION_PARAMS = ("constraint", "interactions", "distance", "n_permutations", "m
                   "missing_distance", "device", "random_state")
 
 
+@fill_doc
 class MLEM(BaseEstimator):
     """Metric Learning Encoding Model.
 
@@ -38,46 +44,27 @@ class MLEM(BaseEstimator):
 
     Parameters
     ----------
-    constraint : {"spd", "diagonal", "none"}
-        ``"spd"``: symmetric positive definite ``W`` (MLEM). ``"diagonal"``: positive
-        feature weights, no interactions (FR-RSA). ``"none"``: symmetric ``W`` without the
-        SPD constraint (FR-RSA with interactions).
-    interactions : bool
-        Model feature interactions (off-diagonal ``W``).  ``False`` restricts ``W`` to its
-        diagonal; importance then has one row per feature.
+    %(constraint)s
+    %(interactions)s
     distance : {"euclidean", "correlation", "cosine", "precomputed"}
         Neural distance between stimuli.  With ``"precomputed"``, ``X`` is a symmetric
         ``(n_stimuli, n_stimuli)`` dissimilarity matrix (its diagonal is ignored).
     n_permutations : int
         Default number of permutations for :meth:`permutation_importance`.
-    max_steps : int
-        Maximum training steps.
-    patience : int
-        Stop when the training (soft) Spearman has not improved for this many steps; the best
-        state is restored.
-    lr : float
-        AdamW learning rate (no weight decay).
-    tol : float
-        Minimum improvement of the training Spearman that resets ``patience`` (default
-        ``1e-4``).  With full-batch training the soft Spearman keeps creeping up by tiny
-        amounts; with ``tol=0`` training then nearly always runs ``max_steps``.
-    batch_size : "auto" | "full" | int
-        Pairs per step. ``"auto"`` runs the batch-size selection of the MLEM paper
-        (correlation stability of feature distances across 64 batches) and uses every pair
-        when they fit in one batch.
-    feature_kinds : dict | None
-        Override inferred feature kinds, ``{column: "categorical" | "ordinal" | "numeric"}``.
-    feature_groups : dict | None
-        Multi-column features ``{name: [columns]}`` compared with the Euclidean distance.
-    missing_distance : float | dict
-        Feature distance of a pair in which either stimulus lacks the value (NaN): ``0``
-        by default (the paper's choice); a dict sets it per feature.
-    device : str
-        ``"cpu"`` or ``"cuda"``; training runs in float32 there, scores in float64.
+    %(max_steps)s
+    %(patience)s
+    %(lr)s
+    %(tol)s
+    %(batch_size)s
+    %(feature_kinds)s
+    %(feature_groups)s
+    %(missing_distance)s
+    %(device)s
     random_state : None | int | numpy Generator
         Seeds batch sampling (and default importance permutations).
     verbose : bool | str | int | None
-        Logging level for the calls of this estimator.
+        Logging level for the calls of this estimator (``None`` keeps the level set with
+        :func:`mlem_neuro.set_log_level`).
 
     Attributes
     ----------
@@ -180,8 +167,29 @@ class MLEM(BaseEstimator):
         return NeuralTargets.from_data(X[None], self.distance, dev)
 
     def _check_is_fitted(self):
-        if not hasattr(self, "W_"):
-            raise RuntimeError("This MLEM instance is not fitted yet; call fit(X, y) first.")
+        check_is_fitted(self, "W_", msg="This %(name)s instance is not fitted yet; call "
+                        "fit(X, y) before this method.")
+
+    def __sklearn_tags__(self):
+        """scikit-learn (>= 1.6) estimator tags.
+
+        ``y``, the feature table, is required (one feature as a 1-D array, several as a 2-D
+        table); ``X`` is a finite 2-D array (a square dissimilarity matrix, i.e. pairwise,
+        with ``distance="precomputed"``).  MLEM has no ``predict``, so it claims no
+        estimator type; its ``transform`` returns one float64 distance per stimulus pair.
+        On CUDA, scatter-adds make training non-deterministic.
+        """
+        from sklearn.utils import TransformerTags
+
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        tags.target_tags.one_d_labels = True
+        tags.target_tags.two_d_labels = True
+        tags.transformer_tags = TransformerTags(preserves_dtype=["float64"])
+        tags.input_tags.pairwise = self.distance == "precomputed"
+        tags.input_tags.allow_nan = False
+        tags.non_deterministic = str(self.device).startswith("cuda")
+        return tags
 
     # --------------------------------------------------------------------- fit
     def fit(self, X, y):
@@ -196,7 +204,8 @@ class MLEM(BaseEstimator):
 
         Returns
         -------
-        self
+        self : MLEM
+            The fitted estimator.
         """
         with use_log_level(self.verbose):
             opts = self._options()
@@ -226,27 +235,41 @@ class MLEM(BaseEstimator):
         return bool(self.interactions) and self.constraint != "diagonal"
 
     def _eval_data(self, X, y):
-        """Encoded features, pairs and neural distances of the stimuli in (X, y)."""
+        """Encoded features, every pair's feature distances (computed per block, on
+        demand) and neural distances ``(1, n_pairs)`` of the stimuli in ``(X, y)``."""
         self._check_is_fitted()
         dev = check_device(self.device)
         X, table = self._check_Xy(X, y)
-        enc = self.feature_space_.transform(table)
-        n = X.shape[0]
-        i, j = pair_indices(n)
-        target = self._targets(X, dev).take(np.arange(len(i)), i, j)
-        return enc.to_torch(dev, torch.float64), i, j, target
+        enc_t = self.feature_space_.transform(table).to_torch(dev, torch.float64)
+        target = torch.as_tensor(self.transform(X), device=dev)[None]
+        return enc_t, PairFeatures(enc_t), target
 
     # ------------------------------------------------------------- evaluation
     def predict_rdm(self, y):
-        """Predicted dissimilarity matrix ``sqrt(dᵀ W d)`` (n_stimuli, n_stimuli) for ``y``."""
+        """Predicted dissimilarity matrix ``sqrt(dᵀ W d)`` of the stimuli of ``y``.
+
+        Parameters
+        ----------
+        y : DataFrame | array (n_stimuli, n_features) | array (n_stimuli,)
+            Theoretical features, one row per stimulus (the columns of the fit).
+
+        Returns
+        -------
+        rdm : ndarray (n_stimuli, n_stimuli)
+            Symmetric, zero diagonal.  A ``MemoryError`` is raised before allocating it
+            when it would exceed the memory budget (``MLEM_NEURO_MEMORY``).
+        """
         self._check_is_fitted()
         enc = self.feature_space_.transform(as_feature_table(y))
         n = enc.n_stimuli
-        i, j = pair_indices(n)
-        D = enc.pair_distances(i, j)
-        q = np.einsum("pa,ab,pb->p", D, self.W_, D)
+        check_memory(8 * n * n, f"the predicted dissimilarity matrix ({n:,} x {n:,} stimuli)",
+                     "predict fewer stimuli at a time")
         out = np.zeros((n, n))
-        out[i, j] = out[j, i] = np.sign(q) * np.sqrt(np.abs(q))
+        for sl in pair_blocks(n_pairs(n), 8 * (4 * len(self.W_) + 4)):
+            i, j = linear_to_pair(np.arange(sl.start, sl.stop), n)
+            D = enc.pair_distances(i, j)
+            q = np.einsum("pa,ab,pb->p", D, self.W_, D)
+            out[i, j] = out[j, i] = np.sign(q) * np.sqrt(np.abs(q))
         return out
 
     def transform(self, X):
@@ -254,42 +277,102 @@ class MLEM(BaseEstimator):
 
         Returns the ``n_stimuli * (n_stimuli - 1) / 2`` distances of the unordered pairs
         ``(i, j)``, ``i < j``, in row-major order (as :func:`scipy.spatial.distance.pdist`),
-        using the estimator's ``distance``.  It needs no fitting.  Having it also lets MNE's
-        meta-estimators (e.g. :class:`mne.decoding.SlidingEstimator`) accept MLEM.
+        using the estimator's ``distance``.  It needs no fitting (once fitted, ``X`` must
+        have the units seen in fit).  Having it also lets MNE's meta-estimators (e.g.
+        :class:`mne.decoding.SlidingEstimator`) accept MLEM.  Many pairs (beyond a quarter
+        of the memory budget, ``MLEM_NEURO_MEMORY``) are computed a block at a time.
+
+        Parameters
+        ----------
+        X : array (n_stimuli, n_units) | (n_stimuli, n_stimuli)
+            Neural responses, or dissimilarities when ``distance="precomputed"``.
+
+        Returns
+        -------
+        distances : ndarray (n_stimuli * (n_stimuli - 1) / 2,)
+            The neural distance of each pair.
         """
         X = self._check_X(X)
+        if (self.distance != "precomputed" and hasattr(self, "n_features_in_")
+                and X.shape[1] != self.n_features_in_):
+            raise ValueError(f"X has {X.shape[1]} features, but MLEM is expecting "
+                             f"{self.n_features_in_} features as input (the units seen in "
+                             "fit); pass the same units as in fit.")
         dev = check_device(self.device)
         n = X.shape[0]
-        i, j = pair_indices(n)
-        return self._targets(X, dev).take(np.arange(len(i)), i, j)[0].cpu().numpy()
+        P = n_pairs(n)
+        if 8 * (n * n + 8 * P) <= memory_budget() // 4:     # Gram + a few pair vectors
+            i, j = pair_indices(n)
+            return self._targets(X, dev).take(np.arange(P), i, j)[0].cpu().numpy()
+        # too many pairs to build at once: one block of pairs at a time
+        check_memory(8 * P, f"the neural distances of {P:,} stimulus pairs",
+                     "pass fewer stimuli")
+        out = np.empty(P)
+        if self.distance == "precomputed":
+            for sl in pair_blocks(P, 32):
+                out[sl] = X[linear_to_pair(np.arange(sl.start, sl.stop), n)]
+            return out
+        metric = get_metric(self.distance)
+        Z = preprocess_rows(torch.as_tensor(X[None], device=dev), metric)
+        gram = 8 * n * n <= memory_budget() // 4      # same values as the all-pairs path
+        if gram:
+            G = Z @ Z.transpose(-1, -2)
+            sq = G.diagonal(dim1=-2, dim2=-1)
+        for sl in pair_blocks(P, 8 * (3 * X.shape[1] + 6)):
+            i, j = (torch.as_tensor(a, device=dev)
+                    for a in linear_to_pair(np.arange(sl.start, sl.stop), n))
+            if gram:
+                d2 = sq[:, i] + sq[:, j] - 2.0 * G[:, i, j]
+            else:
+                diff = Z[:, i] - Z[:, j]
+                d2 = (diff * diff).sum(-1)
+            out[sl] = metric.finish(d2)[0].cpu().numpy()
+        return out
 
     def score(self, X, y):
         """Exact (tie-aware) Spearman ρ between predicted and neural distances.
 
         Computed over all unordered pairs of the stimuli in ``(X, y)``; for held-out
-        evaluation pass held-out stimuli only.
+        evaluation pass held-out stimuli only.  Many pairs (e.g. 8,000 stimuli, 32 million
+        pairs) are processed in blocks within the memory budget (``MLEM_NEURO_MEMORY``,
+        default 4 GiB).
+
+        Parameters
+        ----------
+        X : array (n_stimuli, n_units) | (n_stimuli, n_stimuli)
+            Neural responses, or dissimilarities when ``distance="precomputed"``.
+        y : DataFrame | array (n_stimuli, n_features) | array (n_stimuli,)
+            Theoretical features, one row per stimulus.
+
+        Returns
+        -------
+        score : float
+            Spearman ρ over the pairs.
         """
         with use_log_level(self.verbose):
-            enc_t, i, j, target = self._eval_data(X, y)
+            _, pairs, target = self._eval_data(X, y)
             k, l = term_index(len(self.feature_names_in_), True)
-            D = enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
-            return float(baseline_scores(self.W_[None], D, target, k, l)[0])
+            return float(baseline_scores(self.W_[None], pairs, target, k, l)[0])
 
+    @fill_doc
     def permutation_importance(self, X, y, n_permutations=None, level="term",
                                random_state=None):
         """Permutation importance of each term (or feature) on the pairs of ``(X, y)``.
 
+        Like :meth:`score`, many pairs are processed in blocks within the memory budget
+        (``MLEM_NEURO_MEMORY``); each permutation then costs about one sort of the pairs
+        (or, for categorical features, one pass over them).
+
         Parameters
         ----------
-        X, y
-            Evaluation stimuli (held-out stimuli for an unbiased estimate).
+        X : array (n_stimuli, n_units) | (n_stimuli, n_stimuli)
+            Neural responses (or dissimilarities) of the evaluation stimuli (held-out
+            stimuli for an unbiased estimate).
+        y : DataFrame | array (n_stimuli, n_features) | array (n_stimuli,)
+            Their theoretical features.
         n_permutations : int | None
             Permutations per term; ``None`` uses the estimator's ``n_permutations``.
-        level : {"term", "feature"}
-            ``"term"``: permute each term ``P_kk = d_k²`` / ``P_kl = 2 d_k d_l`` across pairs
-            (one row per feature and, with interactions, per interaction ``"f:g"``).
-            ``"feature"``: permute a feature's values across stimuli; measures its total
-            effect, interactions included (one row per feature).
+        %(level)s
         random_state : None | int | Generator
             Seeds the permutations; ``None`` uses the estimator's ``random_state``.
 
@@ -306,17 +389,17 @@ class MLEM(BaseEstimator):
             check_option("level", level, ("term", "feature"))
             rng = check_random_state(self.random_state if random_state is None
                                      else random_state)
-            enc_t, i, j, target = self._eval_data(X, y)
+            enc_t, pairs, target = self._eval_data(X, y)
             names = list(self.feature_names_in_)
             if level == "term":
                 k, l = term_index(len(names), self._interaction_terms)
-                D = enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
-                drops, base = term_importance(self.W_[None], D, target, k, l, n_perm, rng)
+                drops, base = term_importance(self.W_[None], pairs, target, k, l, n_perm,
+                                              rng)
                 index = term_names(names, self._interaction_terms)
                 kinds = ["feature" if a == b else "interaction" for a, b in zip(k, l)]
             else:
-                drops, base = feature_importance(self.W_[None], enc_t, i, j, target, n_perm,
-                                                 rng)
+                drops, base = feature_importance(self.W_[None], enc_t, None, None, target,
+                                                 n_perm, rng)
                 index, kinds = names, ["feature"] * len(names)
             d = drops[0].cpu().numpy()
             df = pd.DataFrame({"importance": d.mean(axis=1),

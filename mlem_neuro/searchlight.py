@@ -2,7 +2,7 @@
 
 Images (one per stimulus) are masked with nilearn, sphere (or region) memberships form a
 sparse matrix ``A`` (:mod:`mlem_neuro.adapters.nifti`), and
-:class:`~mlem_neuro.adapters.nifti.SphereRDMSource` computes the neural RDMs of all spheres
+:class:`~mlem_neuro.core.sources.SphereRDMSource` computes the neural RDMs of all spheres
 at once from sparse products.  The shared driver :func:`mlem_neuro.crossval.run_cv` then
 trains the spheres as batched stacks in memory-bounded chunks, dispatched through joblib
 (so ``joblib.parallel_config(backend="dask")`` spreads them over a ``dask.distributed``
@@ -12,57 +12,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from .adapters.nifti import (SphereRDMSource, _binary, _check_3d, check_radius, load_images,
-                             load_mask, mask_coords, mask_data, region_membership,
-                             sphere_membership)
+from ._docs import fill_doc
+from .adapters.nifti import (_binary, _check_3d, check_radius, load_images, load_mask,
+                             mask_coords, mask_data, region_membership, sphere_membership)
 from .core.features import as_feature_table
 from .core.options import MLEMOptions
+from .core.sources import SphereRDMSource
 from .crossval import result_settings, run_cv
 from .results.brainmap import BrainMapResult
 from .utils import logger, verbose
 
 __all__ = ["mlem_roi", "mlem_searchlight"]
-
-_SHARED_DOC = """    groups : array-like | None
-        One label per image (e.g. the run of each trial): folds keep each group's images
-        together (an int ``cv`` then gives :class:`~sklearn.model_selection.GroupKFold`
-        folds over the groups; a splitter receives ``groups``).
-    cv : None | int | scikit-learn splitter | iterable of (train, test)
-        Cross-validation over stimuli (images).  An int gives shuffled K-fold splits
-        seeded by ``random_state``; ``None`` trains and scores on all images (optimistic).
-        With trial-wise betas from several runs, consider a splitter over runs
-        (e.g. ``LeaveOneGroupOut().split(X, groups=runs)`` as a list).
-    n_permutations : int
-        Permutations per term for the permutation importance on held-out pairs.
-    constraint : {"spd", "diagonal", "none"}
-        ``"spd"`` is MLEM, ``"diagonal"`` FR-RSA, ``"none"`` FR-RSA-I.
-    interactions : bool
-        Model (and map) feature interactions ``"f:g"``.
-    feature_kinds, feature_groups, missing_distance
-        Feature encoding, as in :class:`mlem_neuro.MLEM`.
-    distance : {"euclidean", "correlation", "cosine"}
-        Neural distance between the images' patterns within a sphere/region
-        (``"correlation"``: ``1 - r`` across the sphere's voxels).
-    max_steps, patience, lr, tol, batch_size
-        Training, as in :class:`mlem_neuro.MLEM`.  When all training pairs fit in one
-        batch (up to ~90 training images with ``batch_size="auto"``) training is
-        deterministic full-batch and the training Spearman keeps creeping up by tiny
-        amounts: with ``tol=0`` most spheres would run to ``max_steps`` (measured: median
-        1000 steps vs ~250 with the default ``tol=1e-4``).
-    chunk_size : int | None
-        Spheres per engine call (default: bounded by memory, and split over ``n_jobs``).
-        Results do not depend on it.
-    n_jobs : int | None
-        Parallel chunks, joblib semantics; inside
-        ``joblib.parallel_config(backend="dask")`` chunks run on a dask cluster.
-    device : str
-        ``"cpu"`` or ``"cuda"``.
-    random_state : None | int | numpy Generator
-        Seeds the folds, batches and permutations.
-    verbose : bool | str | int | None
-        Logging level for this call (``"INFO"`` shows a progress bar).
-
-"""
 
 
 def _prepare(imgs, features, mask_img, name="mask_img"):
@@ -77,6 +37,7 @@ def _prepare(imgs, features, mask_img, name="mask_img"):
 
 
 @verbose
+@fill_doc
 def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0, *,
                      groups=None, cv=5,
                      n_permutations=10, constraint="spd", interactions=True,
@@ -93,21 +54,33 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
 
     Parameters
     ----------
-    imgs : 4D image | list of 3D images
-        One image per stimulus (trial or condition betas), paths or nibabel images on one
-        grid (see :func:`mlem_neuro.fmri.trial_images`).
-    features : DataFrame
-        One row per image: the theoretical features.
-    mask_img : 3D image
-        Voxels whose signal is used (nilearn's ``mask_img``); resampled to the images'
-        grid with nearest neighbours when needed.
+    %(imgs)s
+    %(features_images)s
+    %(mask_img)s
     process_mask_img : 3D image | None
         Voxels used as sphere centres (nilearn's ``process_mask_img``; its own grid gives
         the grid of the maps).  Default: every voxel of ``mask_img``.
-    radius : float
-        Sphere radius in mm (world coordinates); a sphere holds every in-mask voxel
-        within ``radius`` of its centre (nilearn's searchlight neighbourhoods).
-    %(shared)s
+    %(radius)s
+    %(groups_images)s
+    %(cv_images)s
+    %(n_permutations)s
+    %(constraint)s
+    %(interactions)s
+    %(feature_kinds)s
+    %(feature_groups)s
+    %(missing_distance)s
+    %(distance_images)s
+    %(max_steps)s
+    %(patience)s
+    %(lr)s
+    %(tol)s
+    %(batch_size)s
+    %(chunk_size_spheres)s
+    %(n_jobs)s
+    %(device)s
+    %(random_state)s
+    %(verbose)s
+
     Returns
     -------
     result : BrainMapResult
@@ -172,6 +145,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
 
 
 @verbose
+@fill_doc
 def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
              n_permutations=10,
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
@@ -188,10 +162,8 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
 
     Parameters
     ----------
-    imgs : 4D image | list of 3D images
-        One image per stimulus, on one grid.
-    features : DataFrame
-        One row per image.
+    %(imgs)s
+    %(features_images)s
     labels_img : 3D image
         Integer atlas (0 = background), resampled to the images' grid with nearest
         neighbours when needed (a deterministic atlas, as for
@@ -199,7 +171,26 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
     mask_img : 3D image | None
         Restrict the regions to these voxels.  Regions left without voxels are dropped
         with a warning.
-    %(shared)s
+    %(groups_images)s
+    %(cv_images)s
+    %(n_permutations)s
+    %(constraint)s
+    %(interactions)s
+    %(feature_kinds)s
+    %(feature_groups)s
+    %(missing_distance)s
+    %(distance_images)s
+    %(max_steps)s
+    %(patience)s
+    %(lr)s
+    %(tol)s
+    %(batch_size)s
+    %(chunk_size_spheres)s
+    %(n_jobs)s
+    %(device)s
+    %(random_state)s
+    %(verbose)s
+
     Returns
     -------
     result : BrainMapResult
@@ -255,6 +246,3 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
                           shape=img4d.shape[:3], voxel_indices=ijk,
                           voxel_model=voxel_model, kind="roi", region_labels=labels_out)
 
-
-mlem_searchlight.__doc__ = mlem_searchlight.__doc__.replace("    %(shared)s\n", _SHARED_DOC)
-mlem_roi.__doc__ = mlem_roi.__doc__.replace("    %(shared)s\n", _SHARED_DOC)

@@ -3,7 +3,7 @@
 One MLEM model per time point, all trained together: the data ``(n_trials, n_channels,
 n_times)`` become a stack ``Y`` of shape ``(n_times, n_trials, n_channels)``, the neural
 distances between trials at every time point come from Gram products
-(:class:`~mlem_neuro.crossval.DenseRDMSource`), and :func:`~mlem_neuro.crossval.run_cv`
+(:class:`~mlem_neuro.core.sources.DenseRDMSource`), and :func:`~mlem_neuro.crossval.run_cv`
 trains every time point of a fold as one batched stack (in memory-bounded chunks, spread
 over ``n_jobs`` with joblib), then scores and permutes on pairs of held-out trials.
 
@@ -13,63 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .adapters.epochs import (check_window, epochs_data, epochs_feature_table, time_mask,
-                              window_average)
+from ._docs import fill_doc
+from .adapters.epochs import epochs_data, epochs_feature_table
 from .core.features import as_feature_table
 from .core.options import MLEMOptions
-from .crossval import DenseRDMSource, result_settings, run_cv
+from .core.sources import DenseRDMSource
+from .crossval import result_settings, run_cv
 from .results.timecourse import TimeCourseResult
+from .times import check_window, time_mask, window_average
 from .utils import check_float, logger, verbose
-
-_SHARED_DOC = """
-    window : float | None
-        Average the samples within ``±window / 2`` seconds of each time point before
-        computing distances (a moving average; samples near the edges average the
-        neighbours that exist).  ``None`` uses single samples.
-    scale : bool
-        Standardise each channel (zero mean, unit variance over all trials and time
-        samples analysed) before distances.  On by default, so that channels of different
-        types and units (MEG T and T/m, EEG V) weigh alike in the Euclidean distance; the
-        transform ignores the features, so it leaks nothing across folds.  ``False`` keeps
-        the data's own units (channels with larger variance then dominate).
-    groups : array-like | None
-        One label per trial (run, session, item...): folds keep each group's trials
-        together (an int ``cv`` then gives :class:`~sklearn.model_selection.GroupKFold`
-        folds; a splitter receives ``groups``).  :func:`mlem_epochs` also takes the name of
-        an ``epochs.metadata`` column.
-    cv : None | int | splitter | iterable
-        Cross-validation over trials: an int gives shuffled K-fold splits (default 5);
-        also a scikit-learn splitter or ``(train, test)`` index pairs.  Each fold's models
-        are trained on pairs of training trials and scored / permuted on pairs of held-out
-        trials; results keep every fold (means and spreads on the result).  ``None``
-        trains and scores on all trials: **optimistic** (in-sample), for exploration only.
-    n_permutations : int
-        Permutations per term for the importance (the MLEM paper uses 10).
-    constraint : {"spd", "diagonal", "none"}
-        ``"spd"`` is MLEM, ``"diagonal"`` FR-RSA (no interactions), ``"none"`` FR-RSA-I.
-    interactions : bool
-        Model (and report) feature interactions ``"f:g"``.
-    level : {"term", "feature"}
-        Importance per term (features and interactions) or per feature (total effect).
-    feature_kinds, feature_groups, missing_distance
-        Feature encoding, as in :class:`mlem_neuro.MLEM`.
-    distance : {"euclidean", "correlation", "cosine"}
-        Neural distance between trials at a time point (across channels).
-    max_steps, patience, lr, tol, batch_size
-        Training settings, as in :class:`mlem_neuro.MLEM`.
-    chunk_size : int | None
-        Time points per engine call (default: as many as fit a memory budget, split over
-        ``n_jobs``).  Results do not depend on it.
-    n_jobs : int | None
-        Chunks run in parallel with joblib (``None``: one process; ``-1``: all cores).
-        ``joblib.parallel_config(backend="dask")`` sends them to a dask cluster.
-    device : str
-        ``"cpu"`` or ``"cuda"`` (training in float32 there, scores in float64).
-    random_state : None | int | numpy Generator
-        Seeds folds, batches and permutations (results do not depend on ``n_jobs``).
-    verbose : bool | str | int | None
-        Logging level; ``"INFO"`` shows a progress bar over chunks.
-"""
 
 
 def _check_data(data):
@@ -155,6 +107,7 @@ def _fit(data, table, times, ch_names, *, settings, options, groups):
 
 
 @verbose
+@fill_doc
 def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=None,
                tmax=None, decim=1, window=None, scale=True, groups=None, cv=5,
                n_permutations=10, level="term", constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
@@ -177,13 +130,32 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
         Sampling rate in Hz (needed for ``window`` when ``times`` is not given).
     ch_names : list of str | None
         Channel names, kept on the result.
-    tmin, tmax : float | None
-        Time window analysed (seconds, inclusive; default: all samples).
-    decim : int
-        Keep one sample in ``decim`` (on a grid anchored at ``t = 0`` when the sampling rate
-        is known), after ``window`` averaging: e.g. spikes binned at 1 ms with
-        ``window=0.05, decim=25`` give 50 ms averages every 25 ms.
-    %(shared)s
+    %(tmin)s
+    %(tmax)s
+    %(decim)s
+    %(window)s
+    %(scale)s
+    %(groups_trials)s
+    %(cv_trials)s
+    %(n_permutations)s
+    %(level)s
+    %(constraint)s
+    %(interactions)s
+    %(feature_kinds)s
+    %(feature_groups)s
+    %(missing_distance)s
+    %(distance_trials)s
+    %(max_steps)s
+    %(patience)s
+    %(lr)s
+    %(tol)s
+    %(batch_size)s
+    %(chunk_size_time)s
+    %(n_jobs)s
+    %(device)s
+    %(random_state)s
+    %(verbose)s
+
     Returns
     -------
     TimeCourseResult
@@ -235,6 +207,7 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
 
 
 @verbose
+@fill_doc
 def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1, *,
                 window=None, scale=True, groups=None, cv=5, n_permutations=10, level="term",
                 constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
@@ -258,13 +231,32 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     picks : str | list | slice | None
         Channels, as in MNE (names, types such as ``"eeg"``, indices); ``None``: the good
         data channels.
-    tmin, tmax : float | None
-        Time window in seconds (inclusive); default the whole epoch.
-    decim : int
-        Keep every ``decim``-th sample (anchored at ``t = 0``, as MNE); low-pass the data
-        first (or use ``window``) to avoid aliasing.  ``window`` averaging is applied on
-        the full-rate data, before decimation.
-    %(shared)s
+    %(tmin)s
+    %(tmax)s
+    %(decim)s
+    %(window)s
+    %(scale)s
+    %(groups_epochs)s
+    %(cv_trials)s
+    %(n_permutations)s
+    %(level)s
+    %(constraint)s
+    %(interactions)s
+    %(feature_kinds)s
+    %(feature_groups)s
+    %(missing_distance)s
+    %(distance_trials)s
+    %(max_steps)s
+    %(patience)s
+    %(lr)s
+    %(tol)s
+    %(batch_size)s
+    %(chunk_size_time)s
+    %(n_jobs)s
+    %(device)s
+    %(random_state)s
+    %(verbose)s
+
     Returns
     -------
     TimeCourseResult
@@ -306,7 +298,3 @@ def _metadata_column(epochs, name):
                          f"{have}); pass a column name or one label per epoch.")
     return epochs.metadata[name].to_numpy()
 
-
-for _f in (mlem_array, mlem_epochs):
-    _f.__doc__ = _f.__doc__.replace("    %(shared)s\n", _SHARED_DOC.lstrip("\n"))
-del _f

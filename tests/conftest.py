@@ -1,13 +1,10 @@
-"""Shared test set-up."""
-import pytest
-import torch
+"""Set-up for the tests in this folder.
 
+The fixtures every test and every doctest share (torch on one thread) are in the
+repository's top-level ``conftest.py``, so that ``pytest mlem_neuro`` (the doctests alone)
+gets them too.
+"""
+import os
 
-@pytest.fixture(autouse=True, scope="session")
-def _one_torch_thread():
-    """Run torch on one thread: the engine's tensors are small in tests, and on a busy
-    2-core machine intra-op threads that get descheduled made tiny ops ~10x slower."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+# figures are drawn off-screen (README examples, result.plot tests)
+os.environ.setdefault("MPLBACKEND", "Agg")

@@ -2,6 +2,7 @@
 out that read back with :func:`mlem_neuro.read_result`.  Most tests call
 ``mlem_neuro.cli.main`` in-process; one runs the console script and ``python -m``."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -159,7 +160,8 @@ def test_searchlight_haxby_end_to_end(tmp_path, capsys):
 
 @needs_haxby
 def test_searchlight_group_runs_folds_hold_whole_runs(monkeypatch, tmp_path):
-    """--group-runs gives the searchlight folds in which no run is split."""
+    """--group-runs passes the run of each trial as ``groups`` (the analysis makes the
+    GroupKFold folds): no run is split between training and test."""
     import mlem_neuro.searchlight
 
     seen = {}
@@ -167,15 +169,21 @@ def test_searchlight_group_runs_folds_hold_whole_runs(monkeypatch, tmp_path):
 
     def spy(imgs, table, *args, **kwargs):
         seen["runs"] = table.index.get_level_values("run").to_numpy()
-        seen["cv"] = kwargs["cv"]
+        seen["groups"], seen["cv"] = kwargs["groups"], kwargs["cv"]
         return real(imgs, table, *args, **kwargs)
 
     monkeypatch.setattr(mlem_neuro.searchlight, "mlem_searchlight", spy)
     argv = _haxby_args(range(1, 5), tmp_path / "out", mask="vt") + [
         "--cv", "2", "--group-runs", "--n-permutations", "1", "--radius", "30"]
     assert main(argv) == 0
-    assert len(seen["cv"]) == 2
-    for train, test in seen["cv"]:
+    assert seen["cv"] == 2
+    np.testing.assert_array_equal(seen["groups"], seen["runs"])
+    res = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
+    assert res.settings["groups"] == "run" and res.settings["cv"] == "GroupKFold(2) over runs"
+    tests = [np.asarray(te) for te in res.settings["fold_test_indices"]]
+    assert len(tests) == 2
+    for test in tests:
+        train = np.setdiff1d(np.arange(len(seen["runs"])), test)
         assert len(set(seen["runs"][test])) == 2                  # two whole runs held out
         assert not set(seen["runs"][train]) & set(seen["runs"][test])
 
@@ -188,8 +196,8 @@ def test_searchlight_group_runs_flat_test_folds(tmp_path, capsys):
     argv = _haxby_args(range(1, 4), tmp_path / "out", mask="vt") + [
         "--cv", "3", "--group-runs", "--n-permutations", "1", "--radius", "30"]
     assert main(argv) == 2
-    _one_line_error(capsys, "fold 1 has the same distance on ['trial_type']",
-                    "Use fewer folds")
+    _one_line_error(capsys, "fold 1 has the same distance on every feature (['trial_type'])",
+                    "With --group-runs every fold holds out whole runs: lower --cv")
     events = []
     for r in range(1, 4):
         ev = pd.read_csv(HAXBY / f"BOLD/task001_run{r:03d}/bold_events.tsv", sep="\t")
@@ -257,3 +265,409 @@ def test_console_script_and_python_m(epochs_file, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == (f"mlem-neuro epochs: error: epochs file not found: "
                                    f"{tmp_path / 'missing-epo.fif'}")
+
+
+# ------------------------------------------------------------------ --out, --overwrite
+@pytest.fixture(scope="module")
+def rich_epochs_file(tmp_path_factory):
+    """48 simulated trials with metadata A, B (features), word (one string per trial),
+    trial (a permutation of 0..47) and run (4 runs of 12 trials)."""
+    import mne
+
+    from mlem_neuro.simulation import simulate_epochs
+
+    data, meta, times = simulate_epochs(n_trials=48, n_channels=6, n_times=10, sfreq=25.0,
+                                        windows={"A": (0.0, 0.1), "B": (0.1, 0.2)},
+                                        random_state=1)
+    meta["word"] = [f"word{k:02d}" for k in range(48)]
+    meta["trial"] = np.random.default_rng(0).permutation(48)
+    meta["run"] = np.repeat([1, 2, 3, 4], 12)
+    info = mne.create_info([f"EEG{k:02d}" for k in range(3)] + ["MEG1", "MEG2", "MEG3"],
+                           25.0, ["eeg"] * 3 + ["mag"] * 3)
+    epochs = mne.EpochsArray(data * 1e-6, info, tmin=times[0], metadata=meta,
+                             verbose="ERROR")
+    fname = tmp_path_factory.mktemp("rich") / "rich-epo.fif"
+    epochs.save(fname, verbose="ERROR")
+    return fname
+
+
+FAST = ["--cv", "0", "--n-permutations", "1", "--no-interactions"]
+
+
+def _never_called(*args, **kwargs):
+    raise AssertionError("called although --out was refused")
+
+
+def _old_results(out):
+    out.mkdir()
+    (out / "mlem.npz").write_bytes(b"old result")
+    (out / "importance.csv").write_text("old table")
+    return {p.name: p.read_bytes() for p in out.iterdir()}
+
+
+def test_out_holding_results_is_refused_before_any_work(epochs_file, tmp_path, capsys,
+                                                        monkeypatch):
+    import mne
+
+    import mlem_neuro.fmri
+    import mlem_neuro.searchlight
+    import mlem_neuro.time_resolved
+
+    for module, name in ((mlem_neuro.time_resolved, "mlem_epochs"), (mne, "read_epochs"),
+                         (mlem_neuro.fmri, "trial_images"),
+                         (mlem_neuro.searchlight, "mlem_searchlight")):
+        monkeypatch.setattr(module, name, _never_called)
+    out = tmp_path / "out"
+    before = _old_results(out)
+    assert main(["epochs", str(epochs_file), "--out", str(out)]) == 2
+    _one_line_error(capsys, f"--out {out} already holds results (importance.csv, mlem.npz)",
+                    "pass --overwrite")
+    fake = tmp_path / "run1.nii.gz"
+    fake.write_bytes(b"")
+    assert main(["searchlight", "--imgs", str(fake), "--events", str(fake), "--mask",
+                 str(fake), "--t-r", "2", "--out", str(out)]) == 2
+    _one_line_error(capsys, "already holds results", "pass --overwrite")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # any importance.* file counts as a result; other files do not
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    (other / "importance.nii.gz").write_bytes(b"x")
+    assert main(["epochs", str(epochs_file), "--out", str(other)]) == 2
+    _one_line_error(capsys, "(importance.nii.gz)")
+
+
+def test_out_must_be_a_writable_folder(epochs_file, tmp_path, capsys, monkeypatch):
+    import mlem_neuro.cli
+    import mlem_neuro.time_resolved
+
+    monkeypatch.setattr(mlem_neuro.time_resolved, "mlem_epochs", _never_called)
+    afile = tmp_path / "results.txt"
+    afile.write_text("a file")
+    assert main(["epochs", str(epochs_file), "--out", str(afile)]) == 2
+    _one_line_error(capsys, f"--out {afile} is a file, not a folder")
+    assert main(["epochs", str(epochs_file), "--out", str(afile / "sub" / "out")]) == 2
+    _one_line_error(capsys, f"cannot be created: {afile} is a file")
+    # permissions (tests may run as root, for whom every folder is writable)
+    monkeypatch.setattr(mlem_neuro.cli.os, "access", lambda path, mode: False)
+    assert main(["epochs", str(epochs_file), "--out", str(tmp_path / "new" / "out")]) == 2
+    _one_line_error(capsys, "cannot be created: no write permission in", str(tmp_path))
+    assert main(["epochs", str(epochs_file), "--out", str(tmp_path)]) == 2
+    _one_line_error(capsys, f"--out {tmp_path} is not writable")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.txt"]
+
+
+def test_overwrite_replaces_results(epochs_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    _old_results(out)
+    argv = ["epochs", str(epochs_file), "--features", "A", "--tmax", "0.0", *FAST,
+            "--out", str(out)]
+    assert main(argv) == 2
+    assert (out / "mlem.npz").read_bytes() == b"old result"
+    assert main([*argv, "--overwrite"]) == 0
+    res = mlem_neuro.read_result(out / "mlem.npz")
+    assert res.terms == ["A"] and len(pd.read_csv(out / "importance.csv")) == len(res.times)
+    assert sorted(p.name for p in out.iterdir()) == ["importance.csv", "importance.png",
+                                                     "mlem.npz"]      # no temporary file
+
+
+def test_demo_out_is_checked_too(tmp_path, capsys, monkeypatch):
+    import mlem_neuro.cli
+
+    monkeypatch.setattr(mlem_neuro.cli, "run_demo", _never_called)
+    (tmp_path / "report.html").write_text("<html>old</html>")
+    assert main(["demo", "--out", str(tmp_path)]) == 2
+    _one_line_error(capsys, "already holds results (report.html)")
+
+
+# ------------------------------------------------------------------- help, --version
+def _subparsers():
+    from mlem_neuro.cli import build_parser
+
+    parser = build_parser()
+    action = next(a for a in parser._actions if a.dest == "command")
+    return parser, action.choices
+
+
+def test_help_gives_every_option_help_and_its_default():
+    parser, commands = _subparsers()
+    assert set(commands) == {"demo", "epochs", "searchlight"}
+    for name, sub in commands.items():
+        formatter = sub.formatter_class(prog=name)
+        for action in sub._actions:
+            if action.dest == "help":
+                continue
+            text = formatter._get_help_string(action)
+            assert action.help, (name, action.dest)
+            if action.option_strings and not action.required:
+                assert "default" in text, (name, action.dest, text)
+        rendered = sub.format_help()
+        assert "--out" in rendered and "(default: " in rendered
+    epochs = commands["epochs"].format_help()
+    assert "(default: 5)" in epochs and "(default: spd)" in epochs    # --cv, --constraint
+    assert "--picks" in epochs and "--groups COLUMN" in epochs and "--overwrite" in epochs
+    assert "--group-runs" in commands["searchlight"].format_help()
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"mlem-neuro {mlem_neuro.__version__}"
+
+
+def test_cv_must_be_zero_or_at_least_two(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["epochs", "x-epo.fif", "--cv", "1", "--out", "o"])
+    assert exc.value.code == 2
+    assert "must be 0 (no cross-validation) or a number of folds >= 2, got 1" in \
+        capsys.readouterr().err
+
+
+# ------------------------------------------------------------ --picks, --groups, features
+def test_picks_take_channel_names_or_types(rich_epochs_file, tmp_path, capsys):
+    for picks, expected in (("EEG00, MEG2", ["EEG00", "MEG2"]),
+                            ("mag", ["MEG1", "MEG2", "MEG3"])):
+        out = tmp_path / picks.replace(",", "_").replace(" ", "")
+        assert main(["epochs", str(rich_epochs_file), "--features", "A", "--picks", picks,
+                     "--tmax", "0.0", *FAST, "--out", str(out)]) == 0
+        assert mlem_neuro.read_result(out / "mlem.npz").ch_names == expected
+    assert main(["epochs", str(rich_epochs_file), "--picks", "EEG99", *FAST, "--out",
+                 str(tmp_path / "bad")]) == 2
+    _one_line_error(capsys, "EEG99")
+    assert main(["epochs", str(rich_epochs_file), "--picks", " , ", *FAST, "--out",
+                 str(tmp_path / "bad")]) == 2
+    _one_line_error(capsys, "--picks ' , ' names nothing")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_groups_keep_each_group_in_one_fold(rich_epochs_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["epochs", str(rich_epochs_file), "--groups", "run", "--cv", "2",
+                 "--n-permutations", "1", "--tmax", "0.0", "--no-interactions",
+                 "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    res = mlem_neuro.read_result(out / "mlem.npz")
+    assert res.terms == ["A", "B"]                 # not run (the groups), word, trial
+    assert res.settings["groups"] == "run" and res.settings["cv"] == "GroupKFold(2) over run"
+    runs = np.repeat([1, 2, 3, 4], 12)
+    tests = [np.asarray(te) for te in res.settings["fold_test_indices"]]
+    assert len(tests) == 2 and sorted(np.concatenate(tests)) == list(range(48))
+    for test in tests:
+        train = np.setdiff1d(np.arange(48), test)
+        assert len(set(runs[test])) == 2 and not set(runs[test]) & set(runs[train])
+    assert "held-out, 2-fold cross-validation grouped by run" in captured.out
+
+
+def test_groups_bad_values(rich_epochs_file, epochs_file, tmp_path, capsys):
+    out = str(tmp_path / "out")
+    assert main(["epochs", str(rich_epochs_file), "--groups", "run", "--cv", "0",
+                 "--out", out]) == 2
+    _one_line_error(capsys, "--groups needs cross-validation")
+    assert main(["epochs", str(rich_epochs_file), "--groups", "session", "--out", out]) == 2
+    _one_line_error(capsys, "--groups 'session' is not a metadata column", "'run'")
+    assert main(["epochs", str(rich_epochs_file), "--groups", "run", "--cv", "5",
+                 "--out", out]) == 2
+    _one_line_error(capsys, "--groups run with --cv 5 needs at least 5 distinct values "
+                            "of 'run'; it has 4")
+    assert not Path(out).exists()
+
+
+def test_features_tolerate_spaces_and_leave_out_id_columns(rich_epochs_file, tmp_path,
+                                                           capsys):
+    out = tmp_path / "spaces"
+    assert main(["epochs", str(rich_epochs_file), "--features", " A , B,", "--tmax", "0.0",
+                 *FAST, "--out", str(out)]) == 0
+    assert mlem_neuro.read_result(out / "mlem.npz").terms == ["A", "B"]
+    assert "note" not in capsys.readouterr().err
+    out = tmp_path / "default"
+    assert main(["epochs", str(rich_epochs_file), "--tmax", "0.0", *FAST,
+                 "--out", str(out)]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "note:" in line]
+    assert notes == ["mlem-neuro: note: left out the metadata column(s) ['word', 'trial']: "
+                     "one distinct value per trial (labels or IDs, not features); name "
+                     "them in --features to use them anyway"]
+    assert mlem_neuro.read_result(out / "mlem.npz").terms == ["A", "B", "run"]
+    # named explicitly, an ID column is used
+    out = tmp_path / "explicit"
+    assert main(["epochs", str(rich_epochs_file), "--features", "A,trial", "--tmax", "0.0",
+                 *FAST, "--out", str(out)]) == 0
+    assert mlem_neuro.read_result(out / "mlem.npz").terms == ["A", "trial"]
+
+
+def test_id_columns():
+    from mlem_neuro.cli import id_columns
+
+    n = 6
+    table = pd.DataFrame({
+        "word": [f"w{k}" for k in range(n)],            # strings, one per row: ID
+        "trial": [3, 1, 0, 5, 2, 4],                    # permutation of 0..5: ID
+        "trial1": np.arange(1, n + 1),                  # 1..6: ID
+        "code": [10, 20, 30, 40, 50, 60],               # distinct but not consecutive
+        "freq": np.linspace(0, 1, n),                   # numeric feature
+        "cat": pd.Categorical([f"c{k}" for k in range(n)]),   # categorical, one per row
+        "animal": ["dog", "cat", "dog", "cat", "dog", "cat"],
+        "flag": [True, False] * 3,
+        "gap": ["a", "b", None, "d", "e", "f"],          # missing values: not an ID
+    })
+    assert id_columns(table) == ["word", "trial", "trial1", "cat"]
+    assert id_columns(table.iloc[:2]) == []              # too few rows to tell
+
+
+def test_searchlight_default_features_leave_out_id_columns(capsys):
+    import argparse
+
+    from mlem_neuro.cli import _searchlight_features
+
+    events = [pd.DataFrame({"onset": [0.0, 10.0, 20.0], "duration": 2.0,
+                            "trial_type": ["a", "b", "a"],
+                            "stim_file": [f"img{3 * r + k}.png" for k in range(3)],
+                            "rt": [0.5, 0.7, 0.6]}) for r in range(2)]
+    args = argparse.Namespace(features=None, model="trial")
+    assert _searchlight_features(args, events) == ["trial_type", "rt"]
+    assert "['stim_file']" in capsys.readouterr().err
+    args.features = "trial_type , stim_file"
+    assert _searchlight_features(args, events) == ["trial_type", "stim_file"]
+    args.features, args.model = None, "condition"   # trial_images drops them itself
+    assert _searchlight_features(args, events) is None
+    for ev in events:
+        ev["stim_file"] = "same.png"
+    args.model = "trial"
+    assert _searchlight_features(args, events) is None   # nothing left out
+
+
+# ------------------------------------------------------------ wording, warnings, output
+def test_cv0_is_never_called_held_out(epochs_file, tmp_path, capsys, monkeypatch):
+    import logging
+
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
+
+    texts, messages = [], []
+    real_savefig = Figure.savefig
+
+    def savefig(fig, *args, **kwargs):
+        texts.extend(t.get_text() for t in fig.findobj(Text))
+        return real_savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logger = logging.getLogger("mlem_neuro")
+    logger.addHandler(handler)
+    try:
+        assert main(["epochs", str(epochs_file), "--features", "A", "--tmax", "0.2",
+                     *FAST, "--out", str(tmp_path / "out")]) == 0
+    finally:
+        logger.removeHandler(handler)
+    assert not logger.filters                           # main removed its filter
+    captured = capsys.readouterr()
+    printed = [captured.out, captured.err, *messages, *texts]
+    assert not [p for p in printed if "held-out" in p]
+    assert "Spearman rho (in-sample (no cross-validation)): peak" in captured.out
+    assert any("in-sample ρ (no cross-validation)" in t for t in texts)   # the score axis
+    assert messages                                    # the analysis did log
+    frame = pd.read_csv(tmp_path / "out" / "importance.csv")
+    assert not [c for c in frame.columns if "held" in c]
+    # with cross-validation the same figure says held-out
+    texts.clear()
+    assert main(["epochs", str(epochs_file), "--features", "A", "--tmax", "0.2", "--cv", "2",
+                 "--n-permutations", "1", "--out", str(tmp_path / "cv")]) == 0
+    assert any("held-out" in t for t in texts)
+    assert "held-out, 2-fold cross-validation" in capsys.readouterr().out
+
+
+def test_warning_format_is_one_line_and_restored(epochs_file, tmp_path, monkeypatch):
+    import warnings
+
+    from mlem_neuro.cli import _one_line_warning
+
+    before = warnings.formatwarning
+    seen = []
+
+    def spy(*args, **kwargs):                 # the formatter in force during the analysis
+        seen.append(warnings.formatwarning)
+        raise ValueError("stop here")
+
+    import mlem_neuro.time_resolved
+
+    monkeypatch.setattr(mlem_neuro.time_resolved, "mlem_epochs", spy)
+    assert main(["epochs", str(epochs_file), "--out", str(tmp_path / "o")]) == 2
+    assert seen == [_one_line_warning] and warnings.formatwarning is before
+    line = _one_line_warning(RuntimeWarning("a\n  long   message"), RuntimeWarning,
+                             "/x/cli.py", 3, "res = f()")
+    assert line == "mlem-neuro: warning: a long message\n"
+
+
+def _run_as_user(epochs_file, out, *extra):
+    env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlem_neuro", "epochs", str(epochs_file), "--features", "A",
+         "--tmax", "0.0", "--n-permutations", "1", "--out", str(out), *extra],
+        capture_output=True, env=env, timeout=120)
+    stderr = proc.stderr.decode()         # bytes: text mode would turn \r into \n
+    assert proc.returncode == 0, stderr
+    return stderr
+
+
+def test_warnings_print_one_line_in_a_real_run(epochs_file, tmp_path):
+    """Run as a user does: a warning is one line, without the Python source."""
+    stderr = _run_as_user(epochs_file, tmp_path / "out", "--tmin", "-1", "--cv", "0")
+    lines = stderr.split("\n")
+    warning = [line for line in lines if "warning" in line.lower()]
+    assert warning == ["mlem-neuro: warning: [tmin, tmax] = [-1.0, 0.0] s reaches outside "
+                       "the data ([-0.2, 0.64] s); using the overlap."]
+    assert not [line for line in lines if line.startswith(" ") or "cli.py" in line]
+
+
+def test_progress_bar_ends_complete(epochs_file, tmp_path):
+    """The progress bar's last state is complete: no reset (0/2) bar after the run."""
+    stderr = _run_as_user(epochs_file, tmp_path / "out", "--cv", "2")
+    states = [s for s in re.split(r"[\r\n]", stderr) if "MLEM chunks" in s]
+    assert states and "2/2" in states[-1], states[-1]
+
+
+# -------------------------------------------------------------------- unreadable inputs
+def test_unreadable_epochs_files(epochs_file, tmp_path, capsys):
+    import mne
+
+    data = Path(epochs_file).read_bytes()
+    raw = tmp_path / "rec-raw.fif"
+    mne.io.RawArray(np.zeros((2, 100)), mne.create_info(2, 100.0, "eeg"),
+                    verbose="ERROR").save(raw, verbose="ERROR")
+    cases = {"half-epo.fif": data[: len(data) // 2], "head-epo.fif": data[:200],
+             "empty-epo.fif": b"", "text-epo.fif": b"hello"}
+    for name, content in cases.items():
+        (tmp_path / name).write_bytes(content)
+    (tmp_path / "folder-epo.fif").mkdir()
+    for name in [*cases, "folder-epo.fif", raw.name]:
+        path = tmp_path / name
+        assert main(["epochs", str(path), "--out", str(tmp_path / "out")]) == 2, name
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert err.startswith(f"mlem-neuro epochs: error: cannot read {path} as MNE "
+                              "epochs ("), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_searchlight_truncated_nifti(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    bold = tmp_path / "bold.nii.gz"
+    nib.Nifti1Image(rng.random((4, 4, 4, 20)).astype("float32"), np.eye(4)).to_filename(bold)
+    mask = tmp_path / "mask.nii.gz"
+    nib.Nifti1Image(np.ones((4, 4, 4), "uint8"), np.eye(4)).to_filename(mask)
+    events = tmp_path / "events.tsv"
+    pd.DataFrame({"onset": [0.0, 8.0, 16.0, 24.0], "duration": 2.0,
+                  "trial_type": ["a", "b", "a", "b"]}).to_csv(events, sep="\t", index=False)
+    for name, source in (("cut_bold.nii.gz", bold), ("cut_mask.nii.gz", mask)):
+        data = source.read_bytes()
+        (tmp_path / name).write_bytes(data[: len(data) // 2])
+    for imgs, msk in ((tmp_path / "cut_bold.nii.gz", mask),
+                      (bold, tmp_path / "cut_mask.nii.gz")):
+        bad = imgs if "cut" in imgs.name else msk
+        assert main(["searchlight", "--imgs", str(imgs), "--events", str(events), "--mask",
+                     str(msk), "--t-r", "2", "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert err.startswith("mlem-neuro searchlight: error: ") and bad.name in err
+    assert not (tmp_path / "out").exists()

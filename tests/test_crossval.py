@@ -4,7 +4,7 @@ import pytest
 from sklearn.model_selection import KFold
 
 from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.crossval import DenseRDMSource
+from mlem_neuro.core.sources import DenseRDMSource
 from mlem_neuro.crossval import run_cv as _run_cv
 from mlem_neuro.results import _base
 from mlem_neuro.results._base import BaseResult, read_result

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import mlem_neuro
-from mlem_neuro.adapters.nifti import SphereRDMSource, sphere_membership
+from mlem_neuro.adapters.nifti import sphere_membership
+from mlem_neuro.core.sources import SphereRDMSource
 from mlem_neuro.core.neural import rdm_from_rows
 from mlem_neuro.core.pairs import pair_indices
 from mlem_neuro.results import BrainMapResult
@@ -87,7 +88,7 @@ def test_sphere_rdm_matches_dense_per_sphere(metric):
 
 def test_sphere_rdm_pair_blocks(monkeypatch):
     """Chunking the pairs (memory bound) does not change the distances."""
-    from mlem_neuro.adapters import nifti
+    from mlem_neuro.core import sources
 
     rng = np.random.default_rng(2)
     mask = np.ones((4, 4, 4), bool)
@@ -95,7 +96,7 @@ def test_sphere_rdm_pair_blocks(monkeypatch):
     src = SphereRDMSource(rng.standard_normal((20, 64)),
                           sphere_membership(seeds, mask, AFFINE, 4.0))
     full = src.rdm(np.arange(20))
-    monkeypatch.setattr(nifti, "BLOCK_BYTES", 8 * 64 * 7)  # 7 pairs per block
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 8 * 64 * 7)  # 7 pairs per block
     assert torch.equal(src.rdm(np.arange(20)), full)
 
 

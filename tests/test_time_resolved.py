@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 import mlem_neuro
-from mlem_neuro.adapters.epochs import (epochs_feature_table, features_from_events,
-                                        window_average)
+from mlem_neuro.adapters.epochs import epochs_feature_table, features_from_events
+from mlem_neuro.times import window_average
 from mlem_neuro.time_resolved import mlem_array, mlem_epochs
 
 mne = pytest.importorskip("mne")

@@ -10,7 +10,11 @@
 # * torchsort: compiled against that torch with --no-build-isolation.  Its setup.py
 #   builds the CUDA kernel whenever `nvcc` is on PATH, which fails against a CPU torch, so
 #   nvcc is hidden from PATH for that build when torch has no CUDA.
-# * the package itself, editable, with its test and doc extras.
+# * numpy before torch: torch warns "Failed to initialize NumPy" on import without one.
+# * the package itself, editable, with every optional extra (MEG/EEG, fMRI, figures) and
+#   the test and doc tools; torch is pinned to the version found above, so pip can never
+#   swap it for another build while resolving the extras.
+# The torch probes below send their stderr to /dev/null: a probe that fails is an answer.
 set -euo pipefail
 
 VENV=${1:-.venv}
@@ -27,7 +31,11 @@ if [ ! -x "$VENV/bin/python" ]; then
     fi
 fi
 VPY="$VENV/bin/python"
-"$VPY" -m pip install -q --upgrade "pip>=23" "setuptools>=64" wheel
+"$VPY" -m pip install -q --upgrade "pip>=23" "setuptools>=77" wheel
+
+if ! "$VPY" -c "import numpy" >/dev/null 2>&1; then
+    "$VPY" -m pip install -q "numpy>=1.24"
+fi
 
 if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
     echo "setup: installing $TORCH_SPEC"
@@ -36,7 +44,7 @@ fi
 
 if ! "$VPY" -c "import torch, torchsort" >/dev/null 2>&1; then
     build_path="$PATH"
-    if [ "$("$VPY" -c 'import torch; print(torch.version.cuda is None)')" = "True" ]; then
+    if [ "$("$VPY" -c 'import torch; print(torch.version.cuda is None)' 2>/dev/null)" = "True" ]; then
         # CPU torch: drop every PATH entry that holds an nvcc.
         build_path=$(printf '%s' "$PATH" | tr ':' '\n' | while read -r d; do
             [ -n "$d" ] && [ ! -x "$d/nvcc" ] && printf '%s:' "$d"; done)
@@ -46,5 +54,8 @@ if ! "$VPY" -c "import torch, torchsort" >/dev/null 2>&1; then
     PATH="$build_path" "$VPY" -m pip install --no-build-isolation --no-cache-dir "$TORCHSORT_SPEC"
 fi
 
-"$VPY" -m pip install -q -e ".[test,doc]"
+TORCH_VERSION=$("$VPY" -c "import torch; print(torch.__version__)" 2>/dev/null)
+# (setuptools' "Editable installation ... be careful with folders" notice is informational)
+PYTHONWARNINGS="ignore:Editable installation:UserWarning" \
+    "$VPY" -m pip install -q -e ".[all,test,doc]" "torch==$TORCH_VERSION"
 "$VPY" -c "import torch, torchsort, mlem_neuro; print('setup: torch', torch.__version__, '| torchsort ok | mlem_neuro', mlem_neuro.__version__)"

@@ -20,13 +20,11 @@ caller's ``Epochs`` is modified: non-preloaded epochs are read through a copy.
 """
 from __future__ import annotations
 
-import numbers
-import warnings
-
 import numpy as np
 import pandas as pd
 
 from ..core.features import as_feature_table
+from ..times import check_window, time_mask, window_average  # generic: mlem_neuro.times
 from ..utils import logger, verbose
 
 
@@ -223,102 +221,48 @@ def epochs_feature_table(epochs, features=None):
                     f"DataFrame with one row per epoch; got {type(features).__name__}.")
 
 
-def _pick_indices(epochs, picks):
-    from mne._fiff.pick import _picks_to_idx  # MNE's own picking rules ("data", types...)
-
+def _empty_picks(picks):
+    """Whether ``picks`` is an empty list / array (which MNE reads as "no channel")."""
+    if picks is None or isinstance(picks, (str, slice)):
+        return False
     try:
-        idx = _picks_to_idx(epochs.info, picks, none="data", exclude="bads",
-                            allow_empty=True)
-    except (ValueError, TypeError, IndexError) as err:
-        raise ValueError(f"invalid picks {picks!r}: {err}") from None
-    idx = np.asarray(idx, dtype=int)
-    if idx.size == 0:
-        what = "these epochs have no good data channel" if picks is None else \
-            f"picks={picks!r} selects no channel"
-        raise ValueError(f"{what}; pick channels by name, type or index (e.g. "
-                         "picks='eeg' or picks=['EEG 001', ...]).")
-    return idx
+        return len(picks) == 0
+    except TypeError:
+        return False
 
 
-def _check_time(name, value):
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
-        raise TypeError(f"{name} must be a finite number of seconds or None; got {value!r}")
-    return float(value)
+def _pick_indices(epochs, picks):
+    """Indices of the channels ``picks`` selects, by MNE's public picking rules.
 
-
-def window_average(data, sfreq, window):
-    """Average each sample with its neighbours within ``±window / 2`` seconds (last axis).
-
-    Samples near the edges average the neighbours that exist.  Returns a new array.
+    ``None`` picks the good data channels; names, channel types (``"eeg"``, ``"data"``...),
+    integer indices and slices are read as :meth:`mne.Epochs.pick` reads them (bad
+    channels are left out of type-based selections).  The selection is made on a
+    one-sample :class:`mne.EvokedArray` sharing the epochs' measurement info, so no data
+    are copied and the caller's epochs are untouched.
     """
-    half = int(round(float(window) * sfreq / 2.0))
-    if half < 1:
-        return np.array(data, dtype=float)
-    T = data.shape[-1]
-    c = np.cumsum(np.asarray(data, dtype=float), axis=-1)
-    c = np.concatenate([np.zeros(c.shape[:-1] + (1,)), c], axis=-1)
-    t = np.arange(T)
-    lo, hi = np.clip(t - half, 0, T), np.clip(t + half + 1, 0, T)
-    return (c[..., hi] - c[..., lo]) / (hi - lo)
+    from mne import EvokedArray
 
-
-def check_window(window, sfreq):
-    if window is None:
-        return None
-    if isinstance(window, bool) or not isinstance(window, numbers.Real) \
-            or not np.isfinite(window) or window <= 0:
-        raise ValueError(f"window must be a positive number of seconds or None; got {window!r}")
-    if sfreq is None:
-        raise ValueError("window is given in seconds, so the sampling rate must be known: "
-                         "pass times= or sfreq=.")
-    return float(window)
-
-
-def time_mask(times, sfreq, tmin=None, tmax=None, decim=1, window=None, lowpass=None,
-              stacklevel=4):
-    """Samples kept by ``[tmin, tmax]`` (inclusive) and ``decim`` (boolean, per sample).
-
-    ``decim`` keeps every ``decim``-th sample on a grid anchored at ``t = 0`` (as MNE's
-    ``decimate``) when ``sfreq`` is known, else every ``decim``-th sample from the first.
-    Warns when ``[tmin, tmax]`` reaches outside ``times`` or when decimation leaves a Nyquist
-    frequency below ``lowpass`` with no averaging ``window``; raises when nothing is left.
-    """
-    tmin, tmax = _check_time("tmin", tmin), _check_time("tmax", tmax)
-    if tmin is not None and tmax is not None and tmin > tmax:
-        raise ValueError(f"tmin ({tmin} s) must not be after tmax ({tmax} s).")
-    if isinstance(decim, bool) or not isinstance(decim, (numbers.Integral, np.integer)) \
-            or decim < 1:
-        raise ValueError(f"decim must be an int >= 1; got {decim!r}")
-    decim = int(decim)
-    step = 1.0 / sfreq if sfreq is not None else (
-        float(np.min(np.diff(times))) if len(times) > 1 else 1.0)
-    lo = times[0] if tmin is None else tmin
-    hi = times[-1] if tmax is None else tmax
-    mask = (times >= lo - 1e-3 * step) & (times <= hi + 1e-3 * step)
-    if mask.any() and (lo < times[0] - step / 2 or hi > times[-1] + step / 2):
-        warnings.warn(f"[tmin, tmax] = [{lo}, {hi}] s reaches outside the data "
-                      f"([{times[0]:.4g}, {times[-1]:.4g}] s); using the overlap.",
-                      RuntimeWarning, stacklevel=stacklevel)
-    if decim > 1:
-        if sfreq is not None:
-            samples = np.round(times * sfreq).astype(np.int64)
-        else:
-            samples = np.arange(len(times))
-        mask &= (samples % decim) == 0
-        if sfreq is not None and lowpass is not None:
-            nyq = sfreq / decim / 2.0
-            if lowpass > nyq and (window is None or window < decim / sfreq):
-                warnings.warn(f"decim={decim} leaves a Nyquist frequency of {nyq:g} Hz, below "
-                              f"the low-pass of the data ({lowpass:g} Hz): high frequencies "
-                              "will alias. Low-pass filter the data first or pass window= "
-                              "(which averages samples).", RuntimeWarning,
-                              stacklevel=stacklevel)
-    if not mask.any():
-        raise ValueError(f"no time sample in [tmin, tmax] = [{lo}, {hi}] s (with decim="
-                         f"{decim}); the data span [{times[0]:.4g}, {times[-1]:.4g}] s.")
-    return mask
+    info = epochs.info
+    if picks is None:
+        sel = "data"
+    elif _empty_picks(picks):
+        raise ValueError(f"picks={picks!r} selects no channel; pick channels by name, type "
+                         "or index (e.g. picks='eeg' or picks=['EEG 001', ...]).")
+    else:
+        sel = picks
+    probe = EvokedArray(np.zeros((info["nchan"], 1)), info, verbose=False)
+    try:
+        picked = probe.pick(sel, exclude="bads", verbose=False).ch_names
+    except (ValueError, TypeError, IndexError, RuntimeError) as err:
+        if picks is None:
+            raise ValueError("these epochs have no good data channel; pick channels by "
+                             "name, type or index (e.g. picks='eeg' or picks=['EEG 001', "
+                             "...]).") from None
+        raise ValueError(f"invalid picks {picks!r}: {str(err).rstrip('.')}. Pick channels by "
+                         "name, type or index (e.g. picks='eeg' or picks=['EEG 001', "
+                         "...]).") from None
+    position = {name: k for k, name in enumerate(info["ch_names"])}
+    return np.array([position[name] for name in picked], dtype=int)
 
 
 def epochs_data(epochs, picks=None, tmin=None, tmax=None, decim=1, window=None):

@@ -1,4 +1,4 @@
-"""NIfTI images + masks → stimulus × voxel data, sphere / region memberships, sphere RDMs.
+"""NIfTI images + masks → stimulus × voxel data and sphere / region memberships.
 
 The searchlight and ROI analyses see the brain through two objects:
 
@@ -15,8 +15,9 @@ centre); it gives the same matrix but finds the centres' voxels with array look-
 instead of ``list.index`` scans, whose cost grows with ``n_spheres × n_voxels`` (40 s for
 36,680 spheres at 3 mm, and quadratically more beyond).
 
-:class:`SphereRDMSource` then serves the neural RDMs of every sphere at once, as
-:func:`mlem_neuro.crossval.run_cv` expects of an *RDM source*.
+:class:`~mlem_neuro.core.sources.SphereRDMSource` (re-exported here) then serves the
+neural RDMs of every sphere at once, as :func:`mlem_neuro.crossval.run_cv` expects of an
+*RDM source*.
 """
 from __future__ import annotations
 
@@ -27,13 +28,10 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-import torch
 
-from ..core.neural import METRICS
-from ..core.pairs import pair_indices
+# the sphere/region RDM source lives in core/sources.py; imported back for old imports
+from ..core.sources import BLOCK_BYTES, SphereRDMSource  # noqa: F401
 
-#: bytes of one block of squared pair differences (voxels × pairs, float64) in ``rdm``.
-BLOCK_BYTES = 32 * 2**20
 #: peak bytes per (sphere, voxel) entry while :func:`sphere_membership` builds ``A``
 #: (measured with tracemalloc: 36-58 bytes per entry for 27,000 spheres of radius 6-20 mm;
 #: the finished CSR matrix holds 12: int32 index + float64 value).
@@ -352,120 +350,3 @@ def region_membership(labels, mask):
     A = sp.csr_matrix((np.ones(V), (code, np.arange(V))), shape=(len(region_labels), V))
     A.sort_indices()
     return A, region_labels, voxel_mask
-
-
-# ------------------------------------------------------------------------ RDM source
-class SphereRDMSource:
-    """Neural RDMs of many spheres (or regions) at once, from a sparse membership product.
-
-    For stimuli ``i, j`` and sphere ``s`` the squared Euclidean distance is
-
-    ``D²[s, (i, j)] = Σ_v A[s, v] (x_iv − x_jv)² = (A @ ((X[i] − X[j])²)ᵀ)[s]``
-
-    so one sparse × dense product gives every sphere's distances for a block of pairs, with
-    no loop over spheres; pairs are processed in blocks of at most :data:`BLOCK_BYTES` of
-    squared differences, so memory is bounded by the output ``(S, n_pairs)``.  This form was
-    chosen over the Gram form ``A @ (x_i ∘ x_j)`` (same number of operations) and a padded
-    gather + batched ``bmm`` of per-sphere Gram matrices after measuring (5,000 spheres of
-    30 voxels, 77 stimuli = 2,926 pairs, 2 CPU cores): difference form 0.74 s, Gram form
-    0.98 s, padded ``bmm`` 1.01 s, torch CSR product 1.69 s; it is also free of the
-    cancellation of ``‖x_i‖² + ‖x_j‖² − 2 x_i·x_j`` and gives bit-identical rows whichever
-    subset of spheres is computed (so results do not depend on chunking).
-
-    ``"correlation"`` and ``"cosine"`` (``1 − r`` of the sphere's patterns, as in
-    :mod:`mlem_neuro.core.neural`) use the Gram form, with per-sphere sums
-    ``A @ x`` and ``A @ x²`` for centring and norms.
-
-    Parameters
-    ----------
-    X : ndarray (n_stimuli, n_voxels)
-    A : scipy.sparse matrix (n_models, n_voxels)
-        0/1 membership.
-    metric : {"euclidean", "correlation", "cosine"}
-    """
-
-    def __init__(self, X, A, metric="euclidean"):
-        if metric not in METRICS:
-            raise ValueError(f"distance must be one of {list(METRICS)} for searchlight and "
-                             f"ROI analyses; got {metric!r}")
-        self.X = np.asarray(X, dtype=np.float64)
-        self.A = sp.csr_matrix(A, dtype=np.float64)
-        self.A.sort_indices()
-        if self.A.shape[1] != self.X.shape[1]:
-            raise ValueError(f"membership has {self.A.shape[1]} voxel columns but the data "
-                             f"have {self.X.shape[1]} voxels")
-        self.metric = metric
-
-    @property
-    def n_models(self):
-        return self.A.shape[0]
-
-    @property
-    def n_stimuli(self):
-        return self.X.shape[0]
-
-    @property
-    def sizes(self):
-        """Voxels per sphere ``(n_models,)``."""
-        return np.diff(self.A.indptr)
-
-    def subset(self, models):
-        """The source of ``models`` only, keeping just the voxels they touch."""
-        A = self.A[models]
-        touched = np.unique(A.indices)
-        A = sp.csr_matrix((A.data, np.searchsorted(touched, A.indices), A.indptr),
-                          shape=(A.shape[0], len(touched)))
-        return SphereRDMSource(self.X[:, touched], A, self.metric)
-
-    def _pair_blocks(self, n_pairs_total, rows_per_pair):
-        step = max(1, int(BLOCK_BYTES // (8 * max(rows_per_pair, 1))))
-        return range(0, n_pairs_total, step), step
-
-    def rdm(self, stimuli, device="cpu"):
-        """Distances ``(n_models, n_pairs)`` (torch float64 on ``device``) between
-        ``stimuli``, pairs in :func:`~mlem_neuro.core.pairs.pair_indices` order."""
-        stimuli = np.asarray(stimuli)
-        XT = np.ascontiguousarray(self.X[stimuli].T)          # (V, n)
-        i, j = pair_indices(len(stimuli))
-        out = np.empty((self.n_models, len(i)))
-        starts, step = self._pair_blocks(len(i), XT.shape[0])
-        if self.metric == "euclidean":
-            for s in starts:
-                d = XT[:, i[s:s + step]] - XT[:, j[s:s + step]]
-                out[:, s:s + step] = self.A @ (d * d)
-            np.sqrt(np.maximum(out, 0.0, out=out), out=out)
-        else:
-            s1, s2 = self.sums(XT)
-            for s in starts:
-                ii, jj = i[s:s + step], j[s:s + step]
-                c = self.A @ (XT[:, ii] * XT[:, jj])
-                if self.metric == "correlation":
-                    c -= s1[:, ii] * s1[:, jj] / self.sizes[:, None]
-                out[:, s:s + step] = 1.0 - c / np.sqrt(s2[:, ii] * s2[:, jj])
-            np.maximum(out, 0.0, out=out)
-        return torch.as_tensor(out, dtype=torch.float64, device=device)
-
-    def sums(self, XT=None):
-        """Per-sphere pattern sums and (centred, for correlation) squared norms ``(S, n)``."""
-        if XT is None:
-            XT = np.ascontiguousarray(self.X.T)
-        s1 = self.A @ XT
-        s2 = self.A @ (XT * XT)
-        if self.metric == "correlation":
-            s2 = s2 - s1 * s1 / self.sizes[:, None]
-        return s1, s2
-
-    def check_patterns(self):
-        """Raise when ``correlation``/``cosine`` is undefined (a constant pattern)."""
-        if self.metric == "euclidean":
-            return
-        _, s2 = self.sums()
-        scale = (self.A @ np.abs(self.X.T)).max(axis=1) ** 2 + 1e-300
-        bad = (s2 <= 1e-12 * scale[:, None]).any(axis=1)
-        if bad.any():
-            raise ValueError(
-                f"distance={self.metric!r} is undefined for {int(bad.sum())} of "
-                f"{self.n_models} spheres/regions: their pattern is constant across their "
-                f"voxels in some image (e.g. one-voxel spheres; smallest size "
-                f"{int(self.sizes.min())} voxel(s)). Increase radius, restrict the "
-                "centres, or use distance='euclidean'.")

@@ -180,6 +180,151 @@ class _TorchEncoded:
                            dim=-1)
 
 
+# --------------------------------------------------------------- fitting, per kind
+def _fit_numeric(spec, sub):
+    """Min-max scaling of a numeric (possibly multi-column) feature."""
+    name = spec.name
+    vals = np.column_stack([_numeric_values(sub[c], name) for c in spec.columns])
+    if np.isinf(vals).any():
+        raise ValueError(f"feature {name!r} holds infinite values.")
+    ok = ~np.isnan(vals).any(axis=1)
+    if not ok.any():
+        raise ValueError(f"feature {name!r} is missing (NaN) for every stimulus: "
+                         "it carries no distance; drop it from the table.")
+    lo = vals[ok].min(axis=0)
+    rng = vals[ok].max(axis=0) - lo
+    if np.all(rng == 0):
+        raise ValueError(f"feature {name!r} is constant over the stimuli: it "
+                         "carries no distance; drop it from the table.")
+    spec.lo, spec.scale = lo, np.where(rng > 0, 1.0 / np.where(rng > 0, rng, 1), 0)
+
+
+def _fit_levels(spec, sub):
+    """The levels of a categorical or ordinal feature (ordinal: in order)."""
+    name = spec.name
+    col = sub[spec.columns[0]]
+    present = col[col.notna()]
+    if present.empty:
+        raise ValueError(f"feature {name!r} is missing (NaN) for every stimulus: "
+                         "it carries no distance; drop it from the table.")
+    if spec.kind == "ordinal":
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            cats = list(col.dtype.categories)
+        else:
+            cats = sorted(present.unique())
+    else:
+        cats = list(pd.unique(present))
+    if present.nunique() < 2:
+        raise ValueError(f"feature {name!r} is constant over the stimuli (only "
+                         f"{present.iloc[0]!r}): it carries no distance; drop it "
+                         "from the table.")
+    spec.categories = cats
+
+
+#: kind -> ``fit(spec, sub_table)`` filling the spec's scaling or levels.
+_FITTERS = {"numeric": _fit_numeric, "ordinal": _fit_levels, "categorical": _fit_levels}
+
+
+# -------------------------------------------------------------- encoding, per kind
+def _encode_numeric(spec, sub, n):
+    """Scaled block ``(n, n_columns)``, missing rows (0 in the block), indicator flag."""
+    vals = np.column_stack([_numeric_values(sub[c], spec.name) for c in spec.columns])
+    vals = (vals - spec.lo) * spec.scale
+    m = np.isnan(vals).any(axis=1)
+    return np.where(m[:, None], 0.0, vals), m, False
+
+
+def _encode_ordinal(spec, sub, n):
+    """Level codes scaled to ``[0, 1]``; a level unseen in fit is an error."""
+    col = sub[spec.columns[0]]
+    m = col.isna().to_numpy()
+    lookup = {c: k for k, c in enumerate(spec.categories)}
+    codes = np.array([lookup.get(v, np.nan) if not mm else 0.0
+                      for v, mm in zip(col.tolist(), m)], dtype=float)
+    if np.isnan(codes).any():
+        bad = col[np.isnan(codes)].iloc[0]
+        raise ValueError(f"ordinal feature {spec.name!r} has level {bad!r} not "
+                         f"seen in fit (levels: {spec.categories}).")
+    return (codes / max(len(spec.categories) - 1, 1))[:, None], m, False
+
+
+def _encode_categorical(spec, sub, n):
+    """Level codes compared by the indicator distance."""
+    col = sub[spec.columns[0]]
+    m = col.isna().to_numpy()
+    lookup = {c: k for k, c in enumerate(spec.categories)}
+    # unseen levels get fresh codes: they differ from every known level
+    nxt = len(lookup)
+    codes = np.zeros(n)
+    for r, (v, mm) in enumerate(zip(col.tolist(), m)):
+        if mm:
+            continue
+        if v not in lookup:
+            lookup[v] = nxt
+            nxt += 1
+        codes[r] = lookup[v]
+    return codes[:, None], m, True
+
+
+#: kind -> ``encode(spec, sub_table, n) -> (block, missing rows, indicator)``.
+_ENCODERS = {"numeric": _encode_numeric, "ordinal": _encode_ordinal,
+             "categorical": _encode_categorical}
+
+
+# ------------------------------------------------------------------ fit helpers
+def _check_groups(groups, table):
+    """Grouped columns exist, belong to one group, and group names clash with no column."""
+    grouped = [c for cols in groups.values() for c in cols]
+    unknown = sorted(set(grouped) - set(table.columns))
+    if unknown:
+        raise ValueError(f"groups name columns {unknown} that are not in the feature table "
+                         f"(columns: {list(table.columns)}).")
+    if len(grouped) != len(set(grouped)):
+        raise ValueError("a column appears in more than one group.")
+    for g, cols in groups.items():
+        if g in table.columns and g not in cols:
+            raise ValueError(f"group name {g!r} is also a column of the feature table "
+                             "that is not in the group; rename the group.")
+
+
+def _feature_order(table, groups):
+    """Feature names in column order (a group where its first column stands)."""
+    order = []
+    for col in table.columns:
+        owner = next((g for g, cols in groups.items() if col in cols), None)
+        name = owner if owner is not None else col
+        if name not in order:
+            order.append(name)
+    return order
+
+
+def _missing_value(name, missing):
+    """The checked missing distance of feature ``name``."""
+    miss = missing.get(name, missing.get(None, 0.0))
+    try:
+        miss = float(miss)
+    except (TypeError, ValueError):
+        raise TypeError(f"missing_distance must be a number; got {miss!r}") from None
+    if not np.isfinite(miss) or miss < 0:
+        raise ValueError(f"missing_distance must be finite and >= 0; got {miss}")
+    return miss
+
+
+def _feature_kind(name, table, kinds, groups):
+    """The declared or inferred kind of feature ``name`` (grouped features: numeric)."""
+    if name in groups:
+        kind = kinds.get(name, "numeric")
+        if kind != "numeric":
+            raise ValueError(f"multi-column feature {name!r} must be numeric; got "
+                             f"kind {kind!r}")
+    else:
+        kind = kinds.get(name, _infer_kind(table[name]))
+    if kind not in KINDS:
+        raise ValueError(f"kind of feature {name!r} must be one of {list(KINDS)}; "
+                         f"got {kind!r}")
+    return kind
+
+
 class FeatureSpace:
     """Encode theoretical features and fit their scaling on training stimuli.
 
@@ -204,91 +349,34 @@ class FeatureSpace:
         self.missing_distance = missing_distance
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, table: pd.DataFrame):
-        table = as_feature_table(table)
+    def _parse_options(self):
+        """``kinds``, ``groups`` and ``missing_distance`` as dicts keyed by str names
+        (a single missing distance is keyed ``None``)."""
         kinds = {str(k): v for k, v in dict(self.kinds or {}).items()}
         groups = {str(k): [str(c) for c in v] for k, v in dict(self.groups or {}).items()}
         missing = self.missing_distance
         missing = ({str(k): v for k, v in missing.items()} if isinstance(missing, dict)
                    else {None: missing})
+        return kinds, groups, missing
 
-        grouped = [c for cols in groups.values() for c in cols]
-        unknown = sorted(set(grouped) - set(table.columns))
-        if unknown:
-            raise ValueError(f"groups name columns {unknown} that are not in the feature table "
-                             f"(columns: {list(table.columns)}).")
-        if len(grouped) != len(set(grouped)):
-            raise ValueError("a column appears in more than one group.")
-        for g, cols in groups.items():
-            if g in table.columns and g not in cols:
-                raise ValueError(f"group name {g!r} is also a column of the feature table "
-                                 "that is not in the group; rename the group.")
-        order = []
-        for col in table.columns:
-            owner = next((g for g, cols in groups.items() if col in cols), None)
-            name = owner if owner is not None else col
-            if name not in order:
-                order.append(name)
+    def fit(self, table: pd.DataFrame):
+        """Fit the encoding (kinds, levels, min-max scaling) on ``table``'s stimuli."""
+        table = as_feature_table(table)
+        kinds, groups, missing = self._parse_options()
+        _check_groups(groups, table)
+        order = _feature_order(table, groups)
         _check_names(order)
-        known = set(order)
         for key in list(kinds) + [k for k in missing if k is not None]:
-            if key not in known:
+            if key not in order:
                 raise ValueError(f"{key!r} is not a feature of this table; features are "
                                  f"{order}.")
         specs = []
         for name in order:
             cols = groups.get(name, [name])
-            miss = missing.get(name, missing.get(None, 0.0))
-            try:
-                miss = float(miss)
-            except (TypeError, ValueError):
-                raise TypeError(f"missing_distance must be a number; got {miss!r}") from None
-            if not np.isfinite(miss) or miss < 0:
-                raise ValueError(f"missing_distance must be finite and >= 0; got {miss}")
-            if name in groups:
-                kind = kinds.get(name, "numeric")
-                if kind != "numeric":
-                    raise ValueError(f"multi-column feature {name!r} must be numeric; got "
-                                     f"kind {kind!r}")
-            else:
-                kind = kinds.get(name, _infer_kind(table[name]))
-            if kind not in KINDS:
-                raise ValueError(f"kind of feature {name!r} must be one of {list(KINDS)}; "
-                                 f"got {kind!r}")
+            miss = _missing_value(name, missing)
+            kind = _feature_kind(name, table, kinds, groups)
             spec = _Spec(name=name, kind=kind, columns=cols, missing=miss)
-            sub = table[cols]
-            if kind == "numeric":
-                vals = np.column_stack([_numeric_values(sub[c], name) for c in cols])
-                if np.isinf(vals).any():
-                    raise ValueError(f"feature {name!r} holds infinite values.")
-                ok = ~np.isnan(vals).any(axis=1)
-                if not ok.any():
-                    raise ValueError(f"feature {name!r} is missing (NaN) for every stimulus: "
-                                     "it carries no distance; drop it from the table.")
-                lo = vals[ok].min(axis=0)
-                rng = vals[ok].max(axis=0) - lo
-                if np.all(rng == 0):
-                    raise ValueError(f"feature {name!r} is constant over the stimuli: it "
-                                     "carries no distance; drop it from the table.")
-                spec.lo, spec.scale = lo, np.where(rng > 0, 1.0 / np.where(rng > 0, rng, 1), 0)
-            else:
-                col = sub[cols[0]]
-                present = col[col.notna()]
-                if present.empty:
-                    raise ValueError(f"feature {name!r} is missing (NaN) for every stimulus: "
-                                     "it carries no distance; drop it from the table.")
-                if kind == "ordinal":
-                    if isinstance(col.dtype, pd.CategoricalDtype):
-                        cats = list(col.dtype.categories)
-                    else:
-                        cats = sorted(present.unique())
-                else:
-                    cats = list(pd.unique(present))
-                if present.nunique() < 2:
-                    raise ValueError(f"feature {name!r} is constant over the stimuli (only "
-                                     f"{present.iloc[0]!r}): it carries no distance; drop it "
-                                     "from the table.")
-                spec.categories = cats
+            _FITTERS[kind](spec, table[cols])
             specs.append(spec)
         self.specs_ = specs
         self.feature_names_ = [s.name for s in specs]
@@ -298,59 +386,28 @@ class FeatureSpace:
 
     # --------------------------------------------------------------- encoding
     def transform(self, table) -> EncodedFeatures:
+        """Encode ``table`` (same columns as in fit) with the fitted scaling and levels."""
         table = as_feature_table(table)
         missing_cols = sorted(set(self.columns_) - set(table.columns))
         if missing_cols:
             raise ValueError(f"the feature table lacks columns {missing_cols} seen in fit.")
         n = len(table)
-        blocks, slices, indicator, miss, mdist = [], [], [], [], []
+        blocks, slices, indicator, miss = [], [], [], []
         start = 0
         for s in self.specs_:
-            sub = table[s.columns]
-            if s.kind == "numeric":
-                vals = np.column_stack([_numeric_values(sub[c], s.name) for c in s.columns])
-                vals = (vals - s.lo) * s.scale
-                m = np.isnan(vals).any(axis=1)
-                block = np.where(m[:, None], 0.0, vals)
-                ind = False
-            else:
-                col = sub[s.columns[0]]
-                m = col.isna().to_numpy()
-                if s.kind == "ordinal":
-                    lookup = {c: k for k, c in enumerate(s.categories)}
-                    codes = np.array([lookup.get(v, np.nan) if not mm else 0.0
-                                      for v, mm in zip(col.tolist(), m)], dtype=float)
-                    if np.isnan(codes).any():
-                        bad = col[np.isnan(codes)].iloc[0]
-                        raise ValueError(f"ordinal feature {s.name!r} has level {bad!r} not "
-                                         f"seen in fit (levels: {s.categories}).")
-                    block = (codes / max(len(s.categories) - 1, 1))[:, None]
-                    ind = False
-                else:
-                    lookup = {c: k for k, c in enumerate(s.categories)}
-                    # unseen levels get fresh codes: they differ from every known level
-                    nxt = len(lookup)
-                    codes = np.zeros(n)
-                    for r, (v, mm) in enumerate(zip(col.tolist(), m)):
-                        if mm:
-                            continue
-                        if v not in lookup:
-                            lookup[v] = nxt
-                            nxt += 1
-                        codes[r] = lookup[v]
-                    block = codes[:, None]
-                    ind = True
+            block, m, ind = _ENCODERS[s.kind](s, table[s.columns], n)
             blocks.append(np.asarray(block, dtype=float))
             slices.append(slice(start, start + blocks[-1].shape[1]))
             start += blocks[-1].shape[1]
             indicator.append(ind)
             miss.append(np.asarray(m, dtype=bool))
-            mdist.append(s.missing)
         return EncodedFeatures(values=np.concatenate(blocks, axis=1),
                                missing=np.column_stack(miss),
                                slices=slices, indicator=np.array(indicator),
-                               missing_distance=np.array(mdist, dtype=float),
+                               missing_distance=np.array([s.missing for s in self.specs_],
+                                                         dtype=float),
                                names=list(self.feature_names_))
 
     def fit_transform(self, table):
+        """:meth:`fit` on ``table``, then :meth:`transform` it."""
         return self.fit(table).transform(table)

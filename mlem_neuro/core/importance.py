@@ -10,34 +10,207 @@ feature is recomputed, and the drop measures the feature's total effect (its own
 interactions together).
 
 Only the order of ``dᵀ W d`` matters for Spearman (the distance is a monotone function of
-it), so scores are computed on the quadratic form directly, in float64.
+it), so scores are computed on the quadratic form directly, in float64.  Every prediction,
+permuted or not, is a sum over terms taken in one fixed order (:func:`_fold`), so pairs whose
+(modified) term rows are equal get bitwise equal predictions: exact ties stay ties, and the
+per-pair and grouped computations give the same ranks.
+
+Memory.  When every pair's term row, the permuted copies and their ranks fit in the memory
+budget (:mod:`mlem_neuro.core.memory`), models are scored in batches as above.  Otherwise
+(e.g. 8,000 stimuli, 32 million pairs) the pairs are walked block by block: feature
+distances are computed per block from the stimuli (:class:`PairFeatures`), categorical
+designs are scored from per-group sums, and otherwise each permuted prediction vector is
+ranked with one sort.  Only a few vectors with one value per pair are ever held (the target
+ranks, one prediction vector per model, a permutation, a sort); :func:`check_memory` refuses
+the work up front when even those exceed the budget.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
 
-from .metric import term_matrix, term_weights
+from .memory import check_memory, memory_budget
+from .metric import term_index, term_weights
 from .neural import CHUNK_BYTES
+from .pairs import linear_to_pair
+from .pairs import n_pairs as count_pairs
 from .spearman import rankdata, standardize
-from .tied import distinct_rows, grouped_spearman
+from .tied import MAX_GROUPS, distinct_rows, grouped_spearman
+
+#: smallest block of pairs walked at once (keeps tiny test budgets from crawling).
+MIN_BLOCK_PAIRS = 64
 
 
+# ------------------------------------------------------------------------ pair sources
+class PairFeatures:
+    """Feature distances of stimulus pairs, computed a block of pairs at a time.
+
+    Parameters
+    ----------
+    enc_t : encoded features on a torch device
+        ``EncodedFeatures.to_torch(...)`` of the evaluated stimuli.
+    i, j : array of int | None
+        The pairs.  ``None`` (both): every unordered pair ``i < j`` of the stimuli in
+        :func:`~mlem_neuro.core.pairs.pair_indices` order, generated per block (never
+        stored).
+    """
+
+    def __init__(self, enc_t, i=None, j=None):
+        self.enc = enc_t
+        self.device = enc_t.values.device
+        self.n_stimuli = enc_t.values.shape[0]
+        self.n_features = len(enc_t.slices)
+        if (i is None) != (j is None):
+            raise ValueError(f"i and j must both be pair indices or both be None (every pair); "
+                             f"got i={'None' if i is None else 'indices'}, "
+                             f"j={'None' if j is None else 'indices'}.")
+        self.i = None if i is None else torch.as_tensor(i, device=self.device)
+        self.j = None if j is None else torch.as_tensor(j, device=self.device)
+        self.n_pairs = count_pairs(self.n_stimuli) if i is None else len(self.i)
+
+    def pairs(self, sel):
+        """Stimulus indices ``(i, j)`` of the pairs at positions ``sel`` (slice or tensor)."""
+        if self.i is not None:
+            return self.i[sel], self.j[sel]
+        if isinstance(sel, slice):
+            lin = np.arange(sel.start, sel.stop, dtype=np.int64)
+        else:
+            lin = sel.cpu().numpy()
+        i, j = linear_to_pair(lin, self.n_stimuli)
+        return (torch.as_tensor(i, device=self.device), torch.as_tensor(j, device=self.device))
+
+    def feature(self, f, sel, perm=None):
+        """Distances ``(len,)`` of feature ``f``; ``perm`` relabels the stimuli first."""
+        i, j = self.pairs(sel)
+        return self.enc.feature_distance(f, i, j, perm=perm).double()
+
+    def distances(self, sel, features=None):
+        """Feature distances ``(len, m)`` (float64) of the pairs at positions ``sel``
+        (only the columns ``features`` when given)."""
+        i, j = self.pairs(sel)
+        features = range(self.n_features) if features is None else features
+        return torch.stack([self.enc.feature_distance(f, i, j) for f in features],
+                           dim=-1).double()
+
+
+class _TensorPairs:
+    """The :class:`PairFeatures` interface over a ready ``(P, m)`` distance tensor."""
+
+    def __init__(self, D):
+        self.D = D
+        self.device = D.device
+        self.n_pairs, self.n_features = D.shape
+
+    def distances(self, sel, features=None):
+        D = self.D[sel].double()
+        return D if features is None else D[:, list(features)]
+
+
+def _as_pairs(D):
+    return D if isinstance(D, PairFeatures) else _TensorPairs(torch.as_tensor(D))
+
+
+def pair_blocks(n, bytes_per_pair):
+    """Slices covering ``range(n)`` (pairs) in blocks of about 1/32 of the memory budget.
+
+    ``bytes_per_pair`` is what the caller holds per pair of a block (at least
+    :data:`MIN_BLOCK_PAIRS` pairs per block).
+    """
+    step = max(MIN_BLOCK_PAIRS, int(memory_budget() // 32 // max(int(bytes_per_pair), 1)))
+    return [slice(s, min(s + step, n)) for s in range(0, n, step)]
+
+
+def _in_memory(P, M, m, T, K):
+    """Whether the batched path (all pairs' term rows, K permuted copies) fits the budget.
+
+    The estimate counts the main arrays only; sorts and ``torch.unique`` over the term rows
+    about double it (measured: 2.3 GiB peak for 4.5 million pairs estimated at 1.5 GiB),
+    hence the margin.
+    """
+    per_pair = 8 * (T + m + 3 * M + 2 * K) + 80 * K
+    return P * per_pair <= memory_budget() // 8
+
+
+def _check_lean(P, M):
+    """Refuse up front when the per-pair vectors of the block-wise path exceed the budget."""
+    check_memory(8 * P * (2 * M + 5),
+                 f"exact Spearman over {P:,} stimulus pairs ({M} model(s): target ranks, "
+                 "predictions, a permutation and a sort, one value per pair each)",
+                 "evaluate on fewer stimuli (a random subset of them)")
+
+
+# ------------------------------------------------------------------------- predictions
+def _fold(w, rows, skip=(), terms=None):
+    """``Σ_t w_t rows[..., t]`` per model ``(M, ...)``, summed term by term from the first.
+
+    The fixed order makes the value a function of the row alone: equal rows give bitwise
+    equal sums (a matrix product, or an update ``q + w_t Δ`` of another row's sum, can round
+    them apart and break exact ties).  Terms in ``skip`` are left out.  With ``terms=(k,
+    l)``, ``rows`` are feature distances and each term column is computed on the fly, with
+    the same values as in :func:`_term_rows`.
+    """
+    M = w.shape[0]
+    shape = (M,) + (1,) * (rows.dim() - 1)
+    out = torch.zeros((M,) + tuple(rows.shape[:-1]), dtype=torch.float64, device=rows.device)
+    for t in range(w.shape[1]):
+        if t not in skip:
+            col = rows[..., t] if terms is None else _term_col(rows, terms[0][t], terms[1][t])
+            out += w[:, t].reshape(shape) * col
+    return out
+
+
+def _term_col(D, a, b):
+    """Term ``d_a d_b`` (doubled when ``a != b``) of feature distances ``D (..., m)``."""
+    return D[..., a] * D[..., b] * (2.0 if a != b else 1.0)
+
+
+def _term_q(w, rest, t, new):
+    """Prediction when term ``t`` takes the values ``new``: ``fold(others) + w_t new``."""
+    return rest + w[:, t].reshape((-1,) + (1,) * (rest.dim() - 1)) * new
+
+
+def _feature_parts(W, w, D, k, l, f, skip):
+    """``A`` (the terms without feature ``f``) and ``B = Σ_{b≠f} W_fb d_b`` per model."""
+    M = W.shape[0]
+    shape = (M,) + (1,) * (D.dim() - 1)
+    A = _fold(w, D, skip, terms=(k, l))
+    B = torch.zeros_like(A)
+    for b in range(D.shape[-1]):
+        if b != f:
+            B += W[:, f, b].reshape(shape) * D[..., b]
+    return A, B
+
+
+def _feature_q(A, B, Wff, new):
+    """Prediction ``A + d_f (2 B + W_ff d_f)`` with feature ``f`` at the values ``new``."""
+    return A + new * (2.0 * B + Wff * new)
+
+
+def _term_rows(D, k, l):
+    """:func:`~mlem_neuro.core.metric.term_matrix` bit for bit (doubling is exact), with a
+    broadcast product instead of a column scatter (several times faster on many pairs)."""
+    kt = torch.as_tensor(k, device=D.device)
+    lt = torch.as_tensor(l, device=D.device)
+    scale = torch.where(kt != lt, 2.0, 1.0).to(D.dtype)
+    return D[:, kt] * D[:, lt] * scale
+
+
+def _feature_terms(k, l, f):
+    return {t for t, (a, b) in enumerate(zip(k, l)) if a == f or b == f}
+
+
+# ----------------------------------------------------------- batched (in-memory) path
 def _score(q, tz):
     """Exact Spearman of ``q (..., P)`` against standardised target ranks ``tz``."""
     return (standardize(rankdata(q)) * tz).sum(dim=-1)
 
 
 def _model_chunks(M, per_model_elems):
-    step = max(1, int(CHUNK_BYTES // (8 * max(per_model_elems, 1))))
+    chunk = min(CHUNK_BYTES, memory_budget() // 16)
+    step = max(1, int(chunk // (8 * max(per_model_elems, 1))))
     return [slice(s, s + step) for s in range(0, M, step)]
-
-
-def baseline_scores(W, D, target, k, l):
-    """Exact Spearman ``(M,)`` of each model on pairs with feature distances ``D``."""
-    W = torch.as_tensor(W, dtype=torch.float64, device=D.device)
-    q = term_weights(W, k, l) @ term_matrix(D.double(), k, l).T
-    return _score(q, standardize(rankdata(target.double())))
 
 
 def _grouped_drops(base, q_groups, key, counts, tz, P):
@@ -58,23 +231,33 @@ def _grouped_drops(base, q_groups, key, counts, tz, P):
     return drops
 
 
+def _canonical(uniq, col, vals):
+    """Distinct rows of ``uniq`` with column ``col`` set to each of ``vals``.
+
+    Returns the distinct modified rows ``(C, width)`` and the index ``(U * V,)`` of the row
+    of each (group, value) among them: groups whose modified rows are equal share one row,
+    so their predictions tie exactly.
+    """
+    U, V = uniq.shape[0], len(vals)
+    modified = uniq[:, None, :].repeat(1, V, 1)
+    modified[:, :, col] = vals[None, :]
+    return torch.unique(modified.reshape(U * V, -1), dim=0, return_inverse=True)
+
+
 def _grouping(rows, col, values, P):
     """Groups of pairs by (row group, new value of column ``col``).
 
     ``rows = (uniq, uid)`` groups the pairs; ``values (K, P)`` is the permuted column.
-    Returns the distinct modified rows ``(C, width)``, the index ``(G,)`` of each group's row
-    among them (groups whose modified rows are equal share one, so their predictions tie
-    exactly), the group key ``(K, P)`` of each pair and the counts ``(K, G)``; ``None`` when
-    there would be too many groups to be worth it.
+    Returns the distinct modified rows, the index ``(G,)`` of each group's row among them
+    (:func:`_canonical`), the group key ``(K, P)`` of each pair and the counts ``(K, G)``;
+    ``None`` when there would be too many groups to be worth it.
     """
     uniq, uid = rows
     vals, vinv = torch.unique(values, return_inverse=True)
     U, V = uniq.shape[0], len(vals)
     if 2 * U * V > P:
         return None
-    modified = uniq[:, None, :].repeat(1, V, 1)
-    modified[:, :, col] = vals[None, :]
-    canon, index = torch.unique(modified.reshape(U * V, -1), dim=0, return_inverse=True)
+    canon, index = _canonical(uniq, col, vals)
     key = uid[None, :] * V + vinv
     counts = torch.zeros(key.shape[0], U * V, dtype=torch.float64, device=key.device)
     counts.scatter_add_(1, key, torch.ones_like(key, dtype=torch.float64))
@@ -82,7 +265,7 @@ def _grouping(rows, col, values, P):
 
 
 def _base(q_rows, rows, tz):
-    """Baseline scores and per-group target sums from per-group predictions."""
+    """Baseline scores from per-group predictions."""
     uniq, uid = rows
     M, P = tz.shape
     counts = torch.bincount(uid, minlength=uniq.shape[0])
@@ -91,88 +274,426 @@ def _base(q_rows, rows, tz):
     return grouped_spearman(q_rows, counts, sums, P)
 
 
-def term_importance(W, D, target, k, l, n_permutations, rng):
-    """Score drops ``(M, n_terms, n_permutations)`` and baselines ``(M,)``.
+def baseline_scores(W, D, target, k, l):
+    """Exact Spearman ``(M,)`` of each model on pairs with feature distances ``D``.
 
-    Parameters
-    ----------
-    W : (M, m, m) array or tensor
-    D : tensor (P, m)
-        Feature distances of the evaluated pairs.
-    target : tensor (M, P)
-        Neural distances of the evaluated pairs.
-
-    When the term rows take few distinct values (categorical features), pairs are scored by
-    group (:func:`~mlem_neuro.core.tied.grouped_spearman`): same scores, no sort of every
-    permuted pair.
+    ``D`` is a ``(P, m)`` tensor or a :class:`PairFeatures` (then the pairs are walked in
+    blocks when all of them would not fit in the memory budget).
     """
+    pairs = _as_pairs(D)
+    W = torch.as_tensor(W, dtype=torch.float64, device=pairs.device)
+    w = term_weights(W, k, l)
+    target = torch.as_tensor(target, device=pairs.device)
+    P, M = pairs.n_pairs, W.shape[0]
+    if not _in_memory(P, M, pairs.n_features, len(k), 1):
+        _check_lean(P, M)
+        blocks = pair_blocks(P, 8 * (3 * pairs.n_features + 2 * len(k) + 4))
+        return _lean_base(w, pairs, _lean_target_ranks(target), k, l, blocks, None)
+    D = pairs.distances(slice(0, P))
+    q = _fold(w, D, terms=(k, l))
+    return _score(q, standardize(rankdata(target.double())))
+
+
+def _term_drops_per_pair(w, rest, t, new, base, tz):
+    """Score drops ``(M, K)`` when term ``t`` takes the permuted values ``new (K, P)``."""
+    M, P = rest.shape
+    K = new.shape[0]
+    drops = torch.empty(M, K, dtype=torch.float64, device=tz.device)
+    for c in _model_chunks(M, K * P * 3):
+        qp = _term_q(w[c], rest[c, None, :], t, new[None])
+        drops[c] = base[c, None] - _score(qp, tz[c, None, :])
+    return drops
+
+
+def _term_importance_batched(w, D, target, k, l, K, rng):
+    """:func:`term_importance` with every pair's term row in memory (models batched)."""
     dev = D.device
-    W = torch.as_tensor(W, dtype=torch.float64, device=dev)
-    Pt = term_matrix(D.double(), k, l)
-    w = term_weights(W, k, l)                                   # (M, T)
-    q = w @ Pt.T                                                # (M, P)
+    Pt = _term_rows(D.double(), k, l)
     tz = standardize(rankdata(target.to(dev).double()))
     rows = distinct_rows(Pt)
     if rows is not None:
-        q_rows = w @ rows[0].T                                  # (M, U)
-        base = _base(q_rows, rows, tz)
+        base = _base(_fold(w, rows[0]), rows, tz)
     else:
-        base = _score(q, tz)
-    M, P = q.shape
-    T, K = Pt.shape[1], n_permutations
+        base = _score(_fold(w, Pt), tz)
+    M, T = w.shape
+    P = Pt.shape[0]
     drops = torch.empty(M, T, K, dtype=torch.float64, device=dev)
-    chunks = _model_chunks(M, K * P * 3)
     for t in range(T):
         perms = torch.as_tensor(np.stack([rng.permutation(P) for _ in range(K)]), device=dev)
         new = Pt[perms, t]                                      # (K, P)
         grouping = None if rows is None else _grouping(rows, t, new, P)
         if grouping is not None:
             canon, index, key, counts = grouping
-            q_groups = (w @ canon.T)[:, index]                  # (M, G)
+            q_groups = _term_q(w, _fold(w, canon, {t}), t, canon[:, t])[:, index]
             drops[:, t] = _grouped_drops(base, q_groups, key, counts, tz, P)
-            continue
-        delta = new - Pt[None, :, t]                            # (K, P)
-        for c in chunks:
-            qp = q[c, None, :] + w[c, t, None, None] * delta[None]
-            drops[c, t] = base[c, None] - _score(qp, tz[c, None, :])
+        else:
+            drops[:, t] = _term_drops_per_pair(w, _fold(w, Pt, {t}), t, new, base, tz)
+    return drops, base
+
+
+def term_importance(W, D, target, k, l, n_permutations, rng):
+    """Score drops ``(M, n_terms, n_permutations)`` and baselines ``(M,)``.
+
+    Parameters
+    ----------
+    W : (M, m, m) array or tensor
+    D : tensor (P, m) | PairFeatures
+        Feature distances of the evaluated pairs (a :class:`PairFeatures` computes them per
+        block, for more pairs than fit in memory at once).
+    target : tensor (M, P)
+        Neural distances of the evaluated pairs.
+    k, l : array of int
+        The terms (:func:`~mlem_neuro.core.metric.term_index`).
+    n_permutations : int
+    rng : numpy Generator
+        Draws, for each term in turn, ``n_permutations`` permutations of the pairs.
+
+    When the term rows take few distinct values (categorical features), pairs are scored by
+    group (:func:`~mlem_neuro.core.tied.grouped_spearman`): same scores, no sort of every
+    permuted pair.
+    """
+    pairs = _as_pairs(D)
+    W = torch.as_tensor(W, dtype=torch.float64, device=pairs.device)
+    w = term_weights(W, k, l)
+    target = torch.as_tensor(target, device=pairs.device)
+    P, M = pairs.n_pairs, W.shape[0]
+    if _in_memory(P, M, pairs.n_features, len(k), n_permutations):
+        return _term_importance_batched(w, pairs.distances(slice(0, P)), target, k, l,
+                                        n_permutations, rng)
+    _check_lean(P, M)
+    return _lean_term(w, pairs, target, k, l, n_permutations, rng)
+
+
+def _feature_drops_per_pair(W, w, D, k, l, f, skip, d_new, base, tz):
+    """Score drops ``(M, K)`` when feature ``f`` takes the distances ``d_new (K, P)``."""
+    M, P = tz.shape
+    K = d_new.shape[0]
+    A, B = _feature_parts(W, w, D, k, l, f, skip)
+    drops = torch.empty(M, K, dtype=torch.float64, device=tz.device)
+    for c in _model_chunks(M, K * P * 3):
+        qp = _feature_q(A[c, None], B[c, None], W[c, f, f, None, None], d_new[None])
+        drops[c] = base[c, None] - _score(qp, tz[c, None, :])
+    return drops
+
+
+def _feature_importance_batched(W, pairs, target, K, rng):
+    """:func:`feature_importance` with every pair's distances in memory (models batched)."""
+    dev = pairs.device
+    M, m = W.shape[0], W.shape[-1]
+    k, l = term_index(m, True)
+    w = term_weights(W, k, l)
+    D = pairs.distances(slice(0, pairs.n_pairs))
+    tz = standardize(rankdata(target.to(dev).double()))
+    rows = distinct_rows(D)
+    if rows is not None:
+        base = _base(_fold(w, rows[0], terms=(k, l)), rows, tz)
+    else:
+        base = _score(_fold(w, D, terms=(k, l)), tz)
+    P, n = D.shape[0], pairs.n_stimuli
+    drops = torch.empty(M, m, K, dtype=torch.float64, device=dev)
+    for f in range(m):
+        skip = _feature_terms(k, l, f)
+        perms = torch.as_tensor(np.stack([rng.permutation(n) for _ in range(K)]), device=dev)
+        d_new = torch.stack([pairs.feature(f, slice(0, P), perm=perms[r]) for r in range(K)])
+        grouping = None if rows is None else _grouping(rows, f, d_new, P)
+        if grouping is not None:
+            canon, index, key, counts = grouping
+            A, B = _feature_parts(W, w, canon, k, l, f, skip)
+            q_groups = _feature_q(A, B, W[:, f, f, None], canon[:, f])[:, index]
+            drops[:, f] = _grouped_drops(base, q_groups, key, counts, tz, P)
+        else:
+            drops[:, f] = _feature_drops_per_pair(W, w, D, k, l, f, skip, d_new, base, tz)
     return drops, base
 
 
 def feature_importance(W, enc_t, i, j, target, n_permutations, rng):
-    """Score drops ``(M, m, n_permutations)`` when one feature is permuted across stimuli."""
-    dev = enc_t.values.device
-    W = torch.as_tensor(W, dtype=torch.float64, device=dev)
-    i = torch.as_tensor(i, device=dev)
-    j = torch.as_tensor(j, device=dev)
-    m = W.shape[-1]
-    D = torch.stack([enc_t.feature_distance(f, i, j) for f in range(m)], dim=-1).double()
-    WD = torch.einsum("pa,Mka->Mkp", D, W)                    # (W d)_k per model and pair
-    q = (WD * D.T[None]).sum(1)                                 # (M, P)
-    tz = standardize(rankdata(target.to(dev).double()))
-    rows = distinct_rows(D)
-    if rows is not None:
-        q_rows = torch.einsum("ua,Mab,ub->Mu", rows[0], W, rows[0])   # (M, U)
-        base = _base(q_rows, rows, tz)
-    else:
-        base = _score(q, tz)
-    M, P = q.shape
-    K = n_permutations
-    n = enc_t.values.shape[0]
-    drops = torch.empty(M, m, K, dtype=torch.float64, device=dev)
-    chunks = _model_chunks(M, K * P * 3)
-    for f in range(m):
-        perms = torch.as_tensor(np.stack([rng.permutation(n) for _ in range(K)]), device=dev)
-        d_new = torch.stack([enc_t.feature_distance(f, i, j, perm=perms[r])
-                             for r in range(K)]).double()       # (K, P)
-        grouping = None if rows is None else _grouping(rows, f, d_new, P)
-        if grouping is not None:
-            canon, index, key, counts = grouping
-            q_groups = torch.einsum("ca,Mab,cb->Mc", canon, W, canon)[:, index]
-            drops[:, f] = _grouped_drops(base, q_groups, key, counts, tz, P)
-            continue
-        delta = d_new - D[None, :, f]                           # (K, P)
-        for c in chunks:
-            qp = (q[c, None] + 2.0 * delta[None] * WD[c, f, None]
-                  + W[c, f, f, None, None] * delta[None] ** 2)
-            drops[c, f] = base[c, None] - _score(qp, tz[c, None, :])
+    """Score drops ``(M, m, n_permutations)`` when one feature is permuted across stimuli.
+
+    Parameters
+    ----------
+    W : (M, m, m) array or tensor
+    enc_t : encoded features on a torch device
+    i, j : array of int | None
+        The evaluated pairs; ``None`` (both) for every pair of the stimuli, generated block
+        by block instead of stored.
+    target : tensor (M, P)
+        Neural distances of the evaluated pairs.
+    n_permutations : int
+    rng : numpy Generator
+        Draws, for each feature in turn, ``n_permutations`` permutations of the stimuli.
+    """
+    pairs = PairFeatures(enc_t, i, j)
+    W = torch.as_tensor(W, dtype=torch.float64, device=pairs.device)
+    target = torch.as_tensor(target, device=pairs.device)
+    P, M, m = pairs.n_pairs, W.shape[0], W.shape[-1]
+    if _in_memory(P, M, m, m * (m + 1) // 2 + m, n_permutations):
+        return _feature_importance_batched(W, pairs, target, n_permutations, rng)
+    _check_lean(P, M)
+    return _lean_feature(W, pairs, target, n_permutations, rng)
+
+
+# ------------------------------------------------------------------ block-wise path
+def _sorted_runs(s):
+    """Start positions (int64) of the runs of equal values in the sorted 1-D ``s``."""
+    new = torch.ones(s.shape[0], dtype=torch.bool, device=s.device)
+    new[1:] = s[1:] != s[:-1]
+    return torch.nonzero(new).squeeze(1)
+
+
+def _centred_ranks(starts, P, sl):
+    """Average ranks minus their mean ``(P + 1) / 2`` at the sorted positions ``sl``."""
+    pos = torch.arange(sl.start, sl.stop, device=starts.device)
+    R = starts.shape[0]
+    if R == P:                                                  # no ties
+        return pos.to(torch.float64) - (P - 1) / 2.0
+    run = torch.searchsorted(starts, pos, right=True) - 1
+    nxt = torch.where(run + 1 < R, starts[(run + 1).clamp(max=R - 1)], P)
+    return (starts[run] + nxt - 1).to(torch.float64) / 2.0 - (P - 1) / 2.0
+
+
+def _lean_ranks(x):
+    """``standardize(rankdata(x))`` of a 1-D tensor with one sort and no full-size copies."""
+    P = x.shape[0]
+    s, order = torch.sort(x)
+    starts = _sorted_runs(s)
+    del s
+    out = torch.empty(P, dtype=torch.float64, device=x.device)
+    sumsq = 0.0
+    for sl in pair_blocks(P, 48):
+        r = _centred_ranks(starts, P, sl)
+        out[order[sl]] = r
+        sumsq += float((r * r).sum())
+    return out.div_(max(math.sqrt(sumsq), 1e-12))
+
+
+def _lean_spearman(q, tz):
+    """Exact Spearman of ``q (P,)`` against standardised ranks ``tz (P,)``, one sort."""
+    P = q.shape[0]
+    s, order = torch.sort(q)
+    starts = _sorted_runs(s)
+    del s
+    dot = sumsq = 0.0
+    for sl in pair_blocks(P, 48):
+        r = _centred_ranks(starts, P, sl)
+        dot += float((r * tz[order[sl]]).sum())
+        sumsq += float((r * r).sum())
+    return dot / math.sqrt(sumsq) if sumsq > 0 else 0.0
+
+
+def _lean_target_ranks(target):
+    """Standardised exact ranks ``(M, P)`` of each model's target, one model at a time."""
+    return torch.stack([_lean_ranks(row.double()) for row in target])
+
+
+def _column_values(pairs, blocks):
+    """Distinct values of each feature-distance column, or ``None`` past MAX_GROUPS."""
+    vals = [None] * pairs.n_features
+    for sl in blocks:
+        D = pairs.distances(sl)
+        for f in range(D.shape[1]):
+            u = torch.unique(D[:, f]) if vals[f] is None else torch.unique(
+                torch.cat([vals[f], D[:, f]]))
+            if u.shape[0] > MAX_GROUPS:
+                return None
+            vals[f] = u
+    return vals
+
+
+def _lean_groups(pairs, blocks):
+    """``(uniq (U, m), uid (P,))``: the distinct feature-distance rows and each pair's row.
+
+    ``None`` when there are more than :data:`~mlem_neuro.core.tied.MAX_GROUPS` rows (or more
+    than a quarter of the pairs): the pairs are then scored one by one.
+    """
+    vals = _column_values(pairs, blocks)
+    if vals is None:
+        return None
+    sizes = [v.shape[0] for v in vals]
+    if math.prod(sizes) >= 2**62:
+        return None
+    strides = [math.prod(sizes[f + 1:]) for f in range(len(sizes))]
+    uid = torch.empty(pairs.n_pairs, dtype=torch.int64, device=pairs.device)
+    keys = None
+    for sl in blocks:                       # one integer key per row (codes in mixed radix)
+        D = pairs.distances(sl)
+        key = sum(torch.searchsorted(vals[f], D[:, f].contiguous()) * strides[f]
+                  for f in range(len(vals)))
+        uid[sl] = key
+        keys = torch.unique(key if keys is None else torch.cat([keys, key]))
+        if keys.shape[0] > MAX_GROUPS or 4 * keys.shape[0] > pairs.n_pairs:
+            return None
+    for sl in blocks:
+        uid[sl] = torch.searchsorted(keys, uid[sl])
+    uniq = torch.stack([vals[f][keys // strides[f] % sizes[f]] for f in range(len(vals))],
+                       dim=-1)
+    return uniq, uid
+
+
+def _grouped_pass(q_groups, keys_of, blocks, tz):
+    """Exact Spearman ``(M,)`` of predictions given per group; ``keys_of(block)`` gives
+    each pair's group (``None`` aborts: returns ``None``)."""
+    M, G = q_groups.shape
+    P = tz.shape[1]
+    counts = torch.zeros(G, dtype=torch.float64, device=tz.device)
+    sums = torch.zeros(M, G, dtype=torch.float64, device=tz.device)
+    for sl in blocks:
+        key = keys_of(sl)
+        if key is None:
+            return None
+        counts += torch.bincount(key, minlength=G).to(torch.float64)
+        sums.index_add_(1, key, tz[:, sl])
+    return grouped_spearman(q_groups, counts, sums, P)
+
+
+def _per_pair_pass(fill, tz, blocks):
+    """Exact Spearman ``(M,)`` of predictions ``fill(block) -> (M, len)`` over all pairs."""
+    M, P = tz.shape
+    q = torch.empty(M, P, dtype=torch.float64, device=tz.device)
+    for sl in blocks:
+        q[:, sl] = fill(sl)
+    return torch.tensor([_lean_spearman(q[r], tz[r]) for r in range(M)],
+                        dtype=torch.float64, device=tz.device)
+
+
+def _lean_base(w, pairs, tz, k, l, blocks, groups):
+    """Baseline scores ``(M,)`` block by block (grouped when ``groups`` is given)."""
+    if groups is not None:
+        uniq, uid = groups
+        return _grouped_pass(_fold(w, uniq, terms=(k, l)), lambda sl: uid[sl], blocks,
+                             tz)
+    return _per_pair_pass(lambda sl: _fold(w, pairs.distances(sl), terms=(k, l)),
+                          tz, blocks)
+
+
+def _lean_term(w, pairs, target, k, l, K, rng):
+    """:func:`term_importance` walking the pairs in blocks (see the module notes)."""
+    M, T = w.shape
+    P = pairs.n_pairs
+    blocks = pair_blocks(P, 8 * (4 * pairs.n_features + 3 * T + 6) * M)
+    tz = _lean_target_ranks(target)
+    groups = _lean_groups(pairs, blocks)
+    base = _lean_base(w, pairs, tz, k, l, blocks, groups)
+    drops = torch.empty(M, T, K, dtype=torch.float64, device=tz.device)
+    for t in range(T):
+        grouped = None if groups is None else _term_canon(w, groups[0], k, l, t, P)
+        rest = None
+        if grouped is None and K > 1:           # the other terms' sum, reused K times
+            rest = _cached_parts(lambda sl: (_fold(w, pairs.distances(sl), {t},
+                                                   terms=(k, l)),), blocks, M, P, tz.device)
+        for r in range(K):
+            perm = torch.as_tensor(rng.permutation(P), device=tz.device)
+            if grouped is not None:
+                q_groups, vinv = grouped
+                score = _grouped_pass(q_groups, lambda sl: _term_keys(groups[1], vinv, sl, perm),
+                                      blocks, tz)
+            else:
+                score = _per_pair_pass(
+                    lambda sl: _lean_term_block(w, pairs, k, l, t, sl, perm[sl], rest), tz,
+                    blocks)
+            drops[:, t, r] = base - score
     return drops, base
+
+
+def _cached_parts(parts_of, blocks, M, P, device):
+    """Per-pair arrays ``(M, P)`` filled block by block from ``parts_of(block)`` (a tuple
+    of ``(M, len)`` arrays), or ``None`` when holding them too would exceed the budget."""
+    n_parts = len(parts_of(blocks[0]))
+    if 8 * P * ((2 + n_parts) * M + 5) > memory_budget():
+        return None
+    out = [torch.empty(M, P, dtype=torch.float64, device=device) for _ in range(n_parts)]
+    for sl in blocks:
+        for full, part in zip(out, parts_of(sl)):
+            full[:, sl] = part
+    return out
+
+
+def _term_canon(w, uniq, k, l, t, P):
+    """Grouped predictions ``(M, U * V)`` when term ``t`` takes each of its ``V`` values,
+    and the value index ``(U,)`` of each row's own term ``t``; ``None`` for too many."""
+    rows = _term_rows(uniq, k, l)
+    vals, vinv = torch.unique(rows[:, t], return_inverse=True)
+    if 2 * uniq.shape[0] * len(vals) > P:
+        return None
+    canon, index = _canonical(rows, t, vals)
+    return _term_q(w, _fold(w, canon, {t}), t, canon[:, t])[:, index], vinv
+
+
+def _term_keys(uid, vinv, sl, perm):
+    """Group ``uid * V + (value index of term t at the permuted pair)`` of the pairs ``sl``."""
+    return uid[sl] * (int(vinv.max()) + 1) + vinv[uid.index_select(0, perm[sl])]
+
+
+def _lean_term_block(w, pairs, k, l, t, sl, src, rest=None):
+    """Predictions ``(M, len)`` of the pairs ``sl`` when term ``t`` takes the value it has
+    at the pairs ``src`` (``rest``: the other terms' sum of every pair, when kept)."""
+    if rest is None:
+        rest = _fold(w, pairs.distances(sl), {t}, terms=(k, l))
+    else:
+        rest = rest[0][:, sl]
+    a, b = int(k[t]), int(l[t])
+    D = pairs.distances(src, [a] if a == b else [a, b])
+    return _term_q(w, rest, t, _term_col(D, 0, 0 if a == b else 1))
+
+
+def _lean_feature(W, pairs, target, K, rng):
+    """:func:`feature_importance` walking the pairs in blocks (see the module notes)."""
+    M, m = W.shape[0], W.shape[-1]
+    k, l = term_index(m, True)
+    w = term_weights(W, k, l)
+    P = pairs.n_pairs
+    blocks = pair_blocks(P, 8 * (5 * m + 3 * len(k) + 6) * M)
+    tz = _lean_target_ranks(target)
+    groups = _lean_groups(pairs, blocks)
+    base = _lean_base(w, pairs, tz, k, l, blocks, groups)
+    drops = torch.empty(M, m, K, dtype=torch.float64, device=tz.device)
+    for f in range(m):
+        skip = _feature_terms(k, l, f)
+        grouped = None if groups is None else _feature_canon(W, w, groups, k, l, f, skip, P)
+        parts, tried = None, False
+        for r in range(K):
+            perm = torch.as_tensor(rng.permutation(pairs.n_stimuli), device=tz.device)
+            score = None
+            if grouped is not None:
+                score = _grouped_pass(grouped[0], lambda sl: _feature_keys(
+                    pairs, groups[1], grouped[1], f, sl, perm), blocks, tz)
+            if score is None:
+                if not tried and r < K - 1:       # A and B of every pair, reused
+                    tried = True
+                    parts = _cached_parts(lambda sl: _feature_parts(
+                        W, w, pairs.distances(sl), k, l, f, skip), blocks, M, P, tz.device)
+                score = _per_pair_pass(lambda sl: _lean_feature_block(
+                    W, w, pairs, k, l, f, skip, sl, perm, parts), tz, blocks)
+            drops[:, f, r] = base - score
+    return drops, base
+
+
+def _feature_canon(W, w, groups, k, l, f, skip, P):
+    """Grouped predictions ``(M, U * V)`` for feature ``f`` and its distinct values."""
+    uniq = groups[0]
+    vals = torch.unique(uniq[:, f])
+    if 2 * uniq.shape[0] * len(vals) > P:
+        return None
+    canon, index = _canonical(uniq, f, vals)
+    A, B = _feature_parts(W, w, canon, k, l, f, skip)
+    return _feature_q(A, B, W[:, f, f, None], canon[:, f])[:, index], vals
+
+
+def _feature_keys(pairs, uid, vals, f, sl, perm):
+    """Group ``uid * V + (index of the permuted distance)`` of the pairs ``sl``; ``None``
+    when a permuted distance is not among ``vals`` (a pair list not closed under
+    relabelling the stimuli)."""
+    d = pairs.feature(f, sl, perm=perm)
+    idx = torch.searchsorted(vals, d).clamp_(max=len(vals) - 1)
+    if not bool((vals[idx] == d).all()):
+        return None
+    return uid[sl] * len(vals) + idx
+
+
+def _lean_feature_block(W, w, pairs, k, l, f, skip, sl, perm, parts=None):
+    """Predictions ``(M, len)`` of the pairs ``sl`` with feature ``f``'s stimuli relabelled
+    (``parts``: ``A`` and ``B`` of every pair, when kept)."""
+    if parts is None:
+        A, B = _feature_parts(W, w, pairs.distances(sl), k, l, f, skip)
+    else:
+        A, B = parts[0][:, sl], parts[1][:, sl]
+    return _feature_q(A, B, W[:, f, f, None], pairs.feature(f, sl, perm=perm))

@@ -1,55 +1,44 @@
 """Neural distances for stacks of ``M`` models sharing the same stimuli.
 
 Data come as ``Y`` of shape ``(M, n_stimuli, n_units)`` (``M`` time points, spheres, ... or
-``M = 1``).  Every supported metric is a squared Euclidean distance between preprocessed rows:
-
-* ``"euclidean"``: ``||y_i - y_j||``;
-* ``"cosine"``: ``1 - cos(y_i, y_j) = ||u_i - u_j||² / 2`` with ``u`` the unit-norm rows;
-* ``"correlation"``: the same after centring each row over units.
-
-so all of them come from Gram products ``Y Yᵀ`` (one batched matmul per chunk of models)
-rather than from ``(pairs × units)`` differences.  When the full ``(M, n_pairs)`` block would
-not fit in memory the distances of a batch of pairs are computed from the rows instead.
+``M = 1``).  Every supported metric (:mod:`mlem_neuro.core.distances`) is a squared
+Euclidean distance between preprocessed rows, so all of them come from Gram products
+``Y Yᵀ`` (one batched matmul per chunk of models) rather than from ``(pairs × units)``
+differences.  When the full ``(M, n_pairs)`` block would not fit in memory the distances of
+a batch of pairs are computed from the rows instead (:class:`NeuralTargets`).
 """
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import torch
 
-METRICS = ("euclidean", "correlation", "cosine")
+from .distances import METRICS, get_metric
+
+__all__ = ["CHUNK_BYTES", "MAX_FULL_ELEMENTS", "METRICS", "NeuralTargets", "preprocess_rows",
+           "rdm_from_rows", "rdm_gather"]
+
 #: bytes allowed for one chunk of Gram matrices / gathered rows.
 CHUNK_BYTES = 512 * 2**20
 #: elements (M * n_pairs) above which full neural RDMs are not kept in memory.
 MAX_FULL_ELEMENTS = 2 * 10**8
 
 
+def _metric(metric):
+    return get_metric(metric, extra=("precomputed",))
+
+
 def preprocess_rows(Y, metric):
     """Rows whose squared Euclidean distances give ``metric`` (float64)."""
-    Y = Y.to(torch.float64)
-    if metric == "euclidean":
-        return Y - Y.mean(dim=-2, keepdim=True)   # shift-invariant, better conditioned Gram
-    if metric == "correlation":
-        Y = Y - Y.mean(dim=-1, keepdim=True)
-    elif metric != "cosine":
-        raise ValueError(f"distance must be one of {list(METRICS) + ['precomputed']}; "
-                         f"got {metric!r}")
-    norm = torch.linalg.vector_norm(Y, dim=-1, keepdim=True)
-    if bool((norm == 0).any()):
-        raise ValueError(f"distance={metric!r} is undefined for a stimulus whose response "
-                         "is constant across units (zero norm after centring); use "
-                         "distance='euclidean'.")
-    return Y / norm
-
-
-def _finish(d2, metric):
-    d2 = d2.clamp_min(0)
-    return torch.sqrt(d2) if metric == "euclidean" else 0.5 * d2
+    return _metric(metric).preprocess(Y)
 
 
 def rdm_from_rows(Y, i, j, metric):
     """Distances ``(M, n_pairs)`` for pairs ``(i, j)`` from Gram products, chunked over M."""
     M, n, _ = Y.shape
-    Z = preprocess_rows(Y, metric)
+    metric = _metric(metric)
+    Z = metric.preprocess(Y)
     i = torch.as_tensor(i, device=Z.device)
     j = torch.as_tensor(j, device=Z.device)
     step = max(1, int(CHUNK_BYTES // (8 * n * n)))
@@ -58,19 +47,31 @@ def rdm_from_rows(Y, i, j, metric):
         z = Z[s:s + step]
         G = z @ z.transpose(-1, -2)
         sq = G.diagonal(dim1=-2, dim2=-1)
-        out.append(_finish(sq[:, i] + sq[:, j] - 2.0 * G[:, i, j], metric))
+        out.append(metric.finish(sq[:, i] + sq[:, j] - 2.0 * G[:, i, j]))
     return torch.cat(out, dim=0)
 
 
 def rdm_gather(Z, i, j, metric):
     """Distances for a batch of pairs from preprocessed rows ``Z`` (no Gram), chunked."""
     M, n, u = Z.shape
+    metric = _metric(metric)
     step = max(1, int(CHUNK_BYTES // (8 * M * u)))
     out = []
     for s in range(0, len(i), step):
         diff = Z[:, i[s:s + step]] - Z[:, j[s:s + step]]
-        out.append(_finish((diff * diff).sum(-1), metric))
+        out.append(metric.finish((diff * diff).sum(-1)))
     return torch.cat(out, dim=1)
+
+
+def _read_only_tensor(Y, device):
+    """``Y`` as a tensor without copying; the data are only read (every metric's
+    :meth:`~mlem_neuro.core.distances.NeuralMetric.preprocess` returns new rows or leaves
+    them untouched), so a read-only array (e.g. a pandas view) needs no copy."""
+    if torch.is_tensor(Y):
+        return Y.to(device)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.as_tensor(np.asarray(Y), device=device)
 
 
 class NeuralTargets:
@@ -93,7 +94,7 @@ class NeuralTargets:
 
     @classmethod
     def from_data(cls, Y, metric, device):
-        Y = torch.as_tensor(np.asarray(Y) if not torch.is_tensor(Y) else Y, device=device)
+        Y = _read_only_tensor(Y, device)
         M, n, _ = Y.shape
         n_p = n * (n - 1) // 2
         if M * n_p <= MAX_FULL_ELEMENTS:

@@ -1,13 +1,19 @@
 """What every MLEM result container shares: fold statistics, tidy frames, save / read."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
+import tempfile
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from .._docs import fill_doc
 
 #: result class name → module defining it (read_result imports it on demand).
 RESULT_MODULES = {
@@ -17,6 +23,7 @@ RESULT_MODULES = {
 _FORMAT = 1
 
 
+@fill_doc
 class BaseResult:
     """Cross-validated MLEM results for ``M`` models (time points, spheres, regions).
 
@@ -25,14 +32,13 @@ class BaseResult:
 
     Parameters
     ----------
-    fold_importance : ndarray (n_folds, M, n_terms)
-    fold_score : ndarray (n_folds, M)
-    fold_weights : ndarray (n_folds, M, m, m)
-    n_iter : ndarray (n_folds, M)
-    terms : list of str
-    feature_names : list of str
-    settings : dict
-        JSON-serialisable analysis settings (constraint, cv, n_permutations, ...).
+    %(fold_importance)s
+    %(fold_score)s
+    %(fold_weights)s
+    %(n_iter)s
+    %(terms)s
+    %(feature_names)s
+    %(settings)s
     """
 
     #: names of extra ndarray attributes a subclass saves (besides the fold arrays).
@@ -47,15 +53,27 @@ class BaseResult:
         self.terms = list(terms)
         self.feature_names = list(feature_names)
         self.settings = dict(settings or {})
+        if self.fold_importance.ndim != 3:
+            raise ValueError("fold_importance must have shape (folds, models, terms); got "
+                             f"{self.fold_importance.shape}")
         F, M, T = self.fold_importance.shape
         if len(self.terms) != T:
             raise ValueError(f"{T} importance columns but {len(self.terms)} terms")
         if self.fold_score.shape != (F, M) or self.fold_weights.shape[:2] != (F, M):
             raise ValueError("fold arrays disagree on the number of folds or models")
+        m = len(self.feature_names)
+        if self.fold_weights.shape != (F, M, m, m):
+            raise ValueError(f"fold_weights must have shape (folds, models, m, m) = "
+                             f"{(F, M, m, m)} for {m} features; got "
+                             f"{self.fold_weights.shape}")
+        if self.n_iter.shape != (F, M):
+            raise ValueError(f"n_iter must have shape (folds, models) = {(F, M)}; got "
+                             f"{self.n_iter.shape}")
 
     # ------------------------------------------------------------- summaries
     @property
     def n_folds(self):
+        """Number of cross-validation folds (1 with ``cv=None``)."""
         return self.fold_importance.shape[0]
 
     @property
@@ -77,6 +95,7 @@ class BaseResult:
 
     @property
     def score_std(self):
+        """Spread of the held-out Spearman across folds (std, ``ddof=1``; 0 for one fold)."""
         if self.n_folds < 2:
             return np.zeros_like(self.score)
         return self.fold_score.std(axis=0, ddof=1)
@@ -130,17 +149,39 @@ class BaseResult:
                    settings=meta["settings"], **extra_arrays, **meta["extra"])
 
     def save(self, fname, overwrite=False):
-        """Save to a ``.npz`` file, readable with :func:`mlem_neuro.read_result`."""
+        """Save to a ``.npz`` file, readable with :func:`mlem_neuro.read_result`.
+
+        The file is written under a temporary name in the same folder and moved into
+        place only once complete, so an interrupted save never leaves a truncated file
+        nor destroys the file it was replacing.
+
+        Parameters
+        ----------
+        fname : path-like
+            Destination, ending with ``.npz``.
+        overwrite : bool
+            Replace an existing file (default ``False``: refuse).
+
+        Returns
+        -------
+        fname : Path
+            The path written.
+        """
         fname = Path(os.fspath(fname))
         if fname.suffix != ".npz":
             raise ValueError(f"result files end with '.npz' (e.g. 'sub-01_mlem.npz'); got "
                              f"{str(fname)!r}")
         if fname.exists() and not overwrite:
             raise FileExistsError(f"{fname} exists; pass overwrite=True to replace it.")
+        folder = fname.parent
+        if not folder.is_dir():
+            raise FileNotFoundError(f"cannot save {fname}: the folder {folder} does not "
+                                    "exist; create it first.")
         arrays, meta = self._state()
         header = dict(format=_FORMAT, kind=type(self).__name__, **meta)
-        np.savez(fname, __header__=np.array(json.dumps(header)),
-                 **{f"array__{k}": v for k, v in arrays.items()})
+        payload = {f"array__{k}": v for k, v in arrays.items()}
+        payload["__header__"] = np.array(json.dumps(header))
+        _write_atomic(fname, payload)
         return fname
 
     def __repr__(self):
@@ -149,19 +190,118 @@ class BaseResult:
                 f"mean score {np.nanmean(self.score):.3f}>")
 
 
+def _new_file_mode():
+    """Permission bits a newly created file gets under the current umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _write_atomic(fname, payload):
+    """``np.savez`` into a temporary file next to ``fname``, then rename it into place."""
+    fd, tmp = tempfile.mkstemp(dir=fname.parent, prefix=f".{fname.stem}-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **payload)
+            f.flush()
+            os.fsync(f.fileno())
+        mode = fname.stat().st_mode & 0o777 if fname.exists() else _new_file_mode()
+        os.chmod(tmp, mode)
+        os.replace(tmp, fname)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# ------------------------------------------------------------------------- reading
+def _damaged(fname, what, detail):
+    """The one error a damaged or foreign file gives."""
+    detail = " ".join(str(detail).split()) or "no further detail"
+    return ValueError(f"{fname} is not a readable mlem_neuro result file ({what}): {detail}")
+
+
+def _read_archive(fname):
+    """``(header dict, arrays dict)`` of a result file; ValueError when it is damaged."""
+    with open(fname, "rb") as f:
+        start = f.read(4)
+    if start != b"PK\x03\x04":
+        what = "empty file" if not start else "not a .npz (zip) archive"
+        raise _damaged(fname, what, "result files are written by the .save() method of an "
+                       "MLEM result")
+    text = None
+    try:
+        with np.load(fname, allow_pickle=False) as archive:
+            names = list(archive.files)
+            if "__header__" in names:
+                text = str(archive["__header__"])
+            arrays = {k[len("array__"):]: archive[k] for k in names
+                      if k.startswith("array__")}
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError, ValueError) as err:
+        raise _damaged(fname, "truncated or corrupt archive",
+                       f"{type(err).__name__}: {err}") from None
+    if text is None:
+        raise _damaged(fname, "missing header",
+                       "the archive has no '__header__' entry, so it is not an mlem_neuro "
+                       f"result written by .save() (entries: {names[:8]})")
+    try:
+        header = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise _damaged(fname, "bad header", f"the header is not valid JSON ({err})") from None
+    if not isinstance(header, dict):
+        raise _damaged(fname, "bad header", "the header is not a JSON object")
+    return header, arrays
+
+
+def _result_class(fname, header):
+    fmt, kind = header.get("format"), header.get("kind")
+    if not isinstance(fmt, int) or isinstance(fmt, bool):
+        raise _damaged(fname, "bad header", f"no valid format number (got {fmt!r})")
+    if fmt > _FORMAT:
+        raise _damaged(fname, f"format {fmt}",
+                       f"it was written by a newer mlem_neuro (this version reads format "
+                       f"{_FORMAT} and older); upgrade mlem_neuro to read it")
+    if kind not in RESULT_MODULES:
+        raise _damaged(fname, "unknown result kind",
+                       f"kind {kind!r} is none of {sorted(RESULT_MODULES)}")
+    return getattr(importlib.import_module(RESULT_MODULES[kind]), kind)
+
+
 def read_result(fname):
-    """Read a result saved with ``.save()`` (any MLEM result class)."""
+    """Read a result saved with ``.save()`` (any MLEM result class).
+
+    Parameters
+    ----------
+    fname : path-like
+        A ``.npz`` file written by the ``save`` method of a result.
+
+    Returns
+    -------
+    result : TimeCourseResult | BrainMapResult
+        The saved object, of the class that saved it.
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``fname`` does not exist.
+    ValueError
+        When the file is not a readable result file (not a ``.npz`` archive, truncated,
+        no header, a header that is not JSON, missing or inconsistent arrays); the message
+        names the file and what is wrong with it.
+    """
     fname = Path(os.fspath(fname))
     if not fname.exists():
         raise FileNotFoundError(f"no such result file: {fname}")
-    with np.load(fname, allow_pickle=False) as f:
-        if "__header__" not in f.files:
-            raise ValueError(f"{fname} is not an mlem_neuro result file.")
-        header = json.loads(str(f["__header__"]))
-        arrays = {k[len("array__"):]: f[k] for k in f.files if k.startswith("array__")}
-    kind = header.pop("kind")
-    if kind not in RESULT_MODULES:
-        raise ValueError(f"{fname} holds an unknown result kind {kind!r}.")
-    cls = getattr(importlib.import_module(RESULT_MODULES[kind]), kind)
-    header.pop("format")
-    return cls._from_state(arrays, header)
+    if fname.is_dir():
+        raise _damaged(fname, "a folder", "give the path of a .npz file inside it")
+    header, arrays = _read_archive(fname)
+    cls = _result_class(fname, header)
+    meta = {k: v for k, v in header.items() if k not in ("format", "kind")}
+    try:
+        return cls._from_state(arrays, meta)
+    except KeyError as err:
+        raise _damaged(fname, "missing entries",
+                       f"no {err.args[0]!r} entry (the file holds arrays "
+                       f"{sorted(arrays)} and header keys {sorted(meta)})") from None
+    except (ValueError, TypeError, IndexError, AttributeError) as err:
+        raise _damaged(fname, "inconsistent contents", err) from None

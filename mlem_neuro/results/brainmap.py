@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 
+from .._docs import fill_doc
 from ._base import BaseResult
 
 #: NIfTI extension code used for the term names of :meth:`BrainMapResult.to_nifti`.
@@ -12,6 +13,7 @@ _EXT_CODE = "comment"
 _KINDS = ("searchlight", "roi")
 
 
+@fill_doc
 class BrainMapResult(BaseResult):
     """Cross-validated MLEM importance and score maps (searchlight spheres or ROIs).
 
@@ -22,8 +24,13 @@ class BrainMapResult(BaseResult):
 
     Parameters
     ----------
-    fold_importance, fold_score, fold_weights, n_iter, terms, feature_names, settings
-        See :class:`~mlem_neuro.results.BaseResult`.
+    %(fold_importance)s
+    %(fold_score)s
+    %(fold_weights)s
+    %(n_iter)s
+    %(terms)s
+    %(feature_names)s
+    %(settings)s
     affine : ndarray (4, 4)
         Affine of the map grid (the process mask's grid for a searchlight).
     shape : tuple of 3 int
@@ -34,6 +41,8 @@ class BrainMapResult(BaseResult):
         Which model each of these voxels shows (default: ``arange(V)``, one centre per
         model).
     kind : {"searchlight", "roi"}
+        One model per searchlight sphere (its value at the centre voxel) or per atlas
+        region (its value over the region's voxels).
     region_labels : list | None
         Atlas label of each model (``kind="roi"``).
 
@@ -91,6 +100,7 @@ class BrainMapResult(BaseResult):
     # ---------------------------------------------------------------- geometry
     @property
     def n_models(self):
+        """Number of models (spheres or regions)."""
         return self.fold_score.shape[1]
 
     @property
@@ -103,8 +113,13 @@ class BrainMapResult(BaseResult):
         return nib.Nifti1Image(data, self.affine)
 
     def model_coords(self):
-        """World coordinates ``(n_models, 3)`` of the models (centre voxel, or the
-        centroid of the region's voxels)."""
+        """World coordinates of the models: centre voxel, or centroid of the region's voxels.
+
+        Returns
+        -------
+        xyz : ndarray (n_models, 3)
+            Coordinates in mm (the affine's space); NaN for a model that shows on no voxel.
+        """
         xyz = self.voxel_indices @ self.affine[:3, :3].T + self.affine[:3, 3]
         counts = np.bincount(self.voxel_model, minlength=self.n_models)
         out = np.zeros((self.n_models, 3))
@@ -141,7 +156,18 @@ class BrainMapResult(BaseResult):
         return self._paint(self.importance[:, t])
 
     def importance_std_img(self, term):
-        """Across-fold standard deviation of the importance of ``term`` (3D image)."""
+        """Across-fold standard deviation of the importance of ``term`` as a 3D image.
+
+        Parameters
+        ----------
+        term : str
+            One of :attr:`terms` (a feature ``"f"`` or an interaction ``"f:g"``).
+
+        Returns
+        -------
+        img : Nifti1Image
+            0 where no model shows (and for single-fold results).
+        """
         t = self._one_term(term)
         return self._paint(self.importance_std[:, t])
 
@@ -166,10 +192,12 @@ class BrainMapResult(BaseResult):
         Parameters
         ----------
         what : {"importance", "importance_std"}
+            The fold-mean importance, or its spread across folds.
 
         Returns
         -------
         img : Nifti1Image (X, Y, Z, n_terms)
+            One volume per term, 0 where no model shows.
         """
         import nibabel as nib
 
@@ -190,9 +218,12 @@ class BrainMapResult(BaseResult):
     def to_data_frame(self):
         """Tidy frame, one row per (model, term).
 
-        Searchlight: columns ``i, j, k`` (centre voxel), ``x, y, z`` (mm), ``term``,
-        ``importance``, ``importance_std``, ``score``.  ROI: ``region`` (label),
-        ``n_voxels``, ``x, y, z`` (region centroid, mm), then the same value columns.
+        Returns
+        -------
+        df : DataFrame
+            Searchlight: columns ``i, j, k`` (centre voxel), ``x, y, z`` (mm), ``term``,
+            ``importance``, ``importance_std``, ``score``.  ROI: ``region`` (label),
+            ``n_voxels``, ``x, y, z`` (region centroid, mm), then the same value columns.
         """
         xyz = self.model_coords()
         if self.kind == "searchlight":
@@ -232,7 +263,12 @@ class BrainMapResult(BaseResult):
 
 
 def nifti_terms(img):
-    """Term names stored by :meth:`BrainMapResult.to_nifti` in ``img`` (a path or image).
+    """Term names stored by :meth:`BrainMapResult.to_nifti` in ``img``.
+
+    Parameters
+    ----------
+    img : str | path-like | Nifti1Image
+        The 4D image (or its file) written from :meth:`BrainMapResult.to_nifti`.
 
     Returns
     -------

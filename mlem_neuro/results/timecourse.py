@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._docs import fill_doc
 from ._base import BaseResult
 
 
+@fill_doc
 class TimeCourseResult(BaseResult):
     """Cross-validated MLEM results over time points.
 
@@ -22,9 +24,9 @@ class TimeCourseResult(BaseResult):
         Learnt metric ``W`` of each fold and time point.
     n_iter : ndarray (n_folds, n_times)
         Training steps.
-    terms, feature_names : list of str
-    settings : dict
-        Analysis settings (JSON-serialisable).
+    %(terms)s
+    %(feature_names)s
+    %(settings)s
     times : ndarray (n_times,) | None
         Time of each model in seconds (default: sample indices ``0, 1, ...``).
     ch_names : list of str | None
@@ -85,6 +87,7 @@ class TimeCourseResult(BaseResult):
     # ------------------------------------------------------------------ views
     @property
     def n_times(self):
+        """Number of time points (models)."""
         return len(self.times)
 
     @property

@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from .._docs import fill_doc
 from ..utils import check_option, logger, verbose
 
 
@@ -21,22 +22,34 @@ from ..utils import check_option, logger, verbose
 class ClusterTestResult:
     """Outcome of :func:`permutation_cluster_test`.
 
-    Attributes
+    The fields are also its attributes.
+
+    Parameters
     ----------
     term : str
         The term tested (``"score"`` when ``measure="score"``).
     times : ndarray (n_times,)
+        Time of each point, in seconds.
     t_obs : ndarray (n_times,)
         One-sample t statistic at each time point.
     clusters : list of ndarray of bool (n_times,)
         Time masks of the clusters.
     cluster_p_values : ndarray (n_clusters,)
+        Permutation p-value of each cluster.
     H0 : ndarray (n_permutations,)
         Max cluster statistic of each permutation.
     data : ndarray (n_subjects, n_times)
         The time courses tested.
-    threshold, tail, n_permutations
-        Settings of the test.
+    threshold : float
+        Cluster-forming t threshold used.
+    tail : {1, 0, -1}
+        Tail of the test (``1``: above zero, ``0``: two-sided).
+    n_permutations : int
+        Sign-flip permutations asked for.
+    measure : {"importance", "score"}
+        What was tested: a term's importance or the held-out score.
+    extra : dict
+        Room for further outputs (empty by default).
     """
 
     term: str
@@ -54,14 +67,33 @@ class ClusterTestResult:
 
     @property
     def n_subjects(self):
+        """Number of subjects tested."""
         return self.data.shape[0]
 
     def significant(self, alpha=0.05):
-        """Clusters with ``p < alpha``: list of boolean time masks."""
+        """Clusters with ``p < alpha``.
+
+        Parameters
+        ----------
+        alpha : float
+            Significance level.
+
+        Returns
+        -------
+        masks : list of ndarray of bool (n_times,)
+            The time mask of each significant cluster.
+        """
         return [c for c, p in zip(self.clusters, self.cluster_p_values) if p < alpha]
 
     def to_data_frame(self):
-        """One row per cluster: ``tstart``, ``tstop`` (first and last time), ``p_value``."""
+        """One row per cluster, with its time span and p-value.
+
+        Returns
+        -------
+        df : DataFrame
+            Columns ``term``, ``tstart``, ``tstop`` (first and last time of the cluster,
+            in seconds), ``n_times`` (its time points) and ``p_value``.
+        """
         rows = []
         for c, p in zip(self.clusters, self.cluster_p_values):
             t = self.times[c]
@@ -109,6 +141,7 @@ def _check_results(results, term, measure):
 
 
 @verbose
+@fill_doc
 def permutation_cluster_test(results, term=None, *, measure="importance",
                              n_permutations=1024, threshold=None, tail=1, seed=None,
                              n_jobs=None, verbose=None):
@@ -136,8 +169,7 @@ def permutation_cluster_test(results, term=None, *, measure="importance",
         Seeds the permutations.
     n_jobs : int | None
         Passed to MNE.
-    verbose : bool | str | int | None
-        Logging level.
+    %(verbose)s
 
     Returns
     -------
@@ -216,7 +248,9 @@ def plot_clusters(results, term=None, stats=None, alpha=0.05, ax=None, show=True
     alpha : float
         Clusters with ``p < alpha`` are shaded and annotated with their p-value.
     ax : matplotlib Axes | None
+        Where to draw; a new figure when None.
     show : bool
+        Call ``plt.show()``.
     **test_kwargs
         Passed to :func:`permutation_cluster_test` when ``stats`` is None.
 

@@ -1,0 +1,418 @@
+"""Shared parameter documentation: one text per parameter, filled into docstrings.
+
+The analyses (:func:`mlem_neuro.mlem_array`, :func:`mlem_neuro.mlem_epochs`,
+:func:`mlem_neuro.mlem_searchlight`, :func:`mlem_neuro.mlem_roi`) and the estimator
+:class:`mlem_neuro.MLEM` take the same options; their descriptions live once, in
+:data:`docdict`, and a docstring names them with a placeholder on a line of its own::
+
+    Parameters
+    ----------
+    data : array (n_trials, n_channels, n_times)
+        One trial per stimulus.
+    %(window)s
+    %(cv_trials)s
+
+:func:`fill_doc` replaces each placeholder with the entry, indented like the placeholder
+(MNE-Python's ``docdict`` / ``fill_doc`` convention).  Keys name the parameter; a text that
+depends on the context gets a suffix (``cv_trials`` for the time-resolved analyses,
+``cv_images`` for the fMRI ones).  Keep the keys in alphabetical order.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+
+docdict: dict[str, str] = {}
+
+# --------------------------------------------------------------------------------- B
+docdict["batch_size"] = """
+batch_size : "auto" | "full" | int
+    Pairs per training step.  ``"auto"`` runs the batch-size selection of the MLEM paper
+    (correlation stability of feature distances across 64 batches) and uses every pair
+    when they fit in one batch; ``"full"`` always uses every pair.
+"""
+
+# --------------------------------------------------------------------------------- C
+docdict["chunk_size_spheres"] = """
+chunk_size : int | None
+    Spheres (or regions) per engine call (default: bounded by memory, and split over
+    ``n_jobs``).  Results do not depend on it.
+"""
+
+docdict["chunk_size_time"] = """
+chunk_size : int | None
+    Time points per engine call (default: as many as fit a memory budget, split over
+    ``n_jobs``).  Results do not depend on it.
+"""
+
+docdict["constraint"] = """
+constraint : {"spd", "diagonal", "none"}
+    Form of the metric ``W``: ``"spd"`` symmetric positive definite (MLEM),
+    ``"diagonal"`` positive feature weights without interactions (FR-RSA), ``"none"``
+    symmetric without the SPD constraint (FR-RSA with interactions, FR-RSA-I).
+"""
+
+docdict["cv_images"] = """
+cv : None | int | scikit-learn splitter | iterable of (train, test)
+    Cross-validation over stimuli (images).  An int gives shuffled K-fold splits
+    seeded by ``random_state`` (:class:`~sklearn.model_selection.GroupKFold` folds with
+    ``groups``); a splitter receives ``groups``.  ``None`` trains and scores on all
+    images: **optimistic** (in-sample).  With trial-wise betas from several runs, pass
+    the runs as ``groups`` (or a splitter over runs, e.g.
+    ``LeaveOneGroupOut().split(X, groups=runs)`` as a list).
+"""
+
+docdict["cv_trials"] = """
+cv : None | int | scikit-learn splitter | iterable of (train, test)
+    Cross-validation over trials: an int gives shuffled K-fold splits (default 5);
+    also a scikit-learn splitter or ``(train, test)`` index pairs.  Each fold's models
+    are trained on pairs of training trials and scored / permuted on pairs of held-out
+    trials; results keep every fold (means and spreads on the result).  ``None``
+    trains and scores on all trials: **optimistic** (in-sample), for exploration only.
+"""
+
+# --------------------------------------------------------------------------------- D
+docdict["decim"] = """
+decim : int
+    Keep one sample in ``decim``, on a grid anchored at ``t = 0`` (as MNE) when the
+    sampling rate is known.  ``window`` averaging is applied on the full-rate data,
+    before decimation: e.g. spikes binned at 1 ms with ``window=0.05, decim=25`` give
+    50 ms averages every 25 ms.  Low-pass the data first (or use ``window``) to avoid
+    aliasing.
+"""
+
+docdict["device"] = """
+device : str
+    ``"cpu"`` or ``"cuda"`` (``"cuda:N"`` picks a GPU).  Training runs in float32,
+    scores in float64.
+"""
+
+docdict["distance_images"] = """
+distance : {"euclidean", "correlation", "cosine"}
+    Neural distance between the images' patterns within a sphere / region
+    (``"correlation"``: ``1 - r`` across the sphere's voxels).
+"""
+
+docdict["distance_trials"] = """
+distance : {"euclidean", "correlation", "cosine"}
+    Neural distance between trials at a time point (across channels).
+"""
+
+# --------------------------------------------------------------------------------- F
+docdict["feature_groups"] = """
+feature_groups : dict | None
+    Multi-column features ``{name: [columns]}`` compared with the Euclidean distance.
+"""
+
+docdict["feature_kinds"] = """
+feature_kinds : dict | None
+    Override inferred feature kinds, ``{column: "categorical" | "ordinal" | "numeric"}``.
+"""
+
+docdict["feature_names"] = """
+feature_names : list of str
+    The features, in the order of the rows and columns of ``W`` (group names for
+    multi-column features).
+"""
+
+docdict["features_images"] = """
+features : DataFrame | array (n_images, n_features)
+    The theoretical features, one row per image, in the order of ``imgs`` (see
+    :class:`mlem_neuro.MLEM` for how columns are compared).
+"""
+
+docdict["fold_importance"] = """
+fold_importance : ndarray (n_folds, n_models, n_terms)
+    Permutation importance of each term (mean drop of held-out Spearman ρ), per fold
+    and model.
+"""
+
+docdict["fold_score"] = """
+fold_score : ndarray (n_folds, n_models)
+    Held-out Spearman ρ, per fold and model.
+"""
+
+docdict["fold_weights"] = """
+fold_weights : ndarray (n_folds, n_models, n_features, n_features)
+    Learnt metric ``W`` of each fold and model.
+"""
+
+# --------------------------------------------------------------------------------- G
+docdict["groups_epochs"] = """
+groups : array-like | str | None
+    One label per epoch (run, session, item...): folds keep each group's epochs
+    together (an int ``cv`` then gives :class:`~sklearn.model_selection.GroupKFold`
+    folds; a splitter receives ``groups``).  A str names an ``epochs.metadata`` column
+    holding the labels.
+"""
+
+docdict["groups_images"] = """
+groups : array-like | None
+    One label per image (e.g. the run of each trial): folds keep each group's images
+    together (an int ``cv`` then gives :class:`~sklearn.model_selection.GroupKFold`
+    folds over the groups; a splitter receives ``groups``).
+"""
+
+docdict["groups_trials"] = """
+groups : array-like | None
+    One label per trial (run, session, item...): folds keep each group's trials
+    together (an int ``cv`` then gives :class:`~sklearn.model_selection.GroupKFold`
+    folds; a splitter receives ``groups``).
+"""
+
+# --------------------------------------------------------------------------------- I
+docdict["imgs"] = """
+imgs : 4D image | list of 3D images
+    One image per stimulus (trial or condition betas), paths or nibabel images on one
+    grid (see :func:`mlem_neuro.fmri.trial_images`).
+"""
+
+docdict["interactions"] = """
+interactions : bool
+    Model (and report) feature interactions ``"f:g"`` (off-diagonal ``W``).  ``False``
+    restricts ``W`` to its diagonal; importance then has one row per feature.
+"""
+
+# --------------------------------------------------------------------------------- L
+docdict["level"] = """
+level : {"term", "feature"}
+    ``"term"``: permute each term ``P_kk = d_k²`` / ``P_kl = 2 d_k d_l`` across pairs
+    (one row per feature and, with interactions, per interaction ``"f:g"``).
+    ``"feature"``: permute a feature's values across stimuli; measures its total
+    effect, interactions included (one row per feature).
+"""
+
+docdict["lr"] = """
+lr : float
+    AdamW learning rate (no weight decay).
+"""
+
+# --------------------------------------------------------------------------------- M
+docdict["mask_img"] = """
+mask_img : 3D image
+    Voxels whose signal is used (nilearn's ``mask_img``); resampled to the images'
+    grid with nearest neighbours when needed.
+"""
+
+docdict["max_steps"] = """
+max_steps : int
+    Maximum training steps (per model).
+"""
+
+docdict["missing_distance"] = """
+missing_distance : float | dict
+    Feature distance of a pair in which either stimulus lacks the value (NaN): ``0``
+    by default (the paper's choice); a dict sets it per feature.
+"""
+
+# --------------------------------------------------------------------------------- N
+docdict["n_iter"] = """
+n_iter : ndarray of int (n_folds, n_models)
+    Training steps run, per fold and model.
+"""
+
+docdict["n_jobs"] = """
+n_jobs : int | None
+    Chunks of models run in parallel with joblib (``None``: one process; ``-1``: all
+    cores).  Inside ``joblib.parallel_config(backend="dask")`` the chunks run on a dask
+    cluster.
+"""
+
+docdict["n_permutations"] = """
+n_permutations : int
+    Permutations per term for the permutation importance on held-out pairs (the MLEM
+    paper uses 10).
+"""
+
+# --------------------------------------------------------------------------------- P
+docdict["patience"] = """
+patience : int
+    Stop when the training (soft) Spearman has not improved for this many steps; the best
+    state is restored.
+"""
+
+# --------------------------------------------------------------------------------- R
+docdict["radius"] = """
+radius : float
+    Sphere radius in mm (world coordinates); a sphere holds every in-mask voxel
+    within ``radius`` of its centre (nilearn's searchlight neighbourhoods).
+"""
+
+docdict["random_state"] = """
+random_state : None | int | numpy Generator
+    Seeds the folds, batches and permutations (results do not depend on ``n_jobs``).
+"""
+
+# --------------------------------------------------------------------------------- S
+docdict["scale"] = """
+scale : bool
+    Standardise each channel (zero mean, unit variance over all trials and time
+    samples analysed) before distances.  On by default, so that channels of different
+    types and units (MEG T and T/m, EEG V) weigh alike in the Euclidean distance; the
+    transform ignores the features, so it leaks nothing across folds.  ``False`` keeps
+    the data's own units (channels with larger variance then dominate).
+"""
+
+docdict["settings"] = """
+settings : dict | None
+    JSON-serialisable analysis settings (constraint, cv, n_permutations, ...), as
+    recorded by the analysis.
+"""
+
+# --------------------------------------------------------------------------------- T
+docdict["terms"] = """
+terms : list of str
+    The importance terms, one per importance column: ``"f"`` per feature, ``"f:g"`` per
+    interaction.
+"""
+
+docdict["tmax"] = """
+tmax : float | None
+    End of the time window analysed, in seconds (inclusive); ``None``: up to the last
+    sample.
+"""
+
+docdict["tmin"] = """
+tmin : float | None
+    Start of the time window analysed, in seconds (inclusive); ``None``: from the first
+    sample.
+"""
+
+docdict["tol"] = """
+tol : float
+    Minimum improvement of the training Spearman that resets ``patience`` (default
+    ``1e-4``).  When all training pairs fit in one batch (up to ~90 training stimuli with
+    ``batch_size="auto"``) training is deterministic full-batch and the soft Spearman
+    keeps creeping up by tiny amounts: with ``tol=0`` training then nearly always runs
+    ``max_steps`` (measured on searchlight spheres: median 1000 steps vs ~250 with the
+    default).
+"""
+
+# --------------------------------------------------------------------------------- V
+docdict["verbose"] = """
+verbose : bool | str | int | None
+    Logging level for this call (``"INFO"`` or ``True`` shows progress, with a progress
+    bar over chunks of models in the analyses); ``None`` keeps the level set with
+    :func:`mlem_neuro.set_log_level`.
+"""
+
+# --------------------------------------------------------------------------------- W
+docdict["window"] = """
+window : float | None
+    Average the samples within ``±window / 2`` seconds of each time point before
+    computing distances (a moving average; samples near the edges average the
+    neighbours that exist).  ``None`` uses single samples.
+"""
+
+#: a placeholder: ``%(key)s`` alone on its line (after the indentation).
+_PLACEHOLDER = re.compile(r"^(?P<indent>[ \t]*)%\((?P<key>\w+)\)s[ \t]*$", re.MULTILINE)
+_ANY_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+def _entry(key, where):
+    """The text of ``docdict[key]``, or a ValueError that names the docstring and key."""
+    try:
+        return docdict[key]
+    except KeyError:
+        close = difflib.get_close_matches(key, docdict, n=3)
+        hint = f" Did you mean {close}?" if close else ""
+        raise ValueError(f"the docstring of {where} uses %({key})s but docdict has no entry "
+                         f"{key!r}.{hint} Add it to mlem_neuro/_docs.py (keys sorted) or fix "
+                         "the placeholder.") from None
+
+
+def fill_docstring(doc, where="a docstring"):
+    """Replace every ``%(key)s`` line of ``doc`` with ``docdict[key]``, indented alike.
+
+    Parameters
+    ----------
+    doc : str
+        The docstring.  A placeholder stands alone on its line; its indentation is given
+        to every line of the entry.
+    where : str
+        Name of the documented object, for error messages.
+
+    Returns
+    -------
+    doc : str
+        The filled docstring (text other than the placeholders is left as it is, ``%``
+        signs included).
+    """
+    def replace(match):
+        indent = match.group("indent")
+        lines = _entry(match.group("key"), where).strip("\n").splitlines()
+        return "\n".join(indent + line if line.strip() else "" for line in lines)
+
+    filled = _PLACEHOLDER.sub(replace, doc)
+    left = _ANY_PLACEHOLDER.search(filled)
+    if left is not None:
+        _entry(left.group(1), where)     # an unknown key names itself first
+        raise ValueError(f"the docstring of {where} has the placeholder {left.group(0)} "
+                         "inside a line; a placeholder must stand alone on its line.")
+    return filled
+
+
+def fill_doc(obj):
+    """Fill the ``%(key)s`` placeholders of a function's or class's docstring.
+
+    Use it below ``@verbose`` (inner), so that the wrapper copies the filled docstring;
+    applied to a wrapper, it also fills the wrapped function's docstring.
+
+    Parameters
+    ----------
+    obj : callable | type
+        The function or class whose ``__doc__`` is filled in place.
+
+    Returns
+    -------
+    obj : callable | type
+        The same object.
+
+    Raises
+    ------
+    ValueError
+        At import time, when a placeholder names no :data:`docdict` entry.
+    """
+    doc = obj.__doc__
+    if not doc:
+        return obj
+    where = getattr(obj, "__qualname__", repr(obj))
+    obj.__doc__ = fill_docstring(doc, where)
+    inner = getattr(obj, "__wrapped__", None)
+    if inner is not None and inner.__doc__ == doc:
+        inner.__doc__ = obj.__doc__
+    return obj
+
+
+_ROLE = re.compile(r":[\w:]+:`(~?)([^`]+)`")
+_SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)(?<!etc)\.(?=\s|$)")
+
+
+def short_doc(key):
+    """First sentence of the description of ``docdict[key]``, as plain one-line text.
+
+    Meant for command-line help (``argparse``'s ``help=``): reST markup is dropped
+    (````x```` → ``x``, ``:class:`~a.B``` → ``B``) and the text is joined on one line.
+
+    Parameters
+    ----------
+    key : str
+        A key of :data:`docdict`, e.g. ``"lr"`` or ``"cv_trials"``.
+
+    Returns
+    -------
+    text : str
+        The first sentence, ending with a period.
+
+    Examples
+    --------
+    >>> short_doc("lr")
+    'AdamW learning rate (no weight decay).'
+    """
+    lines = _entry(key, "short_doc").strip("\n").splitlines()[1:]
+    text = " ".join(line.strip() for line in lines)
+    text = _ROLE.sub(lambda m: m.group(2).rsplit(".", 1)[-1] if m.group(1) else m.group(2),
+                     text)
+    text = text.replace("``", "").replace("**", "")
+    end = _SENTENCE_END.search(text)
+    return text if end is None else text[: end.end()]

@@ -1,0 +1,223 @@
+"""Result files: ``save`` never loses the old file, ``read_result`` turns every kind of
+damage into one ValueError that names the file."""
+import json
+import os
+import zipfile
+
+import numpy as np
+import pytest
+
+from mlem_neuro import read_result
+from mlem_neuro.results import BrainMapResult, TimeCourseResult
+
+READABLE = "is not a readable mlem_neuro result file"
+
+
+def _timecourse(F=2, M=5, seed=0):
+    rng = np.random.default_rng(seed)
+    terms = ["a", "b", "a:b"]
+    return TimeCourseResult(
+        rng.standard_normal((F, M, 3)), rng.uniform(-1, 1, (F, M)),
+        rng.standard_normal((F, M, 2, 2)), rng.integers(1, 99, (F, M)), terms, ["a", "b"],
+        settings={"cv": F}, times=np.linspace(0, 0.4, M), ch_names=["c1", "c2"])
+
+
+def _brainmap(F=2, seed=0):
+    rng = np.random.default_rng(seed)
+    ijk = np.argwhere(rng.random((4, 5, 3)) < 0.5)
+    M = len(ijk)
+    return BrainMapResult(rng.standard_normal((F, M, 3)), rng.uniform(-1, 1, (F, M)),
+                          rng.standard_normal((F, M, 2, 2)), rng.integers(1, 9, (F, M)),
+                          ["a", "b", "a:b"], ["a", "b"], {"cv": F}, affine=np.eye(4),
+                          shape=(4, 5, 3), voxel_indices=ijk)
+
+
+def _contents(fname):
+    """(header dict, {entry: array}) of a saved result, for writing damaged copies."""
+    with np.load(fname) as f:
+        entries = {k: f[k] for k in f.files}
+    return json.loads(str(entries.pop("__header__"))), entries
+
+
+def _rewrite(fname, header, entries):
+    payload = dict(entries)
+    if header is not None:
+        payload["__header__"] = np.array(header if isinstance(header, str)
+                                         else json.dumps(header))
+    with open(fname, "wb") as f:          # exact name: np.savez would not add ".npz"
+        np.savez(f, **payload)
+
+
+# ------------------------------------------------------------------------------ save
+@pytest.mark.parametrize("error", [OSError("disk full"), KeyboardInterrupt()])
+def test_save_interrupted_midway_keeps_the_old_file(tmp_path, monkeypatch, error):
+    fname = _timecourse(seed=0).save(tmp_path / "sub-01_mlem.npz")
+    before = fname.read_bytes()
+    real = np.savez
+
+    def dies_midway(file, *args, **kwargs):
+        real(file, *args, **kwargs)      # a complete archive went to the temporary file...
+        file.seek(0)
+        file.truncate(100)               # ...then the write is cut short
+        raise error
+
+    monkeypatch.setattr(np, "savez", dies_midway)
+    with pytest.raises(type(error)):
+        _timecourse(seed=1).save(fname, overwrite=True)
+    monkeypatch.undo()
+    assert fname.read_bytes() == before
+    assert os.listdir(tmp_path) == ["sub-01_mlem.npz"]          # no temporary file left
+    np.testing.assert_array_equal(read_result(fname).fold_score,
+                                  _timecourse(seed=0).fold_score)
+
+
+def test_save_interrupted_before_any_file_existed(tmp_path, monkeypatch):
+    def fails(file, *args, **kwargs):
+        file.write(b"PK\x03\x04 half an archive")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", fails)
+    with pytest.raises(OSError, match="disk full"):
+        _timecourse().save(tmp_path / "r.npz")
+    assert os.listdir(tmp_path) == []
+
+
+def test_save_replaces_in_place_with_normal_permissions(tmp_path):
+    fname = _timecourse(seed=0).save(tmp_path / "r.npz")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert fname.stat().st_mode & 0o777 == 0o666 & ~umask    # not mkstemp's 0600
+    os.chmod(fname, 0o640)
+    _timecourse(seed=1).save(fname, overwrite=True)
+    assert fname.stat().st_mode & 0o777 == 0o640              # the old file's mode is kept
+    np.testing.assert_array_equal(read_result(fname).fold_score,
+                                  _timecourse(seed=1).fold_score)
+    assert os.listdir(tmp_path) == ["r.npz"]
+
+
+def test_save_into_a_missing_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist; create it first"):
+        _timecourse().save(tmp_path / "nope" / "r.npz")
+    assert os.listdir(tmp_path) == []
+
+
+# ------------------------------------------------------------------------------ read
+def test_read_result_missing_path_is_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such result file"):
+        read_result(tmp_path / "missing.npz")
+
+
+@pytest.mark.parametrize("make", [_timecourse, _brainmap])
+def test_round_trip_still_exact(tmp_path, make):
+    res = make()
+    back = read_result(res.save(tmp_path / "r.npz"))
+    assert type(back) is type(res) and back.terms == res.terms
+    for name in ("fold_importance", "fold_score", "fold_weights", "n_iter"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(res, name))
+
+
+def _damage_bytes(fname, kind):
+    data = fname.read_bytes()
+    if kind == "text":
+        fname.write_text("onset\tduration\n0\t1\n")
+    elif kind == "empty":
+        fname.write_bytes(b"")
+    elif kind == "npy":
+        with open(fname, "wb") as f:
+            np.save(f, np.zeros(3))
+    elif kind == "truncated":
+        fname.write_bytes(data[: len(data) // 2])
+    elif kind == "corrupt_member":      # flip bytes inside a stored array: bad CRC
+        with zipfile.ZipFile(fname) as z:
+            info = z.getinfo("array__fold_importance.npy")
+        at = info.header_offset + 30 + len(info.filename) + 200
+        fname.write_bytes(data[:at] + bytes(b ^ 0xFF for b in data[at:at + 16])
+                          + data[at + 16:])
+
+
+@pytest.mark.parametrize("kind, what", [
+    ("text", "not a .npz (zip) archive"),
+    ("empty", "empty file"),
+    ("npy", "not a .npz (zip) archive"),
+    ("truncated", "truncated or corrupt archive"),
+    ("corrupt_member", "truncated or corrupt archive"),
+])
+def test_read_result_damaged_bytes(tmp_path, kind, what):
+    fname = _timecourse().save(tmp_path / "sub-01_mlem.npz")
+    _damage_bytes(fname, kind)
+    with pytest.raises(ValueError) as exc:
+        read_result(fname)
+    msg = str(exc.value)
+    assert msg.startswith(f"{fname} {READABLE} ({what}): ")
+    assert "\n" not in msg
+
+
+def _drop(key):
+    def edit(header, entries):
+        if key in entries:
+            del entries[key]
+        else:
+            del header[key]
+    return edit
+
+
+def _set_header(key, value):
+    def edit(header, entries):
+        header[key] = value
+    return edit
+
+
+def _set_array(key, value):
+    def edit(header, entries):
+        entries[key] = value
+    return edit
+
+
+@pytest.mark.parametrize("make, edit, what, detail", [
+    (_timecourse, "no header", "missing header", "no '__header__' entry"),
+    (_timecourse, "not json", "bad header", "not valid JSON"),
+    (_timecourse, "json list", "bad header", "not a JSON object"),
+    (_timecourse, _drop("array__n_iter"), "missing entries", "'n_iter'"),
+    (_timecourse, _drop("array__times"), "missing entries", "'times'"),
+    (_brainmap, _drop("array__affine"), "missing entries", "'affine'"),
+    (_timecourse, _drop("terms"), "missing entries", "'terms'"),
+    (_timecourse, _drop("settings"), "missing entries", "'settings'"),
+    (_timecourse, _drop("kind"), "unknown result kind", "None"),
+    (_timecourse, _set_header("kind", "Evoked"), "unknown result kind", "'Evoked'"),
+    (_timecourse, _set_header("format", 99), "format 99", "newer mlem_neuro"),
+    (_timecourse, _set_header("format", "1"), "bad header", "format number"),
+    (_timecourse, _set_header("terms", ["a"]), "inconsistent contents", "terms"),
+    (_timecourse, _set_array("array__fold_score", np.zeros((2, 4))),
+     "inconsistent contents", "disagree"),
+    (_timecourse, _set_array("array__fold_importance", np.zeros((2, 5))),
+     "inconsistent contents", "fold_importance must have shape"),
+    (_timecourse, _set_array("array__fold_weights", np.zeros((2, 5, 3, 3))),
+     "inconsistent contents", "fold_weights must have shape"),
+    (_timecourse, _set_array("array__n_iter", np.zeros(5)),
+     "inconsistent contents", "n_iter must have shape"),
+    (_timecourse, _set_array("array__times", np.zeros(4)),
+     "inconsistent contents", "times has shape"),
+    (_brainmap, _set_array("array__affine", np.eye(3)), "inconsistent contents", "4x4"),
+])
+def test_read_result_damaged_contents(tmp_path, make, edit, what, detail):
+    fname = make().save(tmp_path / "sub-01_mlem.npz")
+    header, entries = _contents(fname)
+    if edit == "no header":
+        header = None
+    elif edit == "not json":
+        header = '{"format": 1, "kind": "TimeCourseResult", "terms": ['
+    elif edit == "json list":
+        header = json.dumps([1, 2])
+    else:
+        edit(header, entries)
+    _rewrite(fname, header, entries)
+    with pytest.raises(ValueError) as exc:
+        read_result(fname)
+    msg = str(exc.value)
+    assert msg.startswith(f"{fname} {READABLE} ({what}): "), msg
+    assert detail in msg and "\n" not in msg
+
+
+def test_read_result_on_a_folder(tmp_path):
+    with pytest.raises(ValueError, match=f"{READABLE} \\(a folder\\)"):
+        read_result(tmp_path)
