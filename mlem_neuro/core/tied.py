@@ -85,9 +85,15 @@ def _expanded_isotonic(s, c):
 
 
 def _pav_kernel(device_type):
-    """torchsort's pool-adjacent-violators kernel for this device, or ``None``."""
+    """torchsort's pool-adjacent-violators kernel for this device, or ``None``.
+
+    torchsort built without its CUDA extension keeps a stub that raises when called in its
+    kernel table, so the extension itself must import for ``"cuda"``.
+    """
     try:
         from torchsort import ops
+        if device_type == "cuda":
+            from torchsort import isotonic_cuda  # noqa: F401
         return ops.isotonic_l2[device_type]
     except (ImportError, AttributeError, KeyError, TypeError):
         return None
