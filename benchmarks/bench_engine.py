@@ -21,6 +21,7 @@ from mlem_neuro import MLEM
 from mlem_neuro.core.engine import fit_stack
 from mlem_neuro.core.features import FeatureSpace
 from mlem_neuro.core.neural import NeuralTargets
+from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.simulation import simulate_representations
 
 
@@ -56,8 +57,8 @@ def main():
 
     t0 = clock(dev)
     enc = FeatureSpace().fit_transform(y)
-    res = fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", dev), random_state=0,
-                    device=dev, **kw)
+    res = fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", dev),
+                    MLEMOptions(device=dev, **kw), random_state=0)
     t_engine = clock(dev) - t0
 
     K = min(args.seq_models or args.models, args.models)

@@ -45,11 +45,17 @@ from mlem_neuro import MLEM
 from mlem_neuro.adapters.nifti import (SphereRDMSource, load_images, load_mask, mask_coords,
                                        mask_data, sphere_membership)
 from mlem_neuro.core.pairs import kfold_stimuli
-from mlem_neuro.crossval import run_cv
+from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.crossval import run_cv as _run_cv
 
 from _common import add_device_argument, clock, describe, warm_up
 
 AFFINE_3MM = np.diag([3.0, 3.0, 3.0, 1.0])
+
+
+def run_cv(source, table, **options):
+    """The shared driver with keyword options."""
+    return _run_cv(source, table, MLEMOptions(**options))
 
 
 def peak_rss_mib():

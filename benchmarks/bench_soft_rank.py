@@ -75,7 +75,7 @@ def main():
                 tied._use_table = lambda *a: False
                 t_exp = timed(grouped, args.repeats, dev)
                 tied._use_table = real
-                choice = "table" if real(U, b, M) else "expansion"
+                choice = "table" if real(U, b, M, torch.device(dev).type) else "expansion"
                 best = t_table if choice == "table" else t_exp
                 print(f"{b:>8} {U:>9} {t_pair:>9.2f} {t_table:>8.2f} {t_exp:>10.2f} "
                       f"{choice:>12} {t_pair / best:>8.1f}x")
