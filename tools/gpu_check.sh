@@ -15,6 +15,9 @@
 #   smoke       every benchmark at tiny sizes on CUDA (does it run at all).
 #   bench       every benchmark on CUDA then on the CPU, at the sizes given by BENCH_*
 #               below (each run stopped after BENCH_TIMEOUT seconds).
+#   scaling     benchmarks/bench_device.py: engine ms per step against M on both devices.
+#   wb          the whole-brain part of bench_searchlight.py with chunks of 4,000 spheres,
+#               on CUDA then on the CPU.
 # Source this script's environment in other commands with: source tools/gpu_check.sh env
 set -uo pipefail
 
@@ -105,6 +108,17 @@ run_bench() {   # devices...: each benchmark on every device in turn (paired res
     cd ..
 }
 
+run_bench_one() {   # script: with $BENCH_SL on cuda then cpu
+    cd benchmarks || return 1
+    for dev in cuda cpu; do
+        echo "=== $dev: python benchmarks/$1 $BENCH_SL --device $dev"
+        local t0=$SECONDS
+        timeout "$BENCH_TIMEOUT" $PY "$1" $BENCH_SL --device "$dev" 2>&1 | grep -v Warning
+        echo "=== rc ${PIPESTATUS[0]}, $((SECONDS - t0)) s"
+    done
+    cd ..
+}
+
 smoke() {
     BENCH_SOFT="--models 8 --repeats 1" BENCH_ENGINE="--models 4 --stimuli 60 --seq-models 1" \
     BENCH_TIME="--trials 40 --channels 8 --times 4 --slow-times 1" \
@@ -121,6 +135,10 @@ for phase in "$@"; do
         suite) suite 2>&1 | tee "$OUT/suite.log" ;;
         smoke) smoke 2>&1 | tee "$OUT/smoke.log" ;;
         bench) run_bench cuda cpu 2>&1 | tee "$OUT/bench.log" ;;
+        scaling) (cd benchmarks && timeout 300 $PY bench_device.py --profile) 2>&1 \
+                     | tee "$OUT/scaling.log" ;;
+        wb) BENCH_SL="--skip-small --wb-chunk 4000" run_bench_one bench_searchlight.py \
+                2>&1 | tee "$OUT/wb.log" ;;
         *) echo "unknown phase $phase"; exit 2 ;;
     esac
     echo "### phase $phase: $((SECONDS - t0)) s"
@@ -130,4 +148,5 @@ echo "### summary"
 grep -h "passed\|failed\|error" "$OUT"/tests.log "$OUT"/suite.log 2>/dev/null | grep -v "^E " | tail -6
 grep -h "MEASURED" "$OUT"/tests.log 2>/dev/null | sed 's/^.*MEASURED/MEASURED/' | sort -u
 grep -h "^=== \|speed-up\|engine, one call\|sequential fits\|mlem_epochs (\|per-time-point\|mlem_searchlight, all\|nilearn SearchLight, all\|(a) \|(b) \|-> whole" \
-    "$OUT"/bench.log "$OUT"/smoke.log 2>/dev/null | cut -c1-160
+    "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/wb.log 2>/dev/null | cut -c1-160
+cat "$OUT"/scaling.log 2>/dev/null
