@@ -104,8 +104,8 @@ def _use_table(n_groups, batch_size, n_models, device_type="cpu"):
 
     The table is used while its ``M × U²`` elements fit the memory budget and, on the CPU,
     ``U² ≤ b + 1024``.  On a GPU the table's cost hardly grows with ``U`` while torchsort's
-    CUDA kernel runs one sequential thread per model (measured on an H100, 8 models,
-    b = 8,496: table 2.7-3.3 ms per step for U = 16-256, expansion 8-36 ms).
+    CUDA kernel runs one sequential thread per model (measured on an H100, 100 models,
+    b = 8,496: table 2.4-4.1 ms per step for U = 16-256, expansion 17.9-22.3 ms).
 
     Measured per step for 100 models on 2 CPU threads (forward and backward): the table
     costs about 3.5 µs × U² (2 ms at U = 32, 13–15 ms at U = 64, 40–58 ms at U = 128), the
