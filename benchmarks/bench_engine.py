@@ -5,18 +5,23 @@ model, m = 6 binary features with interactions.  Both paths run the same trainin
 (batch_size, steps, patience, learning rate); the sequential path is what a user gets from
 a loop of ``MLEM().fit`` (as ``mne.decoding.SlidingEstimator`` does).
 
-Run: ``.venv/bin/python benchmarks/bench_engine.py [--models 64] [--repeats 1]``
+``--device cuda`` trains on the GPU (clocks read after ``torch.cuda.synchronize()``, after an
+untimed warm-up fit); ``--seq-models K`` times the sequential path on the first K models only
+and extrapolates it to all M (the output says so).
+
+Run: ``.venv/bin/python benchmarks/bench_engine.py [--models 64] [--device cpu]``
 """
 import argparse
-import time
 
 import numpy as np
-import torch
+
+from _common import add_device_argument, clock, describe, warm_up
 
 from mlem_neuro import MLEM
 from mlem_neuro.core.engine import fit_stack
 from mlem_neuro.core.features import FeatureSpace
 from mlem_neuro.core.neural import NeuralTargets
+from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.simulation import simulate_representations
 
 
@@ -36,33 +41,43 @@ def main():
     p.add_argument("--units", type=int, default=64)
     p.add_argument("--features", type=int, default=6)
     p.add_argument("--batch-size", default="auto")
+    p.add_argument("--seq-models", type=int, default=None,
+                   help="models timed on the sequential path (default: all; extrapolated)")
+    add_device_argument(p)
     args = p.parse_args()
+    dev = args.device
     bs = args.batch_size if args.batch_size in ("auto", "full") else int(args.batch_size)
     Y, y, W = make_stack(args.models, args.stimuli, args.units, args.features)
     kw = dict(constraint="spd", interactions=True, max_steps=1000, patience=50, lr=0.1,
               batch_size=bs)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; M={args.models}, "
+    warm_up(dev)
+    print(f"{describe(dev)}; M={args.models}, "
           f"n={args.stimuli}, units={args.units}, m={args.features} (+interactions), "
           f"batch_size={bs}")
 
-    t0 = time.perf_counter()
+    t0 = clock(dev)
     enc = FeatureSpace().fit_transform(y)
-    res = fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), random_state=0, **kw)
-    t_engine = time.perf_counter() - t0
+    res = fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", dev),
+                    MLEMOptions(device=dev, **kw), random_state=0)
+    t_engine = clock(dev) - t0
 
-    t0 = time.perf_counter()
+    K = min(args.seq_models or args.models, args.models)
+    t0 = clock(dev)
     Ws, iters = [], []
-    for t in range(args.models):
-        est = MLEM(random_state=0, **kw).fit(Y[t], y)
+    for t in range(K):
+        est = MLEM(random_state=0, device=dev, **kw).fit(Y[t], y)
         Ws.append(est.W_)
         iters.append(est.n_iter_)
-    t_seq = time.perf_counter() - t0
+    t_seq_sub = clock(dev) - t0
+    t_seq = t_seq_sub * args.models / K
 
-    diff = np.abs(res.W - np.array(Ws)).max()
+    diff = np.abs(res.W[:K] - np.array(Ws)).max()
     print(f"engine, one call : {t_engine:8.2f} s  (steps per model: median "
           f"{int(np.median(res.n_iter))}, batch {res.batch_size} pairs"
           f"{', full batch' if res.full_batch else ''})")
-    print(f"sequential fits  : {t_seq:8.2f} s  (steps per model: median "
+    label = "measured" if K == args.models else (f"EXTRAPOLATED from {K} of {args.models} "
+                                                 f"models, {t_seq_sub:.2f} s measured")
+    print(f"sequential fits  : {t_seq:8.2f} s  ({label}; steps per model: median "
           f"{int(np.median(iters))})")
     print(f"speed-up         : {t_seq / t_engine:8.1f} x")
     print(f"max |W_engine - W_sequential| = {diff:.3g}  (batches are drawn per call, so "

@@ -25,12 +25,14 @@ and the cost of a whole-brain-sized searchlight, in one run.
 Peak memory is the process's peak resident set size (``resource.getrusage(RUSAGE_SELF)
 .ru_maxrss``, monotone: it includes Python, torch, nilearn and every earlier step).
 
+``--device cuda`` trains every path on the GPU (sphere RDMs are computed on the CPU either
+way); clocks are read after ``torch.cuda.synchronize()``, after an untimed warm-up fit.
+
 Run: ``.venv/bin/python benchmarks/bench_searchlight.py`` (a few minutes on 2 CPU cores;
 ``--full-whole-brain`` runs every sphere and fold instead, a few hours on 2 cores).
 """
 import argparse
 import resource
-import time
 import warnings
 
 import nibabel as nib
@@ -43,9 +45,17 @@ from mlem_neuro import MLEM
 from mlem_neuro.adapters.nifti import (SphereRDMSource, load_images, load_mask, mask_coords,
                                        mask_data, sphere_membership)
 from mlem_neuro.core.pairs import kfold_stimuli
-from mlem_neuro.crossval import run_cv
+from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.crossval import run_cv as _run_cv
+
+from _common import add_device_argument, clock, describe, warm_up
 
 AFFINE_3MM = np.diag([3.0, 3.0, 3.0, 1.0])
+
+
+def run_cv(source, table, **options):
+    """The shared driver with keyword options."""
+    return _run_cv(source, table, MLEMOptions(**options))
 
 
 def peak_rss_mib():
@@ -77,6 +87,7 @@ def make_data(shape, radii, n_images, n_features, seed):
 
 def small_case(args):
     print("== 1. mlem_searchlight vs nilearn SearchLight(estimator=MLEM()) ==")
+    dev = args.device
     imgs, table, mask_img, mask = make_data((12, 12, 12), (6.2, 6.2, 6.2), 32, 3, seed=0)
     n = imgs.shape[3]
     folds = kfold_stimuli(n, 5, np.random.default_rng(0))
@@ -85,12 +96,13 @@ def small_case(args):
     S = int(mask.sum())
     print(f"image {mask.shape} at 3 mm, {S} spheres (radius 6 mm), {n} images, "
           f"{table.shape[1]} binary features + interactions, 5 folds, max_steps="
-          f"{args.small_steps}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+          f"{args.small_steps}; {describe(dev)}")
 
-    t0 = time.perf_counter()
+    t0 = clock(dev)
     res = mlem_neuro.mlem_searchlight(imgs, table, mask_img, radius=6.0, cv=folds,
-                                      n_permutations=10, random_state=0, **train_kw)
-    t_ours = time.perf_counter() - t0
+                                      n_permutations=10, random_state=0, device=dev,
+                                      **train_kw)
+    t_ours = clock(dev) - t0
     print(f"mlem_searchlight, all {S} spheres   : {t_ours:8.1f} s  (measured; median steps "
           f"{int(np.median(res.n_iter))}; includes term importances, 10 permutations)")
 
@@ -102,13 +114,13 @@ def small_case(args):
     process = np.zeros(mask.shape, np.int8)
     process[tuple(pick.T)] = 1
     sl = SearchLight(mask_img, process_mask_img=nib.Nifti1Image(process, mask_img.affine),
-                     radius=6.0, estimator=MLEM(random_state=0, **train_kw), cv=folds,
-                     n_jobs=1)
-    t0 = time.perf_counter()
+                     radius=6.0, estimator=MLEM(random_state=0, device=dev, **train_kw),
+                     cv=folds, n_jobs=1)
+    t0 = clock(dev)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sl.fit(imgs, table)
-    t_sub = time.perf_counter() - t0
+    t_sub = clock(dev) - t0
     t_nl = t_sub / args.nilearn_spheres * S
     print(f"nilearn SearchLight, {args.nilearn_spheres} spheres    : {t_sub:8.1f} s  (measured)")
     print(f"nilearn SearchLight, all {S} spheres: {t_nl:8.1f} s  (EXTRAPOLATED linearly from "
@@ -123,17 +135,18 @@ def small_case(args):
 
 def whole_brain(args):
     print("\n== 2. whole-brain-sized searchlight ==")
-    t0 = time.perf_counter()
+    dev = args.device
+    t0 = clock(dev)
     imgs, table, mask_img, _ = make_data((52, 62, 52), (20.5, 24.0, 18.5), 96, 8, seed=1)
-    t_make = time.perf_counter() - t0
+    t_make = clock(dev) - t0
     n = imgs.shape[3]
-    t0 = time.perf_counter()
+    t0 = clock(dev)
     img4d = load_images(imgs)
     m = load_mask(mask_img, img4d)
     _, seeds = mask_coords(m, img4d.affine)
     A = sphere_membership(seeds, m, img4d.affine, 6.0)
     X = mask_data(img4d, m)
-    t_setup = time.perf_counter() - t0
+    t_setup = clock(dev) - t0
     S = A.shape[0]
     sizes = np.diff(A.indptr)
     F = 5
@@ -146,12 +159,12 @@ def whole_brain(args):
     source = SphereRDMSource(X, A)
     folds = kfold_stimuli(n, F, np.random.default_rng(0))
     kw = dict(n_permutations=10, constraint="spd", interactions=True, patience=50, lr=0.1,
-              tol=1e-4, batch_size="auto", random_state=0)
+              tol=1e-4, batch_size="auto", random_state=0, device=dev)
     rng = np.random.default_rng(2)
     if args.full_whole_brain:
-        t0 = time.perf_counter()
+        t0 = clock(dev)
         out = run_cv(source, table, cv=folds, chunk_size=args.wb_chunk, max_steps=1000, **kw)
-        t_full = time.perf_counter() - t0
+        t_full = clock(dev) - t0
         print(f"training + importance, all spheres x {F} folds: {t_full:8.1f} s  (FULL RUN, "
               f"median steps {int(np.median(out.n_iter))})")
         print(f"whole-brain total: {t_setup + t_full:.0f} s = {(t_setup + t_full) / 3600:.2f} h "
@@ -160,9 +173,9 @@ def whole_brain(args):
 
     K = min(args.wb_spheres, S)
     sub = source.subset(np.sort(rng.choice(S, K, replace=False)))
-    t0 = time.perf_counter()
+    t0 = clock(dev)
     out = run_cv(sub, table, cv=folds[:1], chunk_size=K, max_steps=1000, **kw)
-    t_a = time.perf_counter() - t0
+    t_a = clock(dev) - t0
     steps = float(np.median(out.n_iter))
     est_a = t_setup + t_a / K * S * F
     print(f"(a) {K} random spheres, 1 fold, max 1000 steps: {t_a:8.1f} s measured (steps: "
@@ -177,9 +190,9 @@ def whole_brain(args):
     rss0 = peak_rss_mib()
     t_b = {}
     for n_steps in (10, 30):
-        t0 = time.perf_counter()
+        t0 = clock(dev)
         run_cv(sub, table, cv=folds[:1], chunk_size=C, max_steps=n_steps, **kw)
-        t_b[n_steps] = time.perf_counter() - t0
+        t_b[n_steps] = clock(dev) - t0
     per_step = (t_b[30] - t_b[10]) / (20 * C)              # training, per sphere-step
     fixed = max(t_b[10] - 10 * C * per_step, 0.0) / C      # RDMs + importances, per sphere
     mean_steps = float(np.mean(out.n_iter))
@@ -190,7 +203,7 @@ def whole_brain(args):
     print(f"    -> whole brain: ({1e3 * fixed:.2f} ms + {1e3 * per_step:.3f} ms x "
           f"{mean_steps:.0f} mean steps from (a)) x {S} spheres x {F} folds + setup = "
           f"{est_b:.0f} s = {est_b / 3600:.1f} h (EXTRAPOLATED)")
-    print(f"    on {torch.get_num_threads()} CPU threads; chunks are independent, so n_jobs or "
+    print(f"    on {describe(dev)}; chunks are independent, so n_jobs or "
           "a dask cluster divide the training time by the number of workers")
     print(f"peak RSS: {peak_rss_mib():.0f} MiB (ru_maxrss of the process; {rss0:.0f} MiB "
           f"before the chunks of {C} spheres) = peak of a full run with chunk_size={C}")
@@ -209,12 +222,16 @@ def main():
     p.add_argument("--full-whole-brain", action="store_true",
                    help="run every sphere and fold of the whole-brain case (hours on 2 CPUs)")
     p.add_argument("--skip-small", action="store_true")
+    p.add_argument("--skip-whole-brain", action="store_true")
+    add_device_argument(p)
     args = p.parse_args()
-    t0 = time.perf_counter()
+    warm_up(args.device)
+    t0 = clock(args.device)
     if not args.skip_small:
         small_case(args)
-    whole_brain(args)
-    print(f"\nbenchmark wall time: {time.perf_counter() - t0:.0f} s")
+    if not args.skip_whole_brain:
+        whole_brain(args)
+    print(f"\nbenchmark wall time: {clock(args.device) - t0:.0f} s")
 
 
 if __name__ == "__main__":

@@ -14,32 +14,38 @@ the soft Spearman three ways, side by side in one run:
 It also prints which of the two the engine picks (:func:`mlem_neuro.core.tied._use_table`).
 The three give the same values and gradients (``tests/test_engine.py``).
 
-Run: ``.venv/bin/python benchmarks/bench_soft_rank.py [--models 100] [--repeats 10]``
+``--device cuda`` runs the three on the GPU (each timing waits for the GPU to finish).
+
+Run: ``.venv/bin/python benchmarks/bench_soft_rank.py [--models 100] [--repeats 10]
+[--device cpu]``
 """
 import argparse
-import time
 
 import torch
+
+from _common import add_device_argument, clock, describe
 
 import mlem_neuro.core.tied as tied
 from mlem_neuro.core.spearman import soft_spearman
 
 
-def timed(fn, repeats):
+def timed(fn, repeats, device):
     fn()
-    t0 = time.perf_counter()
+    t0 = clock(device)
     for _ in range(repeats):
         fn()
-    return (time.perf_counter() - t0) / repeats * 1e3
+    return (clock(device) - t0) / repeats * 1e3
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", type=int, default=100)
     p.add_argument("--repeats", type=int, default=10)
+    add_device_argument(p)
     args = p.parse_args()
+    dev = args.device
     M = args.models
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {M} models; "
+    print(f"{describe(dev)}; {M} models; "
           "ms per step (forward + backward)")
     print(f"{'pairs b':>8} {'groups U':>9} {'per pair':>9} {'table':>8} {'expansion':>10} "
           f"{'engine uses':>12} {'speed-up':>9}")
@@ -50,11 +56,12 @@ def main():
             for U in (16, 32, 64, 128, 256):
                 counts = torch.full((U,), b // U)
                 counts[: b - int(counts.sum())] += 1
-                pred = torch.randn(M, U, dtype=torch.float64, generator=g,
-                                   requires_grad=True)
-                sums = torch.randn(M, U, dtype=torch.float64, generator=g)
-                pairs = torch.randn(M, b, generator=g, requires_grad=True)
-                target = torch.randn(M, b, generator=g)
+                counts = counts.to(dev)
+                pred = torch.randn(M, U, dtype=torch.float64, generator=g).to(dev)
+                pred.requires_grad_(True)
+                sums = torch.randn(M, U, dtype=torch.float64, generator=g).to(dev)
+                pairs = torch.randn(M, b, generator=g).to(dev).requires_grad_(True)
+                target = torch.randn(M, b, generator=g).to(dev)
 
                 def per_pair():
                     soft_spearman(pairs, target).sum().backward()
@@ -62,13 +69,13 @@ def main():
                 def grouped():
                     tied.grouped_soft_spearman(pred, counts, sums, 1.0).sum().backward()
 
-                t_pair = timed(per_pair, args.repeats)
+                t_pair = timed(per_pair, args.repeats, dev)
                 tied._use_table = lambda *a: True
-                t_table = timed(grouped, args.repeats)
+                t_table = timed(grouped, args.repeats, dev)
                 tied._use_table = lambda *a: False
-                t_exp = timed(grouped, args.repeats)
+                t_exp = timed(grouped, args.repeats, dev)
                 tied._use_table = real
-                choice = "table" if real(U, b, M) else "expansion"
+                choice = "table" if real(U, b, M, torch.device(dev).type) else "expansion"
                 best = t_table if choice == "table" else t_exp
                 print(f"{b:>8} {U:>9} {t_pair:>9.2f} {t_table:>8.2f} {t_exp:>10.2f} "
                       f"{choice:>12} {t_pair / best:>8.1f}x")

@@ -16,14 +16,17 @@ The slow path is slow, so by default it runs on a subset of time points (``--slo
 evenly spaced, all 5 folds) and its time for all 100 points is *extrapolated* linearly;
 the output says so.  ``--slow-times 100`` times it in full.
 
-Run: ``.venv/bin/python benchmarks/bench_time.py [--slow-times 10]``
+``--device cuda`` trains both paths on the GPU (clocks read after
+``torch.cuda.synchronize()``, after an untimed warm-up fit).
+
+Run: ``.venv/bin/python benchmarks/bench_time.py [--slow-times 10] [--device cpu]``
 """
 import argparse
-import time
 import warnings
 
 import numpy as np
-import torch
+
+from _common import add_device_argument, clock, describe, warm_up
 
 import mlem_neuro
 from mlem_neuro import MLEM
@@ -58,7 +61,10 @@ def main():
     p.add_argument("--slow-times", type=int, default=10,
                    help="time points timed on the slow path (extrapolated to all)")
     p.add_argument("--n-jobs", type=int, default=None)
+    add_device_argument(p)
     args = p.parse_args()
+    dev = args.device
+    warm_up(dev)
 
     epochs, meta = simulate(args.trials, args.channels, args.times, args.features)
     seed = 0
@@ -66,15 +72,15 @@ def main():
     kw = dict(constraint="spd", interactions=True, max_steps=1000, patience=50, lr=0.1,
               batch_size="auto")
     n_perm = 10
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.trials} "
+    print(f"{describe(dev)}; {args.trials} "
           f"trials, {args.channels} channels, {args.times} time points, {args.features} "
           f"features + interactions, 5 folds, {n_perm} permutations")
 
     # ---------------------------------------------------------------- fast path
-    t0 = time.perf_counter()
+    t0 = clock(dev)
     res = mlem_neuro.mlem_epochs(epochs, cv=folds, n_permutations=n_perm, n_jobs=args.n_jobs,
-                                 random_state=seed, **kw)
-    t_fast = time.perf_counter() - t0
+                                 device=dev, random_state=seed, **kw)
+    t_fast = clock(dev) - t0
 
     # ---------------------------------------------------------------- slow path
     data = _scale_channels(epochs.get_data())           # what mlem_epochs analyses
@@ -83,17 +89,18 @@ def main():
     sub = np.unique(((np.arange(k) + 0.5) * args.times / k).astype(int))  # segment centres
     slow_imp = np.zeros((len(folds), len(sub), len(res.terms)))
     slow_iter = []
-    t0 = time.perf_counter()
+    t0 = clock(dev)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for f, (train, test) in enumerate(folds):
             for s, t in enumerate(sub):
-                est = MLEM(random_state=seed, **kw).fit(Y[t, train], meta.iloc[train])
+                est = MLEM(random_state=seed, device=dev, **kw).fit(Y[t, train],
+                                                                   meta.iloc[train])
                 imp = est.permutation_importance(Y[t, test], meta.iloc[test],
                                                  n_permutations=n_perm, random_state=seed)
                 slow_imp[f, s] = imp.loc[res.terms, "importance"].to_numpy()
                 slow_iter.append(est.n_iter_)
-    t_slow_sub = time.perf_counter() - t0
+    t_slow_sub = clock(dev) - t0
     t_slow = t_slow_sub * args.times / len(sub)
     slow_mean = slow_imp.mean(axis=0)
 

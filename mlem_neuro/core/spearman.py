@@ -30,8 +30,8 @@ def rankdata(x):
     new = torch.ones_like(s, dtype=torch.bool)
     new[:, 1:] = s[:, 1:] != s[:, :-1]
     gid = torch.cumsum(new, dim=-1) - 1
-    rdtype = torch.float64 if flat.device.type == "cpu" or n > 2**24 else torch.float32
-    pos = torch.arange(1, n + 1, device=x.device, dtype=rdtype).expand_as(s)
+    # float64 on every device: in float32 the position sums of large tie groups are not exact
+    pos = torch.arange(1, n + 1, device=x.device, dtype=torch.float64).expand_as(s)
     sums = torch.zeros_like(pos).scatter_add_(1, gid, pos)
     counts = torch.zeros_like(pos).scatter_add_(1, gid, torch.ones_like(pos))
     avg = sums / counts.clamp_min(1)

@@ -1,0 +1,46 @@
+"""Helpers shared by the benchmark scripts: the ``--device`` option and honest clocks.
+
+CUDA kernels run asynchronously, so every clock reading on a GPU is taken after
+``torch.cuda.synchronize()``; the first CUDA call of a process also pays for the context
+and kernel loading, so :func:`warm_up` runs a tiny fit first (not timed).
+"""
+import time
+
+import numpy as np
+import torch
+
+
+def add_device_argument(parser):
+    parser.add_argument("--device", default="cpu",
+                        help="'cpu' (default) or 'cuda': where the models are trained")
+
+
+def sync(device):
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def clock(device):
+    """``time.perf_counter()`` once the device has finished its queued work."""
+    sync(device)
+    return time.perf_counter()
+
+
+def describe(device):
+    """torch version, threads and (on CUDA) the GPU's name, for the benchmark's header."""
+    text = f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {device}"
+    if str(device).startswith("cuda"):
+        text += f" ({torch.cuda.get_device_name(torch.device(device))})"
+    return text
+
+
+def warm_up(device):
+    """Run one small fit on ``device`` so that start-up costs stay out of the timings."""
+    from mlem_neuro import MLEM
+    from mlem_neuro.simulation import simulate_representations
+
+    X, y, _ = simulate_representations(20, 3, 8, noise=0.1, random_state=0)
+    MLEM(device=device, max_steps=5, random_state=0).fit(X, y).score(X, y)
+    Xn = X[:, :3] + np.arange(20)[:, None]                   # numeric: per-pair path too
+    MLEM(device=device, max_steps=5, random_state=0).fit(X, Xn)
+    sync(device)
