@@ -11,7 +11,8 @@ turn, for two designs:
 
 Each case is fitted for 10 and for 40 steps: the difference gives the cost of one training
 step (ms, all ``M`` models), the rest the fixed cost of a call (batch-size selection, pair
-terms, target ranks); together they show where a GPU pays.  With ``--profile`` it also counts the CUDA
+terms, target ranks); together they show where a GPU pays.  With ``--profile`` it also
+counts the CUDA
 kernels launched per step (``torch.profiler``) for the first size.
 
 Run: ``.venv/bin/python benchmarks/bench_device.py [--devices cpu cuda] [--models 16 64 256]``
@@ -20,13 +21,12 @@ import argparse
 
 import numpy as np
 import pandas as pd
+from _common import clock, describe, warm_up
 
 from mlem_neuro.core.engine import fit_stack
 from mlem_neuro.core.features import FeatureSpace
 from mlem_neuro.core.neural import NeuralTargets
 from mlem_neuro.core.options import MLEMOptions
-
-from _common import clock, describe, warm_up
 
 
 def design(kind, n, M, units=32, seed=0):

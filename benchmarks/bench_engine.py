@@ -14,7 +14,6 @@ Run: ``.venv/bin/python benchmarks/bench_engine.py [--models 64] [--device cpu]`
 import argparse
 
 import numpy as np
-
 from _common import add_device_argument, clock, describe, warm_up
 
 from mlem_neuro import MLEM

@@ -38,17 +38,21 @@ import warnings
 import nibabel as nib
 import numpy as np
 import pandas as pd
-import torch
+from _common import add_device_argument, clock, describe, warm_up
 
 import mlem_neuro
 from mlem_neuro import MLEM
-from mlem_neuro.adapters.nifti import (SphereRDMSource, load_images, load_mask, mask_coords,
-                                       mask_data, sphere_membership)
-from mlem_neuro.core.pairs import kfold_stimuli
+from mlem_neuro.adapters.nifti import (
+    SphereRDMSource,
+    load_images,
+    load_mask,
+    mask_coords,
+    mask_data,
+    sphere_membership,
+)
 from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.core.pairs import kfold_stimuli
 from mlem_neuro.crossval import run_cv as _run_cv
-
-from _common import add_device_argument, clock, describe, warm_up
 
 AFFINE_3MM = np.diag([3.0, 3.0, 3.0, 1.0])
 

@@ -22,7 +22,6 @@ Run: ``.venv/bin/python benchmarks/bench_soft_rank.py [--models 100] [--repeats 
 import argparse
 
 import torch
-
 from _common import add_device_argument, clock, describe
 
 import mlem_neuro.core.tied as tied

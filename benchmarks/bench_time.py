@@ -25,7 +25,6 @@ import argparse
 import warnings
 
 import numpy as np
-
 from _common import add_device_argument, clock, describe, warm_up
 
 import mlem_neuro

@@ -16,16 +16,15 @@ order).  :mod:`mlem_neuro.core.sources` holds the dense and the sphere/region so
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import numbers
 import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import torch
 from joblib import effective_n_jobs
 
-from .utils import check_device, check_random_state, logger
 from .core.engine import fit_stack
 from .core.features import as_feature_table
 from .core.importance import feature_importance, term_importance
@@ -35,6 +34,7 @@ from .core.neural import NeuralTargets
 from .core.options import MLEMOptions, cv_description, jsonable
 from .core.pairs import kfold_stimuli, n_pairs, pair_indices
 from .core.sources import DenseRDMSource, RDMSource  # noqa: F401  (re-exported)
+from .utils import check_device, check_random_state, logger
 
 #: bytes of training-pair distances (float64) allowed in one chunk of models (at most a
 #: sixteenth of the memory budget: a chunk holds several arrays of that size).
@@ -365,14 +365,11 @@ def _run_jobs(Parallel, jobs, n_total, n_jobs, desc):
 
     show = logger.isEnabledFor(logging.INFO) and n_total > 1
     parallel = Parallel(n_jobs=n_jobs, return_as="generator")
-    results = []
     if show:
         from mne.utils import ProgressBar
 
-        with ProgressBar(n_total, mesg=f"MLEM chunks ({desc})") as bar:
-            for r in parallel(jobs):
-                results.append(r)
-                bar.update(len(results))
-    else:
-        results = list(parallel(jobs))
-    return results
+        # iterate the bar itself: used as a context manager it resets on exit and prints
+        # a spurious "0/N" line after the run
+        return list(ProgressBar(parallel(jobs), max_value=n_total,
+                                mesg=f"MLEM chunks ({desc})"))
+    return list(parallel(jobs))

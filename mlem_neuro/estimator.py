@@ -1,7 +1,6 @@
 """The :class:`MLEM` estimator: one model, scikit-learn contract."""
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import torch
@@ -12,15 +11,26 @@ from ._docs import fill_doc
 from .core.distances import get_metric
 from .core.engine import fit_stack
 from .core.features import as_feature_table
-from .core.importance import (PairFeatures, baseline_scores, feature_importance,
-                              pair_blocks, term_importance)
+from .core.importance import (
+    PairFeatures,
+    baseline_scores,
+    feature_importance,
+    pair_blocks,
+    term_importance,
+)
 from .core.memory import check_memory, memory_budget
-from .core.metric import CONSTRAINTS, term_index, term_names
+from .core.metric import term_index, term_names
 from .core.neural import METRICS, NeuralTargets, preprocess_rows
 from .core.options import MLEMOptions
 from .core.pairs import linear_to_pair, n_pairs, pair_indices
-from .utils import (check_device, check_float, check_int, check_option, check_random_state,
-                    logger, use_log_level)
+from .utils import (
+    check_device,
+    check_int,
+    check_option,
+    check_random_state,
+    logger,
+    use_log_level,
+)
 
 DISTANCES = METRICS + ("precomputed",)
 #: estimator parameters that are MLEM options (validated by MLEMOptions).

@@ -13,8 +13,17 @@ from __future__ import annotations
 import numpy as np
 
 from ._docs import fill_doc
-from .adapters.nifti import (_binary, _check_3d, check_radius, load_images, load_mask,
-                             mask_coords, mask_data, region_membership, sphere_membership)
+from .adapters.nifti import (
+    _binary,
+    _check_3d,
+    check_radius,
+    load_images,
+    load_mask,
+    mask_coords,
+    mask_data,
+    region_membership,
+    sphere_membership,
+)
 from .core.features import as_feature_table
 from .core.options import MLEMOptions
 from .core.sources import SphereRDMSource

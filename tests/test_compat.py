@@ -45,7 +45,7 @@ def test_clone_of_fitted_is_unfitted(sim):
     assert cl.get_params() == est.get_params()
     for attr in FITTED:
         assert not hasattr(cl, attr)
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         cl.score(X, y)
 
 

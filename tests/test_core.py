@@ -4,16 +4,15 @@ import pandas as pd
 import pytest
 import torch
 from scipy.spatial.distance import pdist
-from scipy.stats import rankdata as sp_rankdata, spearmanr
+from scipy.stats import rankdata as sp_rankdata
+from scipy.stats import spearmanr
 
 from mlem_neuro.core.features import FeatureSpace
 from mlem_neuro.core.importance import term_importance
 from mlem_neuro.core.metric import make_W, predict, term_index, term_matrix, term_names
 from mlem_neuro.core.neural import NeuralTargets, rdm_from_rows
-from mlem_neuro.core.pairs import (kfold_stimuli, linear_to_pair, n_pairs, pair_indices,
-                                   sample_pairs)
-from mlem_neuro.core.spearman import (pearson, rankdata, soft_spearman, spearman,
-                                      standardize)
+from mlem_neuro.core.pairs import kfold_stimuli, linear_to_pair, n_pairs, pair_indices, sample_pairs
+from mlem_neuro.core.spearman import pearson, rankdata, soft_spearman, spearman, standardize
 
 
 # ----------------------------------------------------------------------------- pairs

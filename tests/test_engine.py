@@ -5,11 +5,17 @@ import torch
 
 from mlem_neuro import MLEM
 from mlem_neuro.core.engine import fit_stack
-from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.features import FeatureSpace
-from mlem_neuro.core.metric import make_W, predict, term_index, term_matrix, term_weights, \
-    init_params
+from mlem_neuro.core.metric import (
+    init_params,
+    make_W,
+    predict,
+    term_index,
+    term_matrix,
+    term_weights,
+)
 from mlem_neuro.core.neural import NeuralTargets
+from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.pairs import pair_indices
 from mlem_neuro.core.spearman import rankdata, soft_spearman, standardize
 from mlem_neuro.simulation import simulate_representations
@@ -124,8 +130,8 @@ def test_grouped_soft_spearman_equals_torchsort_on_the_expanded_batch(cross_ties
     """Values and gradients equal torchsort's soft rank on every repeated pair, with the
     weighted isotonic regression solved by the interval table or by expansion."""
     import mlem_neuro.core.tied as tied
-    from mlem_neuro.core.tied import grouped_soft_rank, grouped_soft_spearman
     from mlem_neuro.core.spearman import soft_rank
+    from mlem_neuro.core.tied import grouped_soft_rank, grouped_soft_spearman
     monkeypatch.setattr(tied, "_use_table", lambda *a: path == "table")
     g = torch.Generator().manual_seed(1)
     M, U = 6, 24

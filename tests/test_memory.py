@@ -19,8 +19,12 @@ from scipy.stats import spearmanr
 from mlem_neuro import MLEM
 from mlem_neuro.core import importance
 from mlem_neuro.core.features import FeatureSpace
-from mlem_neuro.core.importance import (PairFeatures, baseline_scores, feature_importance,
-                                        term_importance)
+from mlem_neuro.core.importance import (
+    PairFeatures,
+    baseline_scores,
+    feature_importance,
+    term_importance,
+)
 from mlem_neuro.core.memory import ENV_VAR
 from mlem_neuro.core.metric import make_W, term_index, term_matrix
 from mlem_neuro.core.pairs import pair_indices

@@ -1,6 +1,5 @@
 """NIfTI inputs that cannot be read (truncated, corrupt, not NIfTI) and sphere memberships
 too large for memory are refused with one clear error naming the parameter."""
-import gzip
 
 import nibabel as nib
 import numpy as np
@@ -8,8 +7,13 @@ import pandas as pd
 import pytest
 
 import mlem_neuro
-from mlem_neuro.adapters.nifti import (check_radius, load_images, load_mask, mask_coords,
-                                       sphere_membership)
+from mlem_neuro.adapters.nifti import (
+    check_radius,
+    load_images,
+    load_mask,
+    mask_coords,
+    sphere_membership,
+)
 
 AFFINE = np.diag([3.0, 3.0, 3.0, 1.0])
 SHAPE = (6, 6, 6)

@@ -8,9 +8,9 @@ import torch
 
 import mlem_neuro
 from mlem_neuro.adapters.nifti import sphere_membership
-from mlem_neuro.core.sources import SphereRDMSource
 from mlem_neuro.core.neural import rdm_from_rows
 from mlem_neuro.core.pairs import pair_indices
+from mlem_neuro.core.sources import SphereRDMSource
 from mlem_neuro.results import BrainMapResult
 
 AFFINE = np.array([[3.0, 0, 0, -12], [0, 3.0, 0, -12], [0, 0, 3.0, -12], [0, 0, 0, 1]])

@@ -1,7 +1,7 @@
 """Time-resolved MLEM (mlem_array, mlem_epochs) and the Epochs adapter."""
 import logging
-from pathlib import Path
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -9,8 +9,8 @@ import pytest
 
 import mlem_neuro
 from mlem_neuro.adapters.epochs import epochs_feature_table, features_from_events
-from mlem_neuro.times import window_average
 from mlem_neuro.time_resolved import mlem_array, mlem_epochs
+from mlem_neuro.times import window_average
 
 mne = pytest.importorskip("mne")
 

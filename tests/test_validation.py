@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from sklearn.exceptions import NotFittedError
 
 from mlem_neuro import MLEM
 from mlem_neuro.core.pairs import pair_indices
@@ -234,11 +235,11 @@ class TestBadInput:
     @pytest.mark.parametrize("method", ["score", "permutation_importance"])
     def test_not_fitted(self, sim, method):
         X, y = sim
-        with pytest.raises(RuntimeError, match=r"not fitted yet; call fit\(X, y\) first"):
+        with pytest.raises(NotFittedError, match=r"not fitted yet; call fit\(X, y\) before"):
             getattr(MLEM(**FAST), method)(X, y)
 
     def test_predict_rdm_not_fitted(self, sim):
-        with pytest.raises(RuntimeError, match="not fitted yet"):
+        with pytest.raises(NotFittedError, match="not fitted yet"):
             MLEM(**FAST).predict_rdm(sim[1])
 
     def test_group_name_clashing_with_column(self, sim):

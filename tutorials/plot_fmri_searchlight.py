@@ -113,7 +113,8 @@ features.value_counts()
 # Blocks of one run share that run's noise and drift, so the folds hold out whole runs:
 # 4 folds of 3 runs, passed as a list of (train, test) index pairs.  With 25 mm voxels a
 # 30 mm radius takes a centre and its (up to) 6 face neighbours.  Every brain voxel is a
-# centre, each sphere one model, and the batched engine trains them together.  ``n_permutations=2`` keeps this example
+# centre, each sphere one model, and the batched engine trains them together.
+# ``n_permutations=2`` keeps this example
 # fast; use the default (10) in a real analysis.
 run = table.index.get_level_values("run")
 cv = list(GroupKFold(n_splits=4).split(features, groups=run))

@@ -123,7 +123,8 @@ df.loc[df.groupby("term")["importance"].idxmax(), ["term", "time", "importance",
 # 150 ms after onset, and the held-out score rises with it.  Retinal position, as coded
 # here (lower < middle < upper), adds little to the ranking of distances: in this sample
 # of IT units the geometry is dominated by what the object is, not where it is.  Negative
-# importances (before onset, for instance) stay within the spread over folds: a weight learnt from noise in the training
+# importances (before onset, for instance) stay within the spread over folds: a weight
+# learnt from noise in the training
 # pairs ranks held-out pairs slightly worse than none, so permuting its term helps.
 #
 # Before onset, every term should stay near zero: a useful check that the folds leak no

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import mne
-import numpy as np
 
 import mlem_neuro
 from mlem_neuro.simulation import simulate_epochs

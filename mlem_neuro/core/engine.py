@@ -20,13 +20,12 @@ import numpy as np
 import torch
 
 from ..utils import check_device, check_random_state, logger
+from . import tied
 from .batch_size import select_batch_size
 from .metric import init_params, make_W, predict, term_index, term_matrix, term_weights
 from .options import MLEMOptions
 from .pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
-from . import tied
-from .spearman import (SOFT_RANK_STRENGTH, SubsetRanks, rankdata, soft_spearman,
-                       standardize)
+from .spearman import SOFT_RANK_STRENGTH, SubsetRanks, rankdata, soft_spearman, standardize
 
 
 @dataclass

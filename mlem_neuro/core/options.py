@@ -14,14 +14,22 @@ so a function that takes only some of the options can validate exactly those.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 import numbers
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 CONSTRAINTS = ("spd", "diagonal", "none")
 LEVELS = ("term", "feature")
-DISTANCES = ("euclidean", "correlation", "cosine")
+DISTANCES = ("euclidean", "correlation", "cosine")   # the built-in metrics
+
+
+def registered_distances():
+    """Every neural metric registered in :mod:`mlem_neuro.core.distances` (read at check
+    time, so a metric registered by a user is accepted everywhere)."""
+    from .distances import REGISTRY
+
+    return tuple(REGISTRY)
 FEATURE_KINDS = ("categorical", "ordinal", "numeric")
 
 
@@ -187,7 +195,7 @@ CHECKS = {
     "constraint": _choice(CONSTRAINTS),
     "cv": _cv,
     "device": _device,
-    "distance": _choice(DISTANCES),
+    "distance": lambda name, value: _choice(registered_distances())(name, value),
     "feature_groups": _feature_groups,
     "feature_kinds": _feature_kinds,
     "interactions": _bool,
@@ -203,7 +211,7 @@ CHECKS = {
 }
 
 
-def check_params(params, *, distances=DISTANCES):
+def check_params(params, *, distances=None):
     """Validate ``params`` (a dict name -> value) and return the normalised values.
 
     Only the names present are checked; unknown names raise a TypeError.  ``distances``
@@ -213,7 +221,8 @@ def check_params(params, *, distances=DISTANCES):
     for name, value in params.items():
         if name not in CHECKS:
             raise TypeError(f"unknown option {name!r}; options are {sorted(CHECKS)}.")
-        check = _choice(distances) if name == "distance" else CHECKS[name]
+        check = (_choice(distances) if name == "distance" and distances is not None
+                 else CHECKS[name])
         out[name] = check(name, value)
     return out
 
@@ -250,7 +259,8 @@ class MLEMOptions:
     allow_precomputed: bool = False
 
     def __post_init__(self):
-        distances = DISTANCES + (("precomputed",) if self.allow_precomputed else ())
+        distances = registered_distances() + (("precomputed",) if self.allow_precomputed
+                                              else ())
         values = {f.name: getattr(self, f.name) for f in fields(self)
                   if f.name != "allow_precomputed"}
         for name, value in check_params(values, distances=distances).items():

@@ -19,7 +19,8 @@ A step then needs no sort of the ``M × b`` predictions.  The weighted isotonic 
 uses the min–max formula ``v_i = min_{j≤i} max_{k≥i} avg(j..k)``, all intervals at once
 (``O(U²)`` per model, for few groups), or, for many groups, torchsort's pool-adjacent-
 violators kernel on the groups expanded in sorted order (``O(b)``); its Jacobian (the
-average over each pooled block, weighted) is the one torchsort's backward applies.  ``tests/test_engine.py`` checks values and gradients against
+average over each pooled block, weighted) is the one torchsort's backward applies.
+``tests/test_engine.py`` checks values and gradients against
 torchsort on the expanded batch.
 """
 from __future__ import annotations

@@ -7,9 +7,9 @@ points, max cluster-mass statistic).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import numbers
 import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
