@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._docs import short_doc
+
 EXIT_USAGE = 2
 
 
@@ -286,7 +288,21 @@ def _analysis_kwargs(args):
     return dict(cv=None if args.cv == 0 else args.cv, n_permutations=args.n_permutations,
                 constraint=args.constraint, interactions=not args.no_interactions,
                 n_jobs=args.n_jobs, device=args.device, random_state=args.seed,
-                verbose="INFO")
+                lr=args.lr, max_steps=args.max_steps, patience=args.patience, tol=args.tol,
+                batch_size=args.batch_size, chunk_size=args.chunk_size, verbose="INFO")
+
+
+def _check_options(args):
+    """Validate the analysis options (MLEMOptions) before any file is read."""
+    from .core.options import MLEMOptions
+
+    kw = _analysis_kwargs(args)
+    kw.pop("verbose")
+    MLEMOptions(**kw)
+
+
+def _batch_size(text):
+    return text if text in ("auto", "full") else int(text)
 
 
 def _one_line_warning(message, category, filename, lineno, line=None):
@@ -348,6 +364,7 @@ def _peak_summary(res, where):
 
 def run_epochs(args):
     """``mlem-neuro epochs``: a time-resolved analysis of an epochs file."""
+    _check_options(args)
     fname = _existing(args.fname, "epochs file")
     picks = _name_list(args.picks, "--picks")
     _name_list(args.features, "--features")
@@ -483,6 +500,7 @@ def _fit_searchlight(args, imgs, events, mask):
 
 def run_searchlight(args):
     """``mlem-neuro searchlight``: beta images per trial or condition, then a searchlight."""
+    _check_options(args)
     imgs, event_files, mask = _searchlight_inputs(args)
     out = check_out(args.out, args.overwrite)
     import matplotlib
@@ -549,6 +567,15 @@ def _add_analysis_options(p, what):
     p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
     p.add_argument("--seed", type=int, default=0,
                    help="random seed (folds, training batches, permutations)")
+    chunk_key = "chunk_size_time" if what == "trials" else "chunk_size_spheres"
+    # help: the first sentence of the API's docdict entry
+    for flag, key, kind, default in (("--lr", "lr", float, 0.1),
+                                     ("--max-steps", "max_steps", int, 1000),
+                                     ("--patience", "patience", int, 50),
+                                     ("--tol", "tol", float, 1e-4),
+                                     ("--batch-size", "batch_size", _batch_size, "auto"),
+                                     ("--chunk-size", chunk_key, int, None)):
+        p.add_argument(flag, type=kind, default=default, help=short_doc(key))
     p.add_argument("--out", required=True, help="output folder (created if needed)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the results already in --out (mlem.npz, importance.*)")

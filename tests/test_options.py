@@ -233,3 +233,47 @@ def test_colon_in_feature_names_is_refused():
     with pytest.raises(ValueError, match=r"must not contain ':'"):
         MLEM(max_steps=5, feature_groups={"p:q": ["a"]}).fit(rng.standard_normal((20, 3)),
                                                               y.drop(columns="a:b"))
+
+
+# ------------------------------------------------------------------- command line
+CLI_FLAGS = {"lr": "--lr", "patience": "--patience", "tol": "--tol",
+             "chunk_size": "--chunk-size", "max_steps": "--max-steps",
+             "batch_size": "--batch-size", "n_jobs": "--n-jobs", "device": "--device",
+             "random_state": "--seed", "n_permutations": "--n-permutations"}
+
+
+def _reaches_the_options(param, value):
+    """Values that argparse's type parses, so the options object must refuse them (a
+    float patience or a word for lr is refused by argparse itself, in test_cli.py)."""
+    if param not in CLI_FLAGS or param == "n_permutations" or isinstance(value, bool):
+        return False
+    return param == "device" or isinstance(value, int) or (
+        param in ("lr", "tol") and isinstance(value, float))
+
+
+CLI_CASES = [pytest.param(cmd, p, v, msg, id=f"cli-{cmd}-{p}={v!r}")
+             for cmd in ("epochs", "searchlight") for p, v, exc, msg in BAD
+             if _reaches_the_options(p, v)]
+
+
+@pytest.mark.parametrize("cmd, param, value, match", CLI_CASES)
+def test_command_line_refuses_the_same_values_before_reading_files(cmd, param, value, match,
+                                                                   tmp_path, capsys):
+    """The inputs do not exist: the option error must come first, as in the API."""
+    from mlem_neuro.cli import main
+
+    inputs = (["missing-epo.fif"] if cmd == "epochs" else
+              ["--imgs", "run1.nii.gz", "--events", "run1.tsv", "--mask", "mask.nii.gz",
+               "--t-r", "2.0"])
+    rc = main([cmd, *inputs, "--out", str(tmp_path / "out"), CLI_FLAGS[param], str(value)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert err[0].startswith(f"mlem-neuro {cmd}: error: ")
+    import re
+
+    assert re.search(match, err[0])
+    assert not (tmp_path / "out").exists()
+
+
+def test_command_line_cases_cover_its_training_options():
+    assert len(CLI_CASES) >= 24
