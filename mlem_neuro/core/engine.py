@@ -22,6 +22,7 @@ import torch
 from ..utils import check_device, check_random_state, logger
 from . import tied
 from .batch_size import select_batch_size
+from .memory import memory_budget
 from .metric import init_params, make_W, predict, term_index, term_matrix, term_weights
 from .options import MLEMOptions
 from .pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
@@ -75,7 +76,7 @@ class PairTerms:
     def __init__(self, enc_t, n, k, l):
         self.enc_t, self.n, self.k, self.l = enc_t, n, k, l
         self.all = None
-        if n_pairs(n) * len(k) <= MAX_TERM_ELEMENTS:
+        if n_pairs(n) * len(k) <= min(MAX_TERM_ELEMENTS, memory_budget() // 32):
             i, j = pair_indices(n)
             self.all = self._compute(i, j)
 

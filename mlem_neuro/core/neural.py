@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .distances import METRICS, get_metric
+from .memory import memory_budget
 
 __all__ = ["CHUNK_BYTES", "MAX_FULL_ELEMENTS", "METRICS", "NeuralTargets", "preprocess_rows",
            "rdm_from_rows", "rdm_gather"]
@@ -97,7 +98,8 @@ class NeuralTargets:
         Y = _read_only_tensor(Y, device)
         M, n, _ = Y.shape
         n_p = n * (n - 1) // 2
-        if M * n_p <= MAX_FULL_ELEMENTS:
+        # float64 (M, n_pairs) blocks: a few copies live at once during training
+        if M * n_p <= min(MAX_FULL_ELEMENTS, memory_budget() // 32):
             i, j = np.triu_indices(n, k=1)
             return cls(n, full=rdm_from_rows(Y, i, j, metric), metric=metric)
         return cls(n, rows=preprocess_rows(Y, metric), metric=metric)
