@@ -328,9 +328,11 @@ def _collect(layout, results, folds, terms, names, M):
     return out
 
 
-def result_settings(options, out, **extra):
-    """The settings a result records: every option, the folds and ``extra`` (JSON)."""
+def result_settings(options, out, groups=None, **extra):
+    """The settings a result records: every option, the folds, the number of groups and
+    ``extra`` (JSON)."""
     settings = options.to_settings()
+    settings["n_groups"] = None if groups is None else int(len(np.unique(groups)))
     settings.update(cv_settings(options.cv, out.folds))
     settings.update(n_folds=len(out.folds),
                     fold_test_sizes=[int(len(te)) for _, te in out.folds],

@@ -144,7 +144,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     source = SphereRDMSource(X, A, options.distance)
     source.check_patterns()
     out = run_cv(source, table, options, groups=groups, desc="spheres")
-    settings = result_settings(options, out, analysis="searchlight", radius=radius,
+    settings = result_settings(options, out, groups, analysis="searchlight", radius=radius,
                                n_images=X.shape[0], n_mask_voxels=X.shape[1],
                                median_sphere_size=float(np.median(sizes)))
     return BrainMapResult(out.importance, out.score, out.W, out.n_iter, out.terms,
@@ -245,7 +245,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
     source = SphereRDMSource(X, A, options.distance)
     source.check_patterns()
     out = run_cv(source, table, options, groups=groups, desc="regions")
-    settings = result_settings(options, out, analysis="roi", n_images=X.shape[0],
+    settings = result_settings(options, out, groups, analysis="roi", n_images=X.shape[0],
                                n_mask_voxels=X.shape[1])
     ijk = np.argwhere(voxel_mask)
     voxel_model = A.tocsc().indices if A.shape[0] else np.zeros(0, dtype=int)

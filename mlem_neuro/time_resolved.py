@@ -94,14 +94,14 @@ def _fit(data, table, times, ch_names, *, settings, options, groups):
                 n, C, T, list(table.columns))
     out = run_cv(DenseRDMSource(Y, options.distance), table, options, groups=groups,
                  desc="time points")
-    settings = result_settings(options, out, n_trials=n, n_channels=C, **settings)
+    settings = result_settings(options, out, groups, n_trials=n, n_channels=C, **settings)
     res = TimeCourseResult(fold_importance=out.importance, fold_score=out.score,
                            fold_weights=out.W, n_iter=out.n_iter, terms=out.terms,
                            feature_names=out.feature_names, settings=settings, times=times,
                            ch_names=ch_names,
                            fold_importance_perm_std=out.importance_perm_std,
                            converged=out.converged)
-    logger.info("MLEM time course done: peak held-out score %.3f at t = %.3f",
+    logger.info("MLEM time course done: peak %s score %.3f at t = %.3f", res.score_kind,
                 float(np.max(res.score)), float(times[int(np.argmax(res.score))]))
     return res
 

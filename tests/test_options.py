@@ -197,6 +197,11 @@ def test_groups_in_every_analysis():
     for test in res.settings["fold_test_indices"]:
         assert len(set(runs[test])) == 2 and set(runs[test]).isdisjoint(
             set(runs) - set(runs[test]))
+    assert res.settings["n_groups"] == 4 and res.score_kind == "held-out"
+    insample = mlem_neuro.mlem_array(rng.standard_normal((n, 3, 2)), table, cv=None, **FAST)
+    assert insample.settings["n_groups"] is None and insample.score_kind == "in-sample"
+    fig = insample.plot(show=False)
+    assert any("in-sample" in ax.get_ylabel() for ax in fig.axes)
 
 
 def test_rare_level_error_names_the_fold(stack):

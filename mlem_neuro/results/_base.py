@@ -94,6 +94,19 @@ class BaseResult:
         return self.fold_score.mean(axis=0)
 
     @property
+    def score_kind(self):
+        """What the scores are: ``"held-out"``, or ``"in-sample"`` without cross-validation.
+
+        ``cv=None`` trains and scores on the same stimuli: scores are then optimistic.
+        """
+        return "in-sample" if "cv" in self.settings and self.settings["cv"] is None \
+            else "held-out"
+
+    @property
+    def _no_cv_note(self):
+        return " (no cross-validation)" if self.score_kind == "in-sample" else ""
+
+    @property
     def score_std(self):
         """Spread of the held-out Spearman across folds (std, ``ddof=1``; 0 for one fold)."""
         if self.n_folds < 2:

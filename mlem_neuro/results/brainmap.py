@@ -255,7 +255,7 @@ class BrainMapResult(BaseResult):
         from nilearn.plotting import plot_stat_map
 
         if term is None:
-            img, title = self.score_img, "held-out Spearman"
+            img, title = self.score_img, f"{self.score_kind} Spearman{self._no_cv_note}"
         else:
             img, title = self.importance_img(term), f"importance: {term}"
         kwargs.setdefault("title", title)

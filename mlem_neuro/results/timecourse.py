@@ -202,7 +202,7 @@ class TimeCourseResult(BaseResult):
             ax2.fill_between(t, self.score - self.score_std, self.score + self.score_std,
                              color="k", alpha=0.2, linewidth=0)
             ax2.axhline(0, color="k", linewidth=0.8, linestyle=":")
-            ax2.set_ylabel("held-out ρ")
+            ax2.set_ylabel(f"{self.score_kind} ρ{self._no_cv_note}")
         axs[-1].set_xlabel("time (s)" if self.settings.get("times_in_seconds", True)
                            else "sample")
         if show:
