@@ -15,7 +15,6 @@ end with a one-line error and exit code 2; warnings print one line each.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import re
 import sys
@@ -244,30 +243,6 @@ def _default_features(table, where, exclude=()):
     return None if len(kept) == table.shape[1] else kept
 
 
-def _in_sample_text(text):
-    """Reword a score description for ``--cv 0`` (nothing is held out)."""
-    text = re.sub(r"held-out (\w+)", r"in-sample \1 (no cross-validation)", text)
-    return text.replace("held-out", "in-sample")
-
-
-class _InSampleWording(logging.Filter):
-    """Rewords the analysis' progress messages that call the score held-out."""
-
-    def filter(self, record):
-        message = record.getMessage()
-        if "held-out" in message:
-            record.msg, record.args = _in_sample_text(message), None
-        return True
-
-
-def _relabel_in_sample(fig):
-    from matplotlib.text import Text
-
-    for text in fig.findobj(Text):
-        if "held-out" in text.get_text():
-            text.set_text(_in_sample_text(text.get_text()))
-
-
 def _score_kind(args, groups=None):
     if args.cv == 0:
         return IN_SAMPLE
@@ -275,11 +250,9 @@ def _score_kind(args, groups=None):
     return f"held-out, {args.cv}-fold cross-validation{over}"
 
 
-def _save_figure(fig, fname, in_sample):
+def _save_figure(fig, fname):
     import matplotlib.pyplot as plt
 
-    if in_sample:
-        _relabel_in_sample(fig)
     fig.savefig(fname, dpi=110)
     plt.close(fig)
 
@@ -387,7 +360,7 @@ def run_epochs(args):
     out.mkdir(parents=True, exist_ok=True)
     res.save(out / "mlem.npz", overwrite=True)
     res.to_data_frame().to_csv(out / "importance.csv", index=False)
-    _save_figure(res.plot(show=False), out / "importance.png", args.cv == 0)
+    _save_figure(res.plot(show=False), out / "importance.png")
     print(f"Wrote {out / 'mlem.npz'}, {out / 'importance.csv'}, {out / 'importance.png'}")
     summary = _peak_summary(res, lambda k: f"at {res.times[k]:.3f} s")
     print(f"Spearman rho ({_score_kind(args, groups)}): {summary}")
@@ -512,7 +485,7 @@ def run_searchlight(args):
     res.save(out / "mlem.npz", overwrite=True)
     res.to_nifti().to_filename(out / "importance.nii.gz")
     res.to_data_frame().to_csv(out / "importance.csv", index=False)
-    _save_figure(_brain_map_figure(res, bg_img), out / "importance.png", args.cv == 0)
+    _save_figure(_brain_map_figure(res, bg_img), out / "importance.png")
     print(f"Wrote {out / 'mlem.npz'}, {out / 'importance.nii.gz'} (one volume per term: "
           f"{', '.join(res.terms)}), {out / 'importance.csv'}, {out / 'importance.png'}")
     score = res.score
@@ -679,14 +652,9 @@ def _dispatch(args):
 
 def main(argv=None):
     """Run the command line; return the exit code (0, 2 for a reported error)."""
-    from .utils import logger
-
     args = build_parser().parse_args(argv)
     old_format = warnings.formatwarning
     warnings.formatwarning = _one_line_warning
-    wording = _InSampleWording() if getattr(args, "cv", None) == 0 else None
-    if wording is not None:
-        logger.addFilter(wording)
     try:
         _dispatch(args)
     except (CLIError, ValueError, TypeError, FileNotFoundError, OSError) as err:
@@ -699,8 +667,6 @@ def main(argv=None):
         return 130
     finally:
         warnings.formatwarning = old_format
-        if wording is not None:
-            logger.removeFilter(wording)
     return 0
 
 

@@ -20,7 +20,7 @@ from .core.importance import (
 )
 from .core.memory import check_memory, memory_budget
 from .core.metric import term_index, term_names
-from .core.neural import METRICS, NeuralTargets, preprocess_rows
+from .core.neural import NeuralTargets, preprocess_rows
 from .core.options import MLEMOptions
 from .core.pairs import linear_to_pair, n_pairs, pair_indices
 from .utils import (
@@ -32,7 +32,6 @@ from .utils import (
     use_log_level,
 )
 
-DISTANCES = METRICS + ("precomputed",)
 #: estimator parameters that are MLEM options (validated by MLEMOptions).
 _OPTION_PARAMS = ("constraint", "interactions", "distance", "n_permutations", "max_steps",
                   "patience", "lr", "tol", "batch_size", "feature_kinds", "feature_groups",
@@ -124,9 +123,6 @@ class MLEM(BaseEstimator):
         """The estimator's parameters as validated :class:`MLEMOptions`."""
         kw = {name: getattr(self, name) for name in _OPTION_PARAMS}
         return MLEMOptions(allow_precomputed=True, cv=None, **kw)
-
-    def _check_params(self):
-        return check_device(self._options().device)
 
     def _check_X(self, X, n_rows=None):
         if isinstance(X, (pd.DataFrame, pd.Series)):

@@ -22,7 +22,7 @@ A metric serves the two ways neural data reach the package
 
 Adding a metric is one subclass of :class:`NeuralMetric` decorated with
 :func:`register_metric`; both sources then accept its name.  The analyses also check
-``distance`` against :data:`mlem_neuro.core.options.DISTANCES`.
+``distance`` against this registry (:func:`mlem_neuro.core.options.registered_distances`).
 """
 from __future__ import annotations
 

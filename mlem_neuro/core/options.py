@@ -21,7 +21,6 @@ import numpy as np
 
 CONSTRAINTS = ("spd", "diagonal", "none")
 LEVELS = ("term", "feature")
-DISTANCES = ("euclidean", "correlation", "cosine")   # the built-in metrics
 
 
 def registered_distances():
