@@ -175,11 +175,18 @@ interactions : bool
 
 # --------------------------------------------------------------------------------- L
 docdict["level"] = """
-level : {"term", "feature"}
-    ``"term"``: permute each term ``P_kk = d_k²`` / ``P_kl = 2 d_k d_l`` across pairs
-    (one row per feature and, with interactions, per interaction ``"f:g"``).
-    ``"feature"``: permute a feature's values across stimuli; measures its total
-    effect, interactions included (one row per feature).
+level : {"feature", "term"}
+    What the permutation importance is computed for.  ``"feature"`` (default): permute
+    a feature's values across stimuli; measures its total effect, interactions included
+    (one row per feature).  It is the same for every metric that ranks pairs alike, so
+    it is identifiable.  ``"term"``: permute each term ``P_kk = d_k²`` /
+    ``P_kl = 2 d_k d_l`` across pairs (one row per feature and, with interactions, per
+    interaction ``"f:g"``).  **Term-level interaction importances are not identifiable
+    when every feature distance takes two values** (categorical features, two-valued
+    numeric ones): ``W = diag(w) + λ w wᵀ`` ranks every pair alike for all ``λ >= 0``,
+    so a fit can move importance between main-effect and interaction terms freely (a
+    warning says so).  Evidence for interactions comes from the non-additivity test,
+    not from term importances.
 """
 
 docdict["lr"] = """

@@ -259,7 +259,7 @@ def _save_figure(fig, fname):
 
 def _analysis_kwargs(args):
     return dict(cv=None if args.cv == 0 else args.cv, n_permutations=args.n_permutations,
-                constraint=args.constraint, interactions=not args.no_interactions,
+                level=args.level, constraint=args.constraint, interactions=not args.no_interactions,
                 n_jobs=args.n_jobs, device=args.device, random_state=args.seed,
                 lr=args.lr, max_steps=args.max_steps, patience=args.patience, tol=args.tol,
                 batch_size=args.batch_size, chunk_size=args.chunk_size, verbose="INFO")
@@ -531,6 +531,9 @@ def _add_analysis_options(p, what):
                         "in-sample (optimistic)")
     p.add_argument("--n-permutations", type=_positive_int, default=10,
                    help="permutations per term for the permutation importance")
+    p.add_argument("--level", choices=("feature", "term"), default="feature",
+                   help="importance per feature (total effect, identifiable) or per term "
+                        "(f and f:g; not identifiable when every feature is categorical)")
     p.add_argument("--constraint", choices=("spd", "diagonal", "none"), default="spd",
                    help="metric W: spd (MLEM), diagonal (FR-RSA), none (FR-RSA-I)")
     p.add_argument("--no-interactions", action="store_true",

@@ -27,7 +27,7 @@ from joblib import effective_n_jobs
 
 from .core.engine import fit_stack
 from .core.features import as_feature_table
-from .core.importance import feature_importance, term_importance
+from .core.importance import feature_importance, term_importance, warn_unidentifiable_terms
 from .core.memory import memory_budget
 from .core.metric import term_index, term_names
 from .core.neural import NeuralTargets
@@ -283,6 +283,9 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
         for sl in _chunk_slices(M, len(train), opts.chunk_size, opts.n_jobs):
             layout.append((f, sl, enc_train, enc_test, train, test, seed))
     _warn_flat(flat)
+    if opts.level == "term":
+        # user > verbose wrapper > public > _fit > run_cv > warn_unidentifiable_terms
+        warn_unidentifiable_terms(layout[0][2], opts.model_interactions, stacklevel=5)
     # chunk data are cut lazily, as joblib asks for the next job
     jobs = (delayed(_fit_chunk)(source.subset(sl), et, ete, tr, te, opts, sd)
             for _, sl, et, ete, tr, te, sd in layout)

@@ -17,6 +17,7 @@ from .core.importance import (
     feature_importance,
     pair_blocks,
     term_importance,
+    warn_unidentifiable_terms,
 )
 from .core.memory import check_memory, memory_budget
 from .core.metric import term_index, term_names
@@ -361,7 +362,7 @@ class MLEM(BaseEstimator):
             return float(baseline_scores(self.W_[None], pairs, target, k, l)[0])
 
     @fill_doc
-    def permutation_importance(self, X, y, n_permutations=None, level="term",
+    def permutation_importance(self, X, y, n_permutations=None, level="feature",
                                random_state=None):
         """Permutation importance of each term (or feature) on the pairs of ``(X, y)``.
 
@@ -386,8 +387,10 @@ class MLEM(BaseEstimator):
         -------
         DataFrame
             Indexed by term (name ``"term"``), with columns ``importance`` (mean drop of
-            Spearman ρ), ``std`` (across permutations) and ``kind`` (``"feature"`` or
-            ``"interaction"``); ``attrs["baseline_score"]`` holds the unpermuted score.
+            Spearman ρ), ``std_permutations`` (its spread across permutations: how
+            much the shuffles disagree, not a standard error of the importance) and
+            ``kind`` (``"feature"`` or ``"interaction"``); ``attrs["baseline_score"]``
+            holds the unpermuted score.
         """
         with use_log_level(self.verbose):
             n_perm = self.n_permutations if n_permutations is None else n_permutations
@@ -398,6 +401,8 @@ class MLEM(BaseEstimator):
             enc_t, pairs, target = self._eval_data(X, y)
             names = list(self.feature_names_in_)
             if level == "term":
+                warn_unidentifiable_terms(self.feature_space_.transform(as_feature_table(y)),
+                                          self._interaction_terms, stacklevel=2)
                 k, l = term_index(len(names), self._interaction_terms)
                 drops, base = term_importance(self.W_[None], pairs, target, k, l, n_perm,
                                               rng)
@@ -409,7 +414,8 @@ class MLEM(BaseEstimator):
                 index, kinds = names, ["feature"] * len(names)
             d = drops[0].cpu().numpy()
             df = pd.DataFrame({"importance": d.mean(axis=1),
-                               "std": d.std(axis=1, ddof=1) if n_perm > 1 else np.zeros(len(d)),
+                               "std_permutations": (d.std(axis=1, ddof=1) if n_perm > 1
+                                                    else np.zeros(len(d))),
                                "kind": kinds},
                               index=pd.Index(index, name="term"))
             df.attrs.update(baseline_score=float(base[0]), n_permutations=n_perm, level=level)

@@ -49,17 +49,18 @@ def _prepare(imgs, features, mask_img, name="mask_img"):
 @fill_doc
 def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0, *,
                      groups=None, cv=5,
-                     n_permutations=10, constraint="spd", interactions=True,
+                     n_permutations=10, level="feature", constraint="spd", interactions=True,
                      feature_kinds=None, feature_groups=None, missing_distance=0.0,
                      distance="euclidean", max_steps=1000, patience=50, lr=0.1, tol=1e-4,
                      batch_size="auto", chunk_size=None, n_jobs=None, device="cpu",
                      random_state=None, verbose=None):
-    """Searchlight MLEM: importance maps of every feature and interaction.
+    """Searchlight MLEM: importance maps of every feature.
 
     Around each centre voxel, the images' patterns within a sphere of ``radius`` mm give
     the neural distances between stimuli; one cross-validated MLEM model per sphere learns
-    the metric over the feature distances, and the permutation importance of each term on
-    held-out pairs is mapped at the sphere's centre.
+    the metric over the feature distances, and the permutation importance of each feature
+    (or, with ``level="term"``, of each term) on held-out pairs is mapped at the sphere's
+    centre.
 
     Parameters
     ----------
@@ -73,6 +74,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     %(groups_images)s
     %(cv_images)s
     %(n_permutations)s
+    %(level)s
     %(constraint)s
     %(interactions)s
     %(feature_kinds)s
@@ -115,7 +117,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     >>> res.plot("category")                                            # doctest: +SKIP
     >>> res.to_nifti().to_filename("sub-01_importance.nii.gz")          # doctest: +SKIP
     """
-    options = MLEMOptions.from_call(locals(), level="term")
+    options = MLEMOptions.from_call(locals())
     radius = check_radius(radius)
     if mask_img is None:
         raise ValueError("mask_img is required: pass a brain mask, e.g. "
@@ -156,7 +158,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
 @verbose
 @fill_doc
 def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
-             n_permutations=10,
+             n_permutations=10, level="feature",
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
              missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50, lr=0.1,
              tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None, device="cpu",
@@ -183,6 +185,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
     %(groups_images)s
     %(cv_images)s
     %(n_permutations)s
+    %(level)s
     %(constraint)s
     %(interactions)s
     %(feature_kinds)s
@@ -215,7 +218,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
     """
     from nilearn.image import resample_to_img
 
-    options = MLEMOptions.from_call(locals(), level="term")
+    options = MLEMOptions.from_call(locals())
     img4d, table, mask = _prepare(imgs, features, mask_img)
     limg = _check_3d(labels_img, "labels_img")
     if limg.shape != img4d.shape[:3] or not np.allclose(limg.affine, img4d.affine, atol=1e-4):

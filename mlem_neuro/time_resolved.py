@@ -110,7 +110,7 @@ def _fit(data, table, times, ch_names, *, settings, options, groups):
 @fill_doc
 def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=None,
                tmax=None, decim=1, window=None, scale=True, groups=None, cv=5,
-               n_permutations=10, level="term", constraint="spd", interactions=True,
+               n_permutations=10, level="feature", constraint="spd", interactions=True,
                feature_kinds=None, feature_groups=None,
                missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
                lr=0.1, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
@@ -160,7 +160,7 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     Returns
     -------
     TimeCourseResult
-        ``.importance`` (n_times × n_terms, fold mean), ``.importance_std``, ``.score``,
+        ``.importance`` (n_times × n_terms, fold mean), ``.importance_fold_std``, ``.score``,
         ``.weights``, ``.to_data_frame()``, ``.to_evoked()``, ``.plot()``, ``.save()``.
 
     See Also
@@ -210,7 +210,7 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
 @verbose
 @fill_doc
 def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1, *,
-                window=None, scale=True, groups=None, cv=5, n_permutations=10, level="term",
+                window=None, scale=True, groups=None, cv=5, n_permutations=10, level="feature",
                 constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
                 missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
                 lr=0.1, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,

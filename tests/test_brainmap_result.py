@@ -46,7 +46,7 @@ def test_images_put_model_values_at_their_voxels():
     outside[ijk] = False
     assert (vol[outside] == 0).all()
     np.testing.assert_array_equal(res.score_img.get_fdata()[ijk], res.score)
-    np.testing.assert_array_equal(res.importance_std_img("b").get_fdata()[ijk],
+    np.testing.assert_array_equal(res.importance_fold_std_img("b").get_fdata()[ijk],
                                   res.fold_importance[:, :, 1].std(axis=0, ddof=1))
     np.testing.assert_array_equal(res.mask_img.get_fdata()[ijk], 1)
     assert res.mask_img.get_fdata().sum() == res.n_models
@@ -69,9 +69,16 @@ def test_to_nifti_keeps_term_names(tmp_path):
     back = nib.load(path)
     assert nifti_terms(back) == TERMS and nifti_terms(str(path)) == TERMS
     assert "3 terms" in back.header["descrip"].item().decode()
-    std = res.to_nifti("importance_std")
+    std = res.to_nifti("importance_fold_std")
     np.testing.assert_array_equal(std.get_fdata()[..., 0],
-                                  res.importance_std_img("a").get_fdata())
+                                  res.importance_fold_std_img("a").get_fdata())
+    # the old names still work, with a FutureWarning
+    with pytest.warns(FutureWarning, match="importance_fold_std"):
+        old = res.to_nifti("importance_std")
+    np.testing.assert_array_equal(old.get_fdata(), std.get_fdata())
+    with pytest.warns(FutureWarning, match="importance_fold_std_img"):
+        old = res.importance_std_img("a")
+    np.testing.assert_array_equal(old.get_fdata(), res.importance_fold_std_img("a").get_fdata())
     with pytest.raises(ValueError, match="no mlem_neuro term names"):
         nifti_terms(nib.Nifti1Image(np.zeros((2, 2, 2)), np.eye(4)))
     with pytest.raises(ValueError, match="what must be"):
@@ -83,7 +90,7 @@ def test_data_frames():
     df = res.to_data_frame()
     M = res.n_models
     assert list(df.columns) == ["i", "j", "k", "x", "y", "z", "term", "importance",
-                                "importance_std", "score"]
+                                "importance_fold_std", "score"]
     assert len(df) == 3 * M
     row = df.iloc[3 * 4 + 2]                                     # model 4, term "a:b"
     assert row.term == "a:b" and row.importance == res.importance[4, 2]

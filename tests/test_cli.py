@@ -59,10 +59,10 @@ def test_epochs_end_to_end(epochs_file, tmp_path, capsys):
         assert (out / name).stat().st_size > 0
     res = mlem_neuro.read_result(out / "mlem.npz")
     assert isinstance(res, TimeCourseResult)
-    assert res.terms == ["A", "B", "A:B"]
+    assert res.terms == ["A", "B"]             # feature level (the default)
     # --tmin -0.1 keeps the samples from -0.08 s (25 Hz) to the end (0.64 s)
     np.testing.assert_allclose(res.times, -0.08 + np.arange(19) / 25.0, atol=1e-9)
-    assert res.importance.shape == (19, 3) and res.n_folds == 2
+    assert res.importance.shape == (19, 2) and res.n_folds == 2
     assert np.isfinite(res.importance).all() and np.isfinite(res.score).all()
     assert res.settings["n_permutations"] == 1 and res.settings["constraint"] == "spd"
     # the encoding windows come out where they were simulated (measured over simulation
@@ -72,7 +72,7 @@ def test_epochs_end_to_end(epochs_file, tmp_path, capsys):
     assert 0.1 <= t[np.argmax(imp_a)] <= 0.3 and 0.4 <= t[np.argmax(imp_b)] <= 0.6
     assert imp_a[(t >= 0.1) & (t <= 0.3)].mean() > 0.05 > abs(imp_a[t < 0.05].mean())
     frame = pd.read_csv(out / "importance.csv")
-    assert len(frame) == 19 * 3 and set(frame["term"]) == {"A", "B", "A:B"}
+    assert len(frame) == 19 * 2 and set(frame["term"]) == {"A", "B"}
     np.testing.assert_allclose(
         frame.query("term == 'A'")["importance"].to_numpy(), imp_a, rtol=1e-6)
 
@@ -141,21 +141,21 @@ def test_searchlight_haxby_end_to_end(tmp_path, capsys):
     res = mlem_neuro.read_result(out / "mlem.npz")
     gray = nib.load(HAXBY / "masks/25mm/gray.nii.gz").get_fdata() > 0
     assert isinstance(res, BrainMapResult) and res.kind == "searchlight"
-    assert res.terms == ["trial_type", "animacy", "trial_type:animacy"]
+    assert res.terms == ["trial_type", "animacy"]
     assert res.n_models == gray.sum() == 28
-    assert res.importance.shape == (28, 3) and res.n_folds == 2
+    assert res.importance.shape == (28, 2) and res.n_folds == 2
     assert np.isfinite(res.importance).all() and np.all(np.abs(res.score) <= 1)
     assert res.settings["n_images"] == 32 and res.settings["radius"] == 30.0
     assert res.settings["cv"] == "GroupKFold(2) over runs"
 
     img = nib.load(out / "importance.nii.gz")
-    assert img.shape == (6, 10, 10, 3) and nifti_terms(img) == res.terms
+    assert img.shape == (6, 10, 10, 2) and nifti_terms(img) == res.terms
     vol = img.get_fdata()
     assert np.isfinite(vol).all() and (vol[~gray] == 0).all()
     np.testing.assert_allclose(vol[..., 1], res.importance_img("animacy").get_fdata(),
                                rtol=1e-6)
     frame = pd.read_csv(out / "importance.csv")
-    assert len(frame) == 28 * 3 and set(frame["term"]) == set(res.terms)
+    assert len(frame) == 28 * 2 and set(frame["term"]) == set(res.terms)
 
 
 @needs_haxby

@@ -30,7 +30,7 @@ FAST = dict(max_steps=150, patience=20)
 
 def test_held_out_scores_and_importance_follow_the_signal(stack):
     Y, y = stack
-    out = run_cv(DenseRDMSource(Y), y, cv=3, random_state=0, **FAST)
+    out = run_cv(DenseRDMSource(Y), y, cv=3, level="term", random_state=0, **FAST)
     F, M, T = out.importance.shape
     assert (F, M, T) == (3, 4, 6) and out.terms == ["f0", "f1", "f2", "f0:f1", "f0:f2",
                                                     "f1:f2"]
@@ -99,7 +99,7 @@ def _demo(F=2, M=3, m=2):
 def test_result_summaries_and_frame():
     r = _demo()
     np.testing.assert_allclose(r.importance, r.fold_importance.mean(0))
-    np.testing.assert_allclose(r.importance_std, r.fold_importance.std(0, ddof=1))
+    np.testing.assert_allclose(r.importance_fold_std, r.fold_importance.std(0, ddof=1))
     np.testing.assert_allclose(r.score, r.fold_score.mean(0))
     df = r._long_frame({"coord": r.coords})
     assert len(df) == 9 and list(df["term"][:3]) == ["a", "b", "a:b"]

@@ -259,7 +259,7 @@ def test_haxby_trial_images_to_searchlight():
                                       n_permutations=3, random_state=0)
     in_mask = nib.load(mask).get_fdata() > 0
     assert res.n_models == in_mask.sum() == 129
-    assert res.terms == ["trial_type", "animate", "trial_type:animate"]
+    assert res.terms == ["trial_type", "animate"]
     for term in res.terms:
         vol = res.importance_img(term).get_fdata()
         assert np.isfinite(vol).all() and (vol[~in_mask] == 0).all()

@@ -208,7 +208,8 @@ def _fitted(distance="euclidean", n=50, seed=0):
 
 def _all_results(est, X, y):
     return dict(score=est.score(X, y),
-                term=est.permutation_importance(X, y, n_permutations=2, random_state=1),
+                term=est.permutation_importance(X, y, n_permutations=2, level="term",
+                                                random_state=1),
                 feature=est.permutation_importance(X, y, n_permutations=2, level="feature",
                                                    random_state=1),
                 transform=est.transform(X), rdm=est.predict_rdm(y))
@@ -272,7 +273,8 @@ _PEAK_SCRIPT = textwrap.dedent("""
     est = MLEM(max_steps=30, random_state=0).fit(X[:300], y.iloc[:300])
     start = time.time()
     score = est.score(X, y)
-    imp = est.permutation_importance(X, y, n_permutations=2, random_state=0)
+    imp = est.permutation_importance(X, y, n_permutations=2, level="term",
+                                     random_state=0)
     print(json.dumps(dict(score=score, importance=imp["importance"].tolist(),
                           seconds=time.time() - start,
                           maxrss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)))

@@ -90,7 +90,7 @@ def test_interactions_appear_in_W_and_importance():
     W_int /= np.linalg.norm(W_int)
     X, y = exact_numeric(60, W_int, seed=0)
     est = MLEM(distance="precomputed", random_state=0, max_steps=500).fit(X, y)
-    imp = est.permutation_importance(X, y, random_state=0)["importance"]
+    imp = est.permutation_importance(X, y, level="term", random_state=0)["importance"]
     assert est.W_[0, 1] > 0.25 and abs(est.W_[0, 2]) < 0.08 and abs(est.W_[1, 2]) < 0.08
     assert imp["a:b"] > 0.08 and imp["a:c"] < 0.01 and imp["b:c"] < 0.01, imp
     assert np.linalg.norm(est.W_ - W_int) < 0.15
@@ -104,7 +104,7 @@ def test_interactions_appear_in_W_and_importance():
     W_diag = np.eye(3) / np.sqrt(3)
     X, y = exact_numeric(60, W_diag, seed=0)
     est = MLEM(distance="precomputed", random_state=0, max_steps=500).fit(X, y)
-    imp = est.permutation_importance(X, y, random_state=0)["importance"]
+    imp = est.permutation_importance(X, y, level="term", random_state=0)["importance"]
     assert np.abs(est.W_[np.triu_indices(3, 1)]).max() < 0.05
     assert imp[["a:b", "a:c", "b:c"]].abs().max() < 0.01, imp
     assert imp[["a", "b", "c"]].min() > 0.1, imp

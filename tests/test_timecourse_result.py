@@ -25,7 +25,7 @@ def result():
     X[:, :3, 5:] += 2 * f[:, None, None]
     y = pd.DataFrame({"f": f.astype(bool), "g": rng.integers(0, 2, 30).astype(bool)})
     return mlem_array(X, y, sfreq=50.0, ch_names=[f"ch{k}" for k in range(6)], window=0.02,
-                      cv=3, max_steps=30, random_state=0)
+                      cv=3, max_steps=30, level="term", random_state=0)
 
 
 def synthetic(F=2, M=5, terms=("a", "b", "a:b"), times=None, seed=0):
@@ -49,7 +49,7 @@ def assert_same(a, b):
     assert b.terms == a.terms and b.feature_names == a.feature_names
     assert b.settings == a.settings
     assert b.ch_names == a.ch_names
-    for prop in ("importance", "importance_std", "score", "score_std", "weights"):
+    for prop in ("importance", "importance_fold_std", "score", "score_std", "weights"):
         np.testing.assert_array_equal(getattr(a, prop), getattr(b, prop), err_msg=prop)
 
 
@@ -57,7 +57,7 @@ def assert_same(a, b):
 def test_summaries_are_fold_means_and_spreads():
     res = synthetic()
     np.testing.assert_allclose(res.importance, res.fold_importance.mean(0))
-    np.testing.assert_allclose(res.importance_std, res.fold_importance.std(0, ddof=1))
+    np.testing.assert_allclose(res.importance_fold_std, res.fold_importance.std(0, ddof=1))
     np.testing.assert_allclose(res.score, res.fold_score.mean(0))
     np.testing.assert_allclose(res.weights, res.fold_weights.mean(0))
     assert res.importance.shape == (5, 3) and res.weights.shape == (5, 2, 2)
@@ -95,7 +95,7 @@ def test_save_read_round_trip_of_synthetic_values(tmp_path):
     res.ch_names = None
     back = read_result(res.save(str(tmp_path / "x.npz")))
     assert_same(res, back)
-    np.testing.assert_array_equal(back.importance_std, 0.0)          # one fold
+    np.testing.assert_array_equal(back.importance_fold_std, 0.0)          # one fold
 
 
 def test_save_refuses_to_overwrite_and_bad_names(result, tmp_path):
@@ -112,13 +112,13 @@ def test_to_data_frame_is_tidy(result):
     df = result.to_data_frame()
     M, T = result.importance.shape
     assert len(df) == M * T
-    assert list(df.columns) == ["time", "term", "importance", "importance_std", "score",
+    assert list(df.columns) == ["time", "term", "importance", "importance_fold_std", "score",
                                 "score_std"]
     for k, term in enumerate(result.terms):
         sub = df[df["term"] == term]
         np.testing.assert_array_equal(sub["time"], result.times)
         np.testing.assert_array_equal(sub["importance"], result.importance[:, k])
-        np.testing.assert_array_equal(sub["importance_std"], result.importance_std[:, k])
+        np.testing.assert_array_equal(sub["importance_fold_std"], result.importance_fold_std[:, k])
         np.testing.assert_array_equal(sub["score"], result.score)
     only = result.to_data_frame(terms="f")
     assert set(only["term"]) == {"f"} and len(only) == M
@@ -166,8 +166,8 @@ def test_plot_draws_mean_and_fold_spread(result):
     np.testing.assert_allclose(ax_imp.lines[0].get_ydata(), result.importance[:, 0])
     assert len(ax_imp.collections) == 3
     band = ax_imp.collections[0].get_paths()[0].vertices[:, 1]
-    lo = result.importance[:, 0] - result.importance_std[:, 0]
-    hi = result.importance[:, 0] + result.importance_std[:, 0]
+    lo = result.importance[:, 0] - result.importance_fold_std[:, 0]
+    hi = result.importance[:, 0] + result.importance_fold_std[:, 0]
     assert band.min() == pytest.approx(lo.min()) and band.max() == pytest.approx(hi.max())
     np.testing.assert_allclose(ax_score.lines[0].get_ydata(), result.score)
     plt.close(fig)

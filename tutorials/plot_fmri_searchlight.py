@@ -210,7 +210,7 @@ for ax, (name, r) in zip(axes, rois.items()):
     roi_frame = r.to_data_frame().replace({"region": {1: "ball (1)",
                                                       2: "rest of brain (2)"}})
     values, spread = (roi_frame.pivot(index="region", columns="term", values=v)[r.terms]
-                      for v in ("importance", "importance_std"))
+                      for v in ("importance", "importance_fold_std"))
     values.plot.bar(ax=ax, rot=0, yerr=spread.to_numpy().T)
     ax.axhline(0, color="k", lw=0.8)
     ax.set(title=name, xlabel="", ylabel="importance (drop of held-out ρ)")

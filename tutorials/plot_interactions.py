@@ -69,11 +69,12 @@ for ax, (title, W) in zip(axes, [("ground truth", W_true), ("learnt W", est.W_)]
 fig.tight_layout()
 
 # %%
-# Permutation importance on held-out pairs: ``position:size`` carries weight, the
-# interactions with ``category`` do not.
-imp = est.permutation_importance(X_test, stimuli.iloc[test], random_state=0)
+# Term-level permutation importance on held-out pairs (``level="term"``; the default is
+# ``"feature"``): ``position:size`` carries weight, the interactions with ``category`` do
+# not.  Term importances are meaningful here because ``position`` and ``size`` are graded.
+imp = est.permutation_importance(X_test, stimuli.iloc[test], level="term", random_state=0)
 fig, ax = plt.subplots(figsize=(5, 3))
-ax.barh(imp.index, imp["importance"], xerr=imp["std"],
+ax.barh(imp.index, imp["importance"], xerr=imp["std_permutations"],
         color=["C0" if k == "feature" else "C1" for k in imp["kind"]])
 ax.invert_yaxis()
 ax.set(xlabel="drop of Spearman ρ when permuted", title="term importance")
@@ -82,12 +83,13 @@ imp
 
 # %%
 # The total effect of each feature (its own term and its interactions together) comes
-# from permuting the feature's values across stimuli:
-est.permutation_importance(X_test, stimuli.iloc[test], level="feature",
-                           random_state=0)
+# from permuting the feature's values across stimuli, the default (``level="feature"``):
+est.permutation_importance(X_test, stimuli.iloc[test], random_state=0)
 
 # %%
 # A caution on identifiability: Spearman only sees the *order* of predicted distances.
-# With a few binary features many metrics order pairs identically (with equal weights,
-# ``(d_1 + d_2)²`` orders pairs exactly like ``d_1 + d_2``), so interaction weights between
-# binary features are only identifiable with enough features or graded ones.
+# When every feature distance takes two values (categorical features),
+# ``W = diag(w) + λ w wᵀ`` orders every pair alike for all ``λ >= 0``, so term-level
+# interaction importances are not identifiable there (``level="term"`` then warns);
+# feature-level importance is.  Evidence for an interaction is a geometry that *no*
+# additive metric explains: the permutation test of interactions (``n_null``) asks that.

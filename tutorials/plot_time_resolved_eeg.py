@@ -60,9 +60,12 @@ subjects[0].metadata.head()
 # %%
 # One analysis per subject
 # ------------------------
-# ``features`` names metadata columns; each gets a term, and so does each pair of features
-# (``"shape:colour"`` …).  Folds split trials: the metric is learnt on pairs of training
-# trials and importance is measured on pairs of held-out trials.
+# ``features`` names metadata columns.  The metric ``W`` models every pair of features
+# (interactions), and importance is computed per *feature* (the default
+# ``level="feature"``: a feature's values are shuffled across held-out trials, which
+# measures its total effect, interactions included, and is identifiable whatever metric
+# ranks the pairs).  Folds split trials: the metric is learnt on pairs of training trials
+# and importance is measured on pairs of held-out trials.
 fit_kwargs = dict(random_state=0)          # defaults: cv=5, n_permutations=10
 results = [mlem_neuro.mlem_epochs(epochs, features=["shape", "colour", "size"],
                                   **fit_kwargs)
@@ -71,10 +74,10 @@ res = results[0]
 res
 
 # %%
-# The first subject's time courses (``terms=`` leaves the interactions out of the plot):
-# ``shape`` rises first, then ``colour``, while ``size`` stays near zero.  The lower panel
-# is the held-out Spearman ρ between predicted and neural distances.
-fig = res.plot(terms=["shape", "colour", "size"])
+# The first subject's time courses, one curve per feature: ``shape`` rises first, then
+# ``colour``, while ``size`` stays near zero.  The lower panel is the held-out Spearman ρ
+# between predicted and neural distances.
+fig = res.plot()
 
 # %%
 # The result exports to a tidy table (one row per time and term) …
@@ -91,7 +94,7 @@ print(f"'shape' peaks at {evoked.times[shape.argmax()]:.2f} s (importance {shape
 # %%
 # Group statistics
 # ----------------
-# :func:`~mlem_neuro.stats.permutation_cluster_test` tests a term's importance against
+# :func:`~mlem_neuro.stats.permutation_cluster_test` tests a feature's importance against
 # zero across subjects (sign flips, clusters of adjacent time points).  With six subjects
 # there are only 2⁶ = 64 sign patterns, so the smallest attainable p-value is 1/64.  The
 # control feature ``size`` is never encoded: a short run of time points can pass the

@@ -136,6 +136,30 @@ class EncodedFeatures:
             slices=self.slices, indicator=self.indicator.tolist(),
             missing_distance=self.missing_distance.tolist())
 
+    def two_valued(self):
+        """Whether each feature's pair distances take at most two values (0 and one other).
+
+        True for categorical features (indicator distance) and two-valued numeric ones
+        without missing values.  When every feature is two-valued, ``dᵀ W d`` ranks pairs
+        alike along ``W = diag(w) + λ w wᵀ`` (``d_k² ∝ d_k``), so term-level interaction
+        importances are not identifiable.  Computed on the distinct codes of each feature.
+        """
+        out = np.zeros(self.n_features, dtype=bool)
+        for k, sl in enumerate(self.slices):
+            codes = np.concatenate([self.values[:, sl], self.missing[:, [k]]], axis=1)
+            uniq = np.unique(codes, axis=0)
+            if len(uniq) > 64:       # >= 3 distinct scalar values give >= 2 distances
+                continue
+            i, j = np.triu_indices(len(uniq), k=1)
+            sub = EncodedFeatures(values=uniq[:, :-1], missing=uniq[:, -1:].astype(bool),
+                                  slices=[slice(0, uniq.shape[1] - 1)],
+                                  indicator=self.indicator[[k]],
+                                  missing_distance=self.missing_distance[[k]],
+                                  names=[self.names[k]])
+            d = sub.pair_distances(i, j)[:, 0] if len(i) else np.zeros(0)
+            out[k] = len(np.unique(np.append(d, 0.0))) <= 2
+        return out
+
     def pair_distances(self, i, j):
         """Feature distances ``(n_pairs, n_features)`` (numpy, float64) for pairs ``(i, j)``."""
         import torch

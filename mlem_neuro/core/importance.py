@@ -27,6 +27,7 @@ the work up front when even those exceed the budget.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -41,6 +42,26 @@ from .tied import MAX_GROUPS, distinct_rows, grouped_spearman
 
 #: smallest block of pairs walked at once (keeps tiny test budgets from crawling).
 MIN_BLOCK_PAIRS = 64
+
+
+def warn_unidentifiable_terms(enc, interactions, stacklevel=2):
+    """Warn that term-level interaction importances are not identifiable for ``enc``.
+
+    When every feature distance takes two values (:meth:`EncodedFeatures.two_valued`),
+    ``dᵀ W d`` with ``W = diag(w) + λ w wᵀ`` is an increasing function of ``Σ w_k d_k``
+    for every ``λ >= 0``: all those metrics rank pairs alike, so Spearman cannot tell
+    interaction terms from main effects.  Returns whether it warned.
+    """
+    if not interactions or enc.n_features < 2 or not enc.two_valued().all():
+        return False
+    warnings.warn(
+        "term-level importance with interactions is not identifiable here: every feature "
+        "distance takes two values (categorical or two-valued features), so "
+        "W = diag(w) + λ·w wᵀ ranks every pair alike for all λ >= 0 and a fit can move "
+        "importance between 'f' and 'f:g' terms freely. Use level='feature' (the default) "
+        "for importance, and the permutation test of interactions for evidence of "
+        "non-additivity.", UserWarning, stacklevel=stacklevel + 1)
+    return True
 
 
 # ------------------------------------------------------------------------ pair sources

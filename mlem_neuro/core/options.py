@@ -239,7 +239,7 @@ class MLEMOptions:
 
     constraint: str = "spd"
     interactions: bool = True
-    level: str = "term"
+    level: str = "feature"
     distance: str = "euclidean"
     n_permutations: int = 10
     max_steps: int = 1000

@@ -6,6 +6,7 @@ import importlib
 import json
 import os
 import tempfile
+import warnings
 import zipfile
 import zlib
 from pathlib import Path
@@ -82,11 +83,25 @@ class BaseResult:
         return self.fold_importance.mean(axis=0)
 
     @property
-    def importance_std(self):
-        """Spread of importance across folds (std, ``ddof=1``; zeros for one fold)."""
+    def importance_fold_std(self):
+        """Spread of importance across folds (std, ``ddof=1``; zeros for one fold).
+
+        It describes how much the folds disagree; it is **not** a standard error of the
+        importance (folds share training stimuli, and pairs share stimuli).  For evidence
+        that a feature matters, use the permutation tests (``n_null``) or a group-level
+        test over subjects.
+        """
         if self.n_folds < 2:
             return np.zeros_like(self.importance)
         return self.fold_importance.std(axis=0, ddof=1)
+
+    @property
+    def importance_std(self):
+        """Deprecated alias of :attr:`importance_fold_std` (the spread across folds)."""
+        warnings.warn("importance_std is deprecated and will be removed: use "
+                      "importance_fold_std (the spread of importance across folds, not a "
+                      "standard error).", FutureWarning, stacklevel=2)
+        return self.importance_fold_std
 
     @property
     def score(self):
@@ -134,7 +149,7 @@ class BaseResult:
         data = {name: np.repeat(np.asarray(vals), T) for name, vals in coords.items()}
         data["term"] = np.tile(self.terms, M)
         data["importance"] = self.importance.ravel()
-        data["importance_std"] = self.importance_std.ravel()
+        data["importance_fold_std"] = self.importance_fold_std.ravel()
         data["score"] = np.repeat(self.score, T)
         return pd.DataFrame(data)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 
@@ -155,8 +156,11 @@ class BrainMapResult(BaseResult):
         t = self._one_term(term)
         return self._paint(self.importance[:, t])
 
-    def importance_std_img(self, term):
+    def importance_fold_std_img(self, term):
         """Across-fold standard deviation of the importance of ``term`` as a 3D image.
+
+        The spread across folds, not a standard error (see
+        :attr:`importance_fold_std`).
 
         Parameters
         ----------
@@ -169,7 +173,24 @@ class BrainMapResult(BaseResult):
             0 where no model shows (and for single-fold results).
         """
         t = self._one_term(term)
-        return self._paint(self.importance_std[:, t])
+        return self._paint(self.importance_fold_std[:, t])
+
+    def importance_std_img(self, term):
+        """Deprecated alias of :meth:`importance_fold_std_img`.
+
+        Parameters
+        ----------
+        term : str
+            One of :attr:`terms`.
+
+        Returns
+        -------
+        img : Nifti1Image
+            The across-fold spread of the importance of ``term``.
+        """
+        warnings.warn("importance_std_img is deprecated and will be removed: use "
+                      "importance_fold_std_img.", FutureWarning, stacklevel=2)
+        return self.importance_fold_std_img(term)
 
     @property
     def score_img(self):
@@ -191,8 +212,9 @@ class BrainMapResult(BaseResult):
 
         Parameters
         ----------
-        what : {"importance", "importance_std"}
-            The fold-mean importance, or its spread across folds.
+        what : {"importance", "importance_fold_std"}
+            The fold-mean importance, or its spread across folds (``"importance_std"``
+            is a deprecated alias of ``"importance_fold_std"``).
 
         Returns
         -------
@@ -203,10 +225,15 @@ class BrainMapResult(BaseResult):
 
         if what == "importance":
             values = self.importance
-        elif what == "importance_std":
-            values = self.importance_std
+        elif what in ("importance_fold_std", "importance_std"):
+            if what == "importance_std":
+                warnings.warn("to_nifti('importance_std') is deprecated: use "
+                              "'importance_fold_std'.", FutureWarning, stacklevel=2)
+                what = "importance_fold_std"
+            values = self.importance_fold_std
         else:
-            raise ValueError(f"what must be 'importance' or 'importance_std'; got {what!r}")
+            raise ValueError("what must be 'importance' or 'importance_fold_std'; got "
+                             f"{what!r}")
         img = self._paint(values)
         payload = json.dumps({"mlem_neuro": {"what": what, "terms": self.terms}})
         img.header.extensions.append(nib.nifti1.Nifti1Extension(_EXT_CODE,
@@ -222,7 +249,7 @@ class BrainMapResult(BaseResult):
         -------
         df : DataFrame
             Searchlight: columns ``i, j, k`` (centre voxel), ``x, y, z`` (mm), ``term``,
-            ``importance``, ``importance_std``, ``score``.  ROI: ``region`` (label),
+            ``importance``, ``importance_fold_std``, ``score``.  ROI: ``region`` (label),
             ``n_voxels``, ``x, y, z`` (region centroid, mm), then the same value columns.
         """
         xyz = self.model_coords()

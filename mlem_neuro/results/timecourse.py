@@ -40,7 +40,7 @@ class TimeCourseResult(BaseResult):
     ----------
     times : ndarray (n_times,)
     importance : ndarray (n_times, n_terms)
-        Fold-mean importance; :attr:`importance_std` is its spread across folds.
+        Fold-mean importance; :attr:`importance_fold_std` is its spread across folds.
     score : ndarray (n_times,)
         Fold-mean held-out Spearman ρ; :attr:`score_std` is its spread.
     weights : ndarray (n_times, m, m)
@@ -111,7 +111,7 @@ class TimeCourseResult(BaseResult):
         Returns
         -------
         DataFrame
-            Columns ``time``, ``term``, ``importance`` (fold mean), ``importance_std``
+            Columns ``time``, ``term``, ``importance`` (fold mean), ``importance_fold_std``
             (fold spread), ``score`` and ``score_std`` (held-out Spearman ρ at that time).
         """
         df = self._long_frame({"time": self.times})
@@ -185,7 +185,7 @@ class TimeCourseResult(BaseResult):
             if len(axs) not in (1, 2):
                 raise ValueError(f"axes must be one or two matplotlib Axes; got {len(axs)}")
             fig = axs[0].figure
-        t, mean, std = self.times, self.importance, self.importance_std
+        t, mean, std = self.times, self.importance, self.importance_fold_std
         ax = axs[0]
         for k in idx:
             line, = ax.plot(t, mean[:, k], label=self.terms[k])
