@@ -6,9 +6,16 @@ The soft Spearman uses :func:`torchsort.soft_rank`.  Soft ranks of raw values de
 scale: with ``regularization_strength=1`` on values spread over ``[0, 1]`` and thousands of
 pairs, every value falls into one pooled block and the soft ranks become an affine function of
 the values, i.e. the "soft Spearman" silently turns into Pearson.  Here predictions are first
-standardised and rescaled so that their spread matches that of the ranks ``1..n_pairs``; the
-soft ranks then stay within a fraction of a rank of the hard ranks (tested) while keeping
-gradients inside locally pooled blocks.
+standardised and rescaled so that their spread matches that of the ranks ``1..n_pairs``.
+The soft ranks are then *not* close to the hard ranks rank by rank: where values are denser
+than the ranks (a run of nearby values, or adjacent tie groups of categorical designs) the
+regularisation pools them.  Measured by ``benchmarks/soft_rank_gap.py`` (predictions
+``dᵀ W d`` of random SPD metrics, 5 seeds): the mean |soft - exact rank| is 3-5 % of the
+batch size (e.g. 136-253 ranks at 4,096 pairs, 750-1,150 at 20,000; 99th percentile about
+twice the mean), for binary, 4-level and continuous features alike.  The soft Spearman
+against a noisy target (SNR 1) is within 0.005-0.02 of the exact one (mean |Δρ| over
+seeds; largest with 4 features).  Pooling keeps gradients flowing between neighbouring
+values; the exact Spearman is what every score and importance reports.
 """
 from __future__ import annotations
 
