@@ -210,7 +210,9 @@ class _MaskedAdamW:
     """AdamW (weight_decay=0, torch's defaults) stepping only the rows of active models."""
 
     def __init__(self, A, lr):
-        self.lr = lr
+        # one learning rate per model (the plateau schedule lowers them one by one)
+        self.lr = torch.full((A.shape[0],) + (1,) * (A.dim() - 1), float(lr),
+                             device=A.device, dtype=A.dtype)
         self.m = torch.zeros_like(A)
         self.v = torch.zeros_like(A)
 
@@ -220,27 +222,37 @@ class _MaskedAdamW:
         vv = self.v[idx].mul_(_BETA2).addcmul_(grad, grad, value=1 - _BETA2)
         self.m[idx], self.v[idx] = mm, vv
         denom = (vv.sqrt() / (1 - _BETA2 ** t) ** 0.5).add_(_ADAM_EPS)
-        A[idx] = A[idx] - (self.lr / (1 - _BETA1 ** t)) * mm / denom
+        A[idx] = A[idx] - (self.lr[idx] / (1 - _BETA1 ** t)) * mm / denom
 
 
 class _EarlyStopping:
-    """Best state, steps since the last improvement and history of every model."""
+    """Best state, steps since the last improvement and history of every model.
+
+    Two scores per model: ``best``, the highest training score seen, whose state
+    ``best_A`` is kept and restored; and ``ref``, the score of the last step that improved
+    on ``ref`` by more than ``tol``, which resets the patience counter.  Improvements
+    smaller than ``tol`` thus move the kept state without postponing the stop.
+    """
 
     def __init__(self, A, patience, tol):
         M = A.shape[0]
         self.patience, self.tol = patience, tol
         self.best = torch.full((M,), -float("inf"), device=A.device, dtype=A.dtype)
+        self.ref = self.best.clone()
         self.best_A = A.clone()
         self.since = torch.zeros(M, dtype=torch.long, device=A.device)
         self.n_iter = torch.zeros(M, dtype=torch.long, device=A.device)
+        self.n_reduced = torch.zeros(M, dtype=torch.long, device=A.device)
         self.history = []
 
     def update(self, A, idx, r):
         """Record scores ``r`` of the active models (before their update); return keep."""
-        improved = r > self.best[idx] + self.tol
-        won = idx[improved]
+        better = r > self.best[idx]
+        won = idx[better]
         self.best_A[won] = A[won]                  # the state that scored r (a copy)
-        self.best[won] = r[improved]
+        self.best[won] = r[better]
+        improved = r > self.ref[idx] + self.tol
+        self.ref[idx[improved]] = r[improved]
         self.since[idx] = torch.where(improved, torch.zeros_like(r, dtype=torch.long),
                                       self.since[idx] + 1)
         self.n_iter[idx] += 1
@@ -248,6 +260,26 @@ class _EarlyStopping:
         row[idx] = r
         self.history.append(row)
         return self.since[idx] < self.patience
+
+
+#: times a model's learning rate is divided on a plateau before it stops (0: stop at once)
+PLATEAU_REDUCTIONS = 0
+#: factor applied to the learning rate at each plateau
+PLATEAU_FACTOR = 0.1
+#: whether a model restarts from its best state when its learning rate is lowered
+PLATEAU_RESTORE = False
+
+
+def _reduce_on_plateau(stop, adam, A, idx, keep):
+    """Models out of patience with reductions left: lower lr, reset patience, go on."""
+    can = ~keep & (stop.n_reduced[idx] < PLATEAU_REDUCTIONS)
+    rows = idx[can]
+    adam.lr[rows] *= PLATEAU_FACTOR
+    stop.n_reduced[rows] += 1
+    stop.since[rows] = 0
+    if PLATEAU_RESTORE:
+        A[rows] = stop.best_A[rows]
+    return keep | can
 
 
 def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.float32):
@@ -291,6 +323,8 @@ def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.floa
         (-rho.sum()).backward()
         with torch.no_grad():
             keep = stop.update(A, idx, rho.detach())
+            if PLATEAU_REDUCTIONS and not bool(keep.all()):
+                keep = _reduce_on_plateau(stop, adam, A, idx, keep)
             adam.step(A, idx, A_act.grad, step + 1)
             if not bool(keep.all()):
                 idx = idx[keep]                   # stopped models leave the computation
