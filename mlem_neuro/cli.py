@@ -594,7 +594,7 @@ def _add_analysis_options(p, what):
                    help="random seed (folds, training batches, permutations)")
     chunk_key = "chunk_size_time" if what == "trials" else "chunk_size_spheres"
     # help: the first sentence of the API's docdict entry
-    for flag, key, kind, default in (("--lr", "lr", float, 0.1),
+    for flag, key, kind, default in (("--lr", "lr", float, 0.03),
                                      ("--max-steps", "max_steps", int, 1000),
                                      ("--patience", "patience", int, 50),
                                      ("--tol", "tol", float, 1e-4),

@@ -43,7 +43,7 @@ def test_update_matches_torch_adamw(constraint):
     Y, y = _stack(M=3)
     enc = FeatureSpace().fit_transform(y)
     res = _fit(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), constraint=constraint,
-                    max_steps=7, patience=100, batch_size="full", tol=-np.inf)
+                    max_steps=7, patience=100, batch_size="full", tol=-np.inf, lr=0.1)
     # reference: the plain loop a user would write with torch.optim.AdamW
     n, m = Y.shape[1], 3
     i, j = pair_indices(n)

@@ -210,9 +210,7 @@ class _MaskedAdamW:
     """AdamW (weight_decay=0, torch's defaults) stepping only the rows of active models."""
 
     def __init__(self, A, lr):
-        # one learning rate per model (the plateau schedule lowers them one by one)
-        self.lr = torch.full((A.shape[0],) + (1,) * (A.dim() - 1), float(lr),
-                             device=A.device, dtype=A.dtype)
+        self.lr = lr
         self.m = torch.zeros_like(A)
         self.v = torch.zeros_like(A)
 
@@ -222,7 +220,7 @@ class _MaskedAdamW:
         vv = self.v[idx].mul_(_BETA2).addcmul_(grad, grad, value=1 - _BETA2)
         self.m[idx], self.v[idx] = mm, vv
         denom = (vv.sqrt() / (1 - _BETA2 ** t) ** 0.5).add_(_ADAM_EPS)
-        A[idx] = A[idx] - (self.lr[idx] / (1 - _BETA1 ** t)) * mm / denom
+        A[idx] = A[idx] - (self.lr / (1 - _BETA1 ** t)) * mm / denom
 
 
 class _EarlyStopping:
@@ -242,7 +240,6 @@ class _EarlyStopping:
         self.best_A = A.clone()
         self.since = torch.zeros(M, dtype=torch.long, device=A.device)
         self.n_iter = torch.zeros(M, dtype=torch.long, device=A.device)
-        self.n_reduced = torch.zeros(M, dtype=torch.long, device=A.device)
         self.history = []
 
     def update(self, A, idx, r):
@@ -260,26 +257,6 @@ class _EarlyStopping:
         row[idx] = r
         self.history.append(row)
         return self.since[idx] < self.patience
-
-
-#: times a model's learning rate is divided on a plateau before it stops (0: stop at once)
-PLATEAU_REDUCTIONS = 0
-#: factor applied to the learning rate at each plateau
-PLATEAU_FACTOR = 0.1
-#: whether a model restarts from its best state when its learning rate is lowered
-PLATEAU_RESTORE = False
-
-
-def _reduce_on_plateau(stop, adam, A, idx, keep):
-    """Models out of patience with reductions left: lower lr, reset patience, go on."""
-    can = ~keep & (stop.n_reduced[idx] < PLATEAU_REDUCTIONS)
-    rows = idx[can]
-    adam.lr[rows] *= PLATEAU_FACTOR
-    stop.n_reduced[rows] += 1
-    stop.since[rows] = 0
-    if PLATEAU_RESTORE:
-        A[rows] = stop.best_A[rows]
-    return keep | can
 
 
 def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.float32):
@@ -323,8 +300,6 @@ def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.floa
         (-rho.sum()).backward()
         with torch.no_grad():
             keep = stop.update(A, idx, rho.detach())
-            if PLATEAU_REDUCTIONS and not bool(keep.all()):
-                keep = _reduce_on_plateau(stop, adam, A, idx, keep)
             adam.step(A, idx, A_act.grad, step + 1)
             if not bool(keep.all()):
                 idx = idx[keep]                   # stopped models leave the computation
