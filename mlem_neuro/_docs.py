@@ -184,9 +184,9 @@ level : {"term", "feature"}
 
 docdict["lr"] = """
 lr : float
-    AdamW learning rate (no weight decay; default ``0.03``, chosen by the sweep on the
-    options page: it recovers a known metric as closely as ``0.1`` on well-conditioned
-    truths and more closely on ill-conditioned ones, for about 1.2 times the steps).
+    AdamW learning rate (no weight decay).  The default, ``0.03``, comes from the sweep on
+    the options page: it recovers a known metric as closely as ``0.1`` on well-conditioned
+    truths and more closely on ill-conditioned ones, for about 1.2 times the steps.
 """
 
 # --------------------------------------------------------------------------------- M
@@ -230,8 +230,8 @@ n_permutations : int
 docdict["patience"] = """
 patience : int
     Stop when the training (soft) Spearman has not improved by more than ``tol`` for this
-    many steps (default ``50``); the best state seen is restored, even when it improved on
-    the previous best by less than ``tol``.
+    many steps.  The best state seen is restored, even one that improved on the previous
+    best by less than ``tol``.
 """
 
 # --------------------------------------------------------------------------------- R

@@ -108,10 +108,12 @@ def _simulation_table(n_stimuli, n_features, noise_levels, seeds, log, kind="rea
     table = pd.DataFrame(rows)
     wide = table.pivot_table(index=["noise", "seed"], columns="model",
                              values=["frobenius_error", "steps"])
-    closer = int((wide["frobenius_error"]["MLEM"] < wide["frobenius_error"]["FR-RSA-I"]).sum())
-    fewer = int((wide["steps"]["MLEM"] < wide["steps"]["FR-RSA-I"]).sum())
-    log(f"  MLEM closer to W_true than FR-RSA-I in {closer} of {len(wide)} runs; fewer steps "
-        f"in {fewer} of {len(wide)}")
+    closer = wide["frobenius_error"]["MLEM"] < wide["frobenius_error"]["FR-RSA-I"]
+    steps = np.sign(wide["steps"]["MLEM"] - wide["steps"]["FR-RSA-I"])
+    by_noise = ", ".join(f"{k:g}: {v}" for k, v in closer.groupby(level="noise").sum().items())
+    log(f"  MLEM closer to W_true than FR-RSA-I in {int(closer.sum())} of {len(wide)} runs "
+        f"(by noise level {by_noise}); fewer / as many / more steps in "
+        f"{int((steps < 0).sum())} / {int((steps == 0).sum())} / {int((steps > 0).sum())}")
     return table
 
 

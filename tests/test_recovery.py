@@ -189,8 +189,8 @@ def test_realisable_simulation_is_generated_from_w_true(feature_type):
 def test_paper_simulation_has_a_ceiling_the_realisable_one_does_not():
     """Without noise the paper's MDS embedding only approximates sqrt(dᵀ W_true d).
 
-    Measured (benchmarks/recovery.py, 10 seeds): Spearman 0.77-0.90 at n = 128, m = 8;
-    here n = 64, m = 6, seeds 0-2: 0.81-0.88.  The realisable kind is exact (ρ = 1).
+    Measured (benchmarks/recovery.py, 10 seeds): Spearman 0.71-0.97 at n = 128, m = 8,
+    0.63-0.90 at n = 256, m = 16.  The realisable kind is exact (ρ = 1).
     """
     i, j = pair_indices(64)
     for seed in range(3):
