@@ -22,8 +22,8 @@ from mlem_neuro.simulation import simulate_representations
 
 
 def _fit(enc, targets, random_state=None, tol=1e-4, **kw):
-    """fit_stack with options; ``tol=-inf`` (never stop, keep the last state) is set past
-    the public validation, which refuses it, to test the engine itself."""
+    """fit_stack with options; ``tol=-inf`` (never stop early; the best state is kept) is set
+    past the public validation, which refuses it, to test the engine itself."""
     opts = MLEMOptions(**kw)
     object.__setattr__(opts, "tol", tol)
     return fit_stack(enc, targets, opts, random_state=random_state)
