@@ -15,6 +15,18 @@ def add_device_argument(parser):
                         help="'cpu' (default) or 'cuda': where the models are trained")
 
 
+def add_optimiser_arguments(parser):
+    """``--lr``, ``--patience``, ``--tol``: the package defaults unless given (so that old
+    and new defaults can be timed side by side)."""
+    from mlem_neuro.core.options import MLEMOptions
+
+    d = MLEMOptions()
+    parser.add_argument("--lr", type=float, default=d.lr, help=f"default {d.lr:g}")
+    parser.add_argument("--patience", type=int, default=d.patience,
+                        help=f"default {d.patience}")
+    parser.add_argument("--tol", type=float, default=d.tol, help=f"default {d.tol:g}")
+
+
 def sync(device):
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()

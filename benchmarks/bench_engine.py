@@ -14,7 +14,7 @@ Run: ``.venv/bin/python benchmarks/bench_engine.py [--models 64] [--device cpu]`
 import argparse
 
 import numpy as np
-from _common import add_device_argument, clock, describe, warm_up
+from _common import add_device_argument, add_optimiser_arguments, clock, describe, warm_up
 
 from mlem_neuro import MLEM
 from mlem_neuro.core.engine import fit_stack
@@ -42,13 +42,14 @@ def main():
     p.add_argument("--batch-size", default="auto")
     p.add_argument("--seq-models", type=int, default=None,
                    help="models timed on the sequential path (default: all; extrapolated)")
+    add_optimiser_arguments(p)
     add_device_argument(p)
     args = p.parse_args()
     dev = args.device
     bs = args.batch_size if args.batch_size in ("auto", "full") else int(args.batch_size)
     Y, y, W = make_stack(args.models, args.stimuli, args.units, args.features)
-    kw = dict(constraint="spd", interactions=True, max_steps=1000, patience=50, lr=0.1,
-              batch_size=bs)
+    kw = dict(constraint="spd", interactions=True, max_steps=1000, patience=args.patience,
+              lr=args.lr, tol=args.tol, batch_size=bs)
     warm_up(dev)
     print(f"{describe(dev)}; M={args.models}, "
           f"n={args.stimuli}, units={args.units}, m={args.features} (+interactions), "

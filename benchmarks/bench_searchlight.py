@@ -8,10 +8,11 @@ and the cost of a whole-brain-sized searchlight, in one run.
    fits one ``MLEM`` per sphere and fold, so it is timed on a random subset of spheres and
    extrapolated linearly to all spheres.
 2. Whole-brain-sized case: 38,104 voxels at 3 mm, 96 images, radius 6 mm, 8 binary
-   features + 28 interactions, 5 folds, the default training settings (max 1000 steps,
-   patience 50, tol 1e-4).  Masking and sphere memberships run on the whole brain
-   (measured).  The training is measured through the same driver (``run_cv``) for one fold
-   on random spheres, then extrapolated to every sphere and fold, two ways:
+   features + 28 interactions, 5 folds, the default training settings (max 1000 steps;
+   ``--lr``, ``--patience``, ``--tol`` override the package defaults).  Masking and sphere
+   memberships run on the whole brain (measured).  The training is measured through the
+   same driver (``run_cv``) for one fold on random spheres, then extrapolated to every
+   sphere and fold, two ways:
    (a) one chunk of ``--wb-spheres`` spheres run to the end (real step counts), scaled by
    spheres x folds: pessimistic, since small chunks cost more per sphere-step;
    (b) the costs of a production-sized chunk (``--wb-chunk`` spheres) run for 10 and for
@@ -38,7 +39,7 @@ import warnings
 import nibabel as nib
 import numpy as np
 import pandas as pd
-from _common import add_device_argument, clock, describe, warm_up
+from _common import add_device_argument, add_optimiser_arguments, clock, describe, warm_up
 
 import mlem_neuro
 from mlem_neuro import MLEM
@@ -96,7 +97,7 @@ def small_case(args):
     n = imgs.shape[3]
     folds = kfold_stimuli(n, 5, np.random.default_rng(0))
     train_kw = dict(constraint="spd", interactions=True, max_steps=args.small_steps,
-                    patience=50, lr=0.1, tol=1e-4, batch_size="auto")
+                    patience=args.patience, lr=args.lr, tol=args.tol, batch_size="auto")
     S = int(mask.sum())
     print(f"image {mask.shape} at 3 mm, {S} spheres (radius 6 mm), {n} images, "
           f"{table.shape[1]} binary features + interactions, 5 folds, max_steps="
@@ -162,8 +163,8 @@ def whole_brain(args):
 
     source = SphereRDMSource(X, A)
     folds = kfold_stimuli(n, F, np.random.default_rng(0))
-    kw = dict(n_permutations=10, constraint="spd", interactions=True, patience=50, lr=0.1,
-              tol=1e-4, batch_size="auto", random_state=0, device=dev)
+    kw = dict(n_permutations=10, constraint="spd", interactions=True, patience=args.patience,
+              lr=args.lr, tol=args.tol, batch_size="auto", random_state=0, device=dev)
     rng = np.random.default_rng(2)
     if args.full_whole_brain:
         t0 = clock(dev)
@@ -227,6 +228,7 @@ def main():
                    help="run every sphere and fold of the whole-brain case (hours on 2 CPUs)")
     p.add_argument("--skip-small", action="store_true")
     p.add_argument("--skip-whole-brain", action="store_true")
+    add_optimiser_arguments(p)
     add_device_argument(p)
     args = p.parse_args()
     warm_up(args.device)

@@ -6,7 +6,9 @@ all interactions (15 terms).  Feature A shapes the sensor patterns in 0.10-0.25 
 0.35-0.50 s only (Hann envelopes); C, D, E are never encoded.
 
 Both paths do the same work: the same 5 folds of trials, the same training settings
-(AdamW lr 0.1, patience 50, at most 1000 steps, the paper's batch-size selection), the same
+(AdamW with the package's default ``lr``, ``patience`` and ``tol`` unless ``--lr``,
+``--patience``, ``--tol`` say otherwise, at most 1000 steps, the paper's batch-size
+selection), the same
 scaled data, and 10 permutations per term on pairs of held-out trials.  The fast path is
 one ``mlem_epochs`` call (every time point of a fold trained as one batched stack); the slow
 path is what a user would write with the estimator, as ``SlidingEstimator`` does: one
@@ -25,7 +27,7 @@ import argparse
 import warnings
 
 import numpy as np
-from _common import add_device_argument, clock, describe, warm_up
+from _common import add_device_argument, add_optimiser_arguments, clock, describe, warm_up
 
 import mlem_neuro
 from mlem_neuro import MLEM
@@ -60,6 +62,7 @@ def main():
     p.add_argument("--slow-times", type=int, default=10,
                    help="time points timed on the slow path (extrapolated to all)")
     p.add_argument("--n-jobs", type=int, default=None)
+    add_optimiser_arguments(p)
     add_device_argument(p)
     args = p.parse_args()
     dev = args.device
@@ -68,8 +71,8 @@ def main():
     epochs, meta = simulate(args.trials, args.channels, args.times, args.features)
     seed = 0
     folds = kfold_stimuli(args.trials, 5, np.random.default_rng(seed))
-    kw = dict(constraint="spd", interactions=True, max_steps=1000, patience=50, lr=0.1,
-              batch_size="auto")
+    kw = dict(constraint="spd", interactions=True, max_steps=1000, patience=args.patience,
+              lr=args.lr, tol=args.tol, batch_size="auto")
     n_perm = 10
     print(f"{describe(dev)}; {args.trials} "
           f"trials, {args.channels} channels, {args.times} time points, {args.features} "

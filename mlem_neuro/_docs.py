@@ -191,7 +191,9 @@ level : {"feature", "term"}
 
 docdict["lr"] = """
 lr : float
-    AdamW learning rate (no weight decay).
+    AdamW learning rate (no weight decay).  The default, ``0.03``, comes from the sweep on
+    the options page: it recovers a known metric as closely as ``0.1`` on well-conditioned
+    truths and more closely on ill-conditioned ones, for about 1.2 times the steps.
 """
 
 # --------------------------------------------------------------------------------- M
@@ -234,8 +236,9 @@ n_permutations : int
 # --------------------------------------------------------------------------------- P
 docdict["patience"] = """
 patience : int
-    Stop when the training (soft) Spearman has not improved for this many steps; the best
-    state is restored.
+    Stop when the training (soft) Spearman has not improved by more than ``tol`` for this
+    many steps.  The best state seen is restored, even one that improved on the previous
+    best by less than ``tol``.
 """
 
 # --------------------------------------------------------------------------------- R

@@ -51,7 +51,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
                      groups=None, cv=5,
                      n_permutations=10, level="feature", constraint="spd", interactions=True,
                      feature_kinds=None, feature_groups=None, missing_distance=0.0,
-                     distance="euclidean", max_steps=1000, patience=50, lr=0.1, tol=1e-4,
+                     distance="euclidean", max_steps=1000, patience=50, lr=0.03, tol=1e-4,
                      batch_size="auto", chunk_size=None, n_jobs=None, device="cpu",
                      random_state=None, verbose=None):
     """Searchlight MLEM: importance maps of every feature.
@@ -160,7 +160,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
 def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
              n_permutations=10, level="feature",
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
-             missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50, lr=0.1,
+             missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50, lr=0.03,
              tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None, device="cpu",
              random_state=None, verbose=None):
     """ROI MLEM: one cross-validated model per region of an atlas.

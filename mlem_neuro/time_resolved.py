@@ -113,7 +113,7 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
                n_permutations=10, level="feature", constraint="spd", interactions=True,
                feature_kinds=None, feature_groups=None,
                missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
-               lr=0.1, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
+               lr=0.03, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
                device="cpu", random_state=None, verbose=None):
     """Time-resolved MLEM on an array of trials (ECoG, intracranial, any sensor array).
 
@@ -213,7 +213,7 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
                 window=None, scale=True, groups=None, cv=5, n_permutations=10, level="feature",
                 constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
                 missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
-                lr=0.1, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
+                lr=0.03, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
                 device="cpu", random_state=None, verbose=None):
     """Time-resolved MLEM on MEG/EEG epochs: feature-importance time courses.
 

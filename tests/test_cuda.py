@@ -33,8 +33,8 @@ AFFINE = np.diag([3.0, 3.0, 3.0, 1.0])
 
 
 def _fit(enc, targets, device, random_state=None, tol=1e-4, **kw):
-    """fit_stack with options; ``tol=-inf`` (never stop, keep the last state) is set past
-    the public validation, which refuses it."""
+    """fit_stack with options; ``tol=-inf`` (never stop early; the best state is kept) is set
+    past the public validation, which refuses it."""
     opts = MLEMOptions(device=device, **kw)
     object.__setattr__(opts, "tol", tol)
     return fit_stack(enc, targets, opts, random_state=random_state)

@@ -2,6 +2,7 @@
 
 The README's examples are run by tests/test_readme.py.
 """
+import numpy as np
 import pytest
 
 
@@ -9,17 +10,25 @@ def test_simulation_table_compares_models():
     from mlem_neuro.cli import _simulation_figure, _simulation_table
 
     lines = []
-    table = _simulation_table(40, 3, 20, noise_levels=(0.1, 1.0), seeds=(0, 1),
+    table = _simulation_table(40, 3, noise_levels=(0.0, 1.0), seeds=(0, 1),
                               log=lines.append)
-    assert list(table["model"]) == ["MLEM", "FR-RSA-I"] * 4
-    assert list(table["seed"]) == [0, 0, 1, 1] * 2
+    assert list(table["model"]) == ["MLEM", "FR-RSA-I", "FR-RSA", "W_true"] * 4
+    assert list(table["seed"]) == [0] * 4 + [1] * 4 + [0] * 4 + [1] * 4
     assert table["frobenius_error"].between(0, 2).all()
-    assert (table["steps"] >= 1).all() and len(lines) == 5
-    assert "(2 seeds)" in lines[0] and lines[-1].endswith("of 4")
+    fitted = table[table["model"] != "W_true"]
+    assert (fitted["steps"] >= 1).all() and len(lines) == 9
+    assert "(2 seeds)" in lines[0] and "of 4 runs (by noise level 0: " in lines[-1]
+    # realisable and noiseless: W_true ranks the held-out pairs exactly
+    truth = table[table["model"] == "W_true"].set_index("noise")["test_spearman"]
+    assert np.allclose(truth[0.0], 1.0) and (truth[1.0] < 0.99).all()
     # low noise predicts held-out distances better than high noise
-    by_noise = table.groupby("noise")["test_spearman"].mean()
-    assert by_noise[0.1] > by_noise[1.0]
+    by_noise = fitted.groupby("noise")["test_spearman"].mean()
+    assert by_noise[0.0] > by_noise[1.0]
     assert len(_simulation_figure(table).axes) == 3
+    # the paper's embedding runs through the same table
+    paper = _simulation_table(30, 3, noise_levels=(0.5,), seeds=(0,), log=lines.append,
+                              kind="paper", feature_type="binary", n_units=10)
+    assert len(paper) == 4 and paper["test_spearman"].notna().all()
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -54,7 +54,6 @@ KNOWN_GAPS = {
     "mlem_neuro.adapters.epochs.epochs_data": {"PR01"},
     "mlem_neuro.fmri.trial_images": {"PR03", "PR04"},
     "mlem_neuro.simulation.classical_mds": {"PR01", "RT01"},
-    "mlem_neuro.simulation.simulate_representations": {"PR07"},
     "mlem_neuro.simulation.simulate_epochs": {"PR07"},
 }
 

@@ -22,8 +22,8 @@ from mlem_neuro.simulation import simulate_representations
 
 
 def _fit(enc, targets, random_state=None, tol=1e-4, **kw):
-    """fit_stack with options; ``tol=-inf`` (never stop, keep the last state) is set past
-    the public validation, which refuses it, to test the engine itself."""
+    """fit_stack with options; ``tol=-inf`` (never stop early; the best state is kept) is set
+    past the public validation, which refuses it, to test the engine itself."""
     opts = MLEMOptions(**kw)
     object.__setattr__(opts, "tol", tol)
     return fit_stack(enc, targets, opts, random_state=random_state)
@@ -43,7 +43,7 @@ def test_update_matches_torch_adamw(constraint):
     Y, y = _stack(M=3)
     enc = FeatureSpace().fit_transform(y)
     res = _fit(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), constraint=constraint,
-                    max_steps=7, patience=100, batch_size="full", tol=-np.inf)
+                    max_steps=7, patience=100, batch_size="full", tol=-np.inf, lr=0.1)
     # reference: the plain loop a user would write with torch.optim.AdamW
     n, m = Y.shape[1], 3
     i, j = pair_indices(n)
@@ -61,10 +61,48 @@ def test_update_matches_torch_adamw(constraint):
         opt.zero_grad()
         (-rho.sum()).backward()
         opt.step()
-    # with tol=-inf every step "improves": the kept state is the one before the last step
-    W_ref = make_W(states[-1], constraint).detach().numpy()
+    # the kept state is the one that scored best (each score is taken before its update)
+    best = np.argmax(res.history, axis=1)
+    W_ref = np.stack([make_W(states[s][[r]], constraint)[0].detach().numpy()
+                      for r, s in enumerate(best)])
     np.testing.assert_allclose(res.W, W_ref, atol=2e-5)
     assert np.all(res.n_iter == 7) and not res.converged.any()
+
+
+def test_best_state_seen_is_kept_and_patience_counts_from_tol_improvements():
+    """The restored state is the best one seen, even when it improved on the previous best
+    by less than ``tol``; patience is reset only by improvements larger than ``tol``.
+
+    (Before this rule the kept state was the last one that improved by more than ``tol``:
+    with ``tol=0.02`` here that left training scores 0.002-0.03 below the best seen.)
+    """
+    Y, y = _stack(M=3)
+    enc = FeatureSpace().fit_transform(y)
+    tol, patience = 0.02, 15
+    res = _fit(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), batch_size="full",
+               patience=patience, max_steps=400, tol=tol)
+    n, m = Y.shape[1], 3
+    i, j = pair_indices(n)
+    k, l = term_index(m)
+    Pt = term_matrix(torch.as_tensor(enc.pair_distances(i, j), dtype=torch.float32), k, l)
+    for r in range(3):
+        h = res.history[r, :res.n_iter[r]]
+        assert res.best_score[r] == pytest.approx(h.max(), abs=1e-7)
+        # the best step improved on the one before it by less than tol: the old rule missed it
+        assert 0 < h.max() - h[np.argmax(h) - 1] < tol
+        # replay the patience rule on the recorded scores
+        ref, since = -np.inf, 0
+        for t, score in enumerate(h):
+            ref, since = (score, 0) if score > ref + tol else (ref, since + 1)
+            if since >= patience:
+                break
+        assert res.n_iter[r] == t + 1 and res.converged[r]
+        # the returned W scores the best training value
+        tz = standardize(rankdata(torch.as_tensor(np.linalg.norm(Y[r][i] - Y[r][j], axis=1))))
+        W = torch.as_tensor(res.W[r], dtype=torch.float32)
+        rho = soft_spearman(predict(term_weights(W[None], k, l) @ Pt.T, "spd"),
+                            tz.float()[None])
+        assert rho.item() == pytest.approx(h.max(), abs=1e-5)
 
 
 def test_stack_equals_independent_fits():

@@ -125,7 +125,7 @@ def test_results_record_the_same_settings_keys_from_every_analysis(tmp_path):
     r2 = mlem_neuro.mlem_searchlight(img, table, mask, radius=1.0, **kw)
     for res in (r1, r2):
         assert set(MLEMOptions.names()) <= set(res.settings)
-        assert res.settings["lr"] == 0.1 and res.settings["cv"] == 3
+        assert res.settings["lr"] == 0.03 and res.settings["cv"] == 3
 
 
 # ------------------------------------------------------------------ folds and groups

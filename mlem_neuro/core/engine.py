@@ -224,12 +224,19 @@ class _MaskedAdamW:
 
 
 class _EarlyStopping:
-    """Best state, steps since the last improvement and history of every model."""
+    """Best state, steps since the last improvement and history of every model.
+
+    Two scores per model: ``best``, the highest training score seen, whose state
+    ``best_A`` is kept and restored; and ``ref``, the score of the last step that improved
+    on ``ref`` by more than ``tol``, which resets the patience counter.  Improvements
+    smaller than ``tol`` thus move the kept state without postponing the stop.
+    """
 
     def __init__(self, A, patience, tol):
         M = A.shape[0]
         self.patience, self.tol = patience, tol
         self.best = torch.full((M,), -float("inf"), device=A.device, dtype=A.dtype)
+        self.ref = self.best.clone()
         self.best_A = A.clone()
         self.since = torch.zeros(M, dtype=torch.long, device=A.device)
         self.n_iter = torch.zeros(M, dtype=torch.long, device=A.device)
@@ -237,10 +244,12 @@ class _EarlyStopping:
 
     def update(self, A, idx, r):
         """Record scores ``r`` of the active models (before their update); return keep."""
-        improved = r > self.best[idx] + self.tol
-        won = idx[improved]
+        better = r > self.best[idx]
+        won = idx[better]
         self.best_A[won] = A[won]                  # the state that scored r (a copy)
-        self.best[won] = r[improved]
+        self.best[won] = r[better]
+        improved = r > self.ref[idx] + self.tol
+        self.ref[idx[improved]] = r[improved]
         self.since[idx] = torch.where(improved, torch.zeros_like(r, dtype=torch.long),
                                       self.since[idx] + 1)
         self.n_iter[idx] += 1

@@ -80,7 +80,7 @@ def _real(name, value, strict, hint=""):
 
 def _lr(name, value):
     return _real(name, value, strict=True,
-                 hint=" It is AdamW's learning rate (default 0.1); with 0 every model keeps "
+                 hint=" It is AdamW's learning rate (default 0.03); with 0 every model keeps "
                       "its starting metric.")
 
 
@@ -244,7 +244,7 @@ class MLEMOptions:
     n_permutations: int = 10
     max_steps: int = 1000
     patience: int = 50
-    lr: float = 0.1
+    lr: float = 0.03
     tol: float = 1e-4
     batch_size: object = "auto"
     feature_kinds: object = None
