@@ -4,7 +4,7 @@ Time-resolved MLEM on EEG/MEG epochs
 
 At every time point of an epoch, MLEM learns how the theoretical features of the trials
 shape the distances between their sensor patterns, and permutation importance turns this
-into one time course per feature (and per interaction).  This tutorial runs
+into one time course per feature.  This tutorial runs
 :func:`mlem_neuro.mlem_epochs` on a few simulated subjects, tests the importance time
 courses across subjects with a cluster-based permutation test, and ends with a real EEG
 recording.
