@@ -184,9 +184,10 @@ def simulate_codes(n_stimuli=48, features=("binary", "binary"), n_units=50, nois
 
     Feature ``k``'s code is multiplied by ``weights[k]``.  With ``interaction > 0`` the
     first two features (both binary) share one 3-D subspace instead (scaled by
-    ``sqrt(weights[0] * weights[1])``): pairs differing in one of them stay 1 apart, pairs differing in both are ``sqrt(2 (1 - interaction))`` apart
-    (a sub-additive code: ``sqrt(2)`` at 0 is additive, ``1`` at 0.5 makes them no farther
-    than pairs differing in one, and at 1 the code is that of ``a XOR b``).  Each stimulus
+    ``sqrt(weights[0] * weights[1])``): pairs differing in one of them stay 1 apart, pairs
+    differing in both are ``sqrt(2 (1 - interaction))`` apart.  This code is sub-additive:
+    ``sqrt(2)`` at 0 is additive, ``1`` at 0.5 puts pairs differing in both no farther
+    than pairs differing in one, and at 1 the code is that of ``a XOR b``.  Each stimulus
     gets Gaussian noise of standard deviation ``noise / sqrt(n_units)`` per unit, so the
     expected squared noise distance between two stimuli is ``2 noise²``.
 

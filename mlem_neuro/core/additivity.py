@@ -37,7 +37,7 @@ from .features import as_feature_table
 from .metric import predict, term_index, term_matrix, term_weights
 from .neural import NeuralTargets
 from .options import MLEMOptions, _is_int
-from .pairs import n_pairs, pair_indices
+from .pairs import pair_indices
 from .spearman import rankdata
 
 __all__ = ["interaction_test"]
