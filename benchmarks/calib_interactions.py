@@ -9,8 +9,8 @@ its own orthogonal subspace of 50 units plus Gaussian noise, so the truth is kno
   ``binary (tiny folds)`` (3 binary features, 24 stimuli: 4-5 held-out stimuli, 6-10
   held-out pairs per fold).  Feature weights are drawn uniformly in [0.5, 1.5] per design
   and the noise level cycles through 0.5, 1, 2 (in units of the distance between two
-  levels of a feature).  Numeric datasets have 32 stimuli (their fits cost more), the others
-  48 unless said.
+  levels of a feature).  Numeric datasets have 32 stimuli and 3 folds (their fits cost
+  more), the others 48 stimuli and 5 folds unless said.
 * **Sub-additive code** (power): 3 binary features, ``f0`` and ``f1`` share one subspace
   with interaction strength ``s`` (pairs differing in both are ``sqrt(2 (1 - s))`` apart,
   pairs differing in one 1 apart: no farther from ``s = 0.5``), noise 1, equal weights.
@@ -18,7 +18,7 @@ its own orthogonal subspace of 50 units plus Gaussian noise, so the truth is kno
 Categorical datasets come as designs (one feature table) with 10 noise draws each, tested
 together as 10 models of one call (the test treats models independently; they share the
 stimulus permutations and folds, as the time points of one analysis do); numeric designs
-have one dataset each.  Test: ``MLEMOptions(cv=5)`` (defaults otherwise: SPD with
+have one dataset each.  Test: ``MLEMOptions(cv=cv)`` (defaults otherwise: SPD with
 interactions vs diagonal), ``n_null = 99``; p = (1 + #null >= observed) / (1 + n_null).
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/calib_interactions.py [--scale 1]``
@@ -26,6 +26,7 @@ Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/calib_interactions.py [--sc
 """
 import argparse
 import json
+import sys
 import time
 
 import numpy as np
@@ -39,16 +40,17 @@ from mlem_neuro.simulation import simulate_codes
 N_UNITS = 50
 NOISES = (0.5, 1.0, 2.0)
 
-#: name -> (feature kinds, n_stimuli, datasets per design, n_designs at scale 1, strength)
+#: name -> (feature kinds, n_stimuli, cv folds, datasets per design, n_designs at scale 1,
+#: interaction strength)
 SETTINGS = {
-    "binary": (("binary",) * 3, 48, 10, 20, 0.0),
-    "multi-level": (("categorical", "categorical", "binary"), 48, 10, 20, 0.0),
-    "numeric": (("numeric",) * 3, 32, 1, 200, 0.0),
-    "binary (tiny folds)": (("binary",) * 3, 24, 10, 10, 0.0),
-    "sub-additive s=0.5": (("binary",) * 3, 48, 10, 5, 0.5),
-    "sub-additive s=0.6": (("binary",) * 3, 48, 10, 5, 0.6),
-    "sub-additive s=0.7": (("binary",) * 3, 48, 10, 5, 0.7),
-    "sub-additive s=0.8": (("binary",) * 3, 48, 10, 5, 0.8),
+    "binary": (("binary",) * 3, 48, 5, 10, 20, 0.0),
+    "multi-level": (("categorical", "categorical", "binary"), 48, 5, 10, 20, 0.0),
+    "numeric": (("numeric",) * 3, 32, 3, 1, 200, 0.0),
+    "binary (tiny folds)": (("binary",) * 3, 24, 5, 10, 10, 0.0),
+    "sub-additive s=0.5": (("binary",) * 3, 48, 5, 10, 5, 0.5),
+    "sub-additive s=0.6": (("binary",) * 3, 48, 5, 10, 5, 0.6),
+    "sub-additive s=0.7": (("binary",) * 3, 48, 5, 10, 5, 0.7),
+    "sub-additive s=0.8": (("binary",) * 3, 48, 5, 10, 5, 0.8),
 }
 
 
@@ -67,21 +69,24 @@ def design(kinds, n, per_design, strength, seed):
 
 
 def run_setting(name, scale, n_null, alpha, seed0):
-    kinds, n, per_design, n_designs, strength = SETTINGS[name]
+    kinds, n, cv, per_design, n_designs, strength = SETTINGS[name]
     n_designs = max(1, int(round(n_designs * scale)))
     pvals = []
     t0 = time.perf_counter()
     for d in range(n_designs):
         seed = seed0 + 1000 * d
         Y, table = design(kinds, n, per_design, strength, seed)
-        opts = MLEMOptions(cv=5, random_state=seed)
+        opts = MLEMOptions(cv=cv, random_state=seed)
         obs, null = interaction_test(DenseRDMSource(Y), table, opts, n_null=n_null,
                                      random_state=seed + 1)
         pvals.extend((1 + (null >= obs).sum(axis=0)) / (1 + n_null))
+        if (d + 1) % 20 == 0:
+            print(f"  {name}: {len(pvals)} datasets, {np.sum(np.asarray(pvals) <= alpha)} "
+                  f"rejected", file=sys.stderr, flush=True)
     p = np.asarray(pvals)
     rate = float(np.mean(p <= alpha))
     se = np.sqrt(rate * (1 - rate) / len(p))
-    return dict(setting=name, n_stimuli=n, n_datasets=len(p), rate=rate, se=float(se),
+    return dict(setting=name, n_stimuli=n, cv=cv, n_datasets=len(p), rate=rate, se=float(se),
                 mean_p=float(p.mean()), seconds=time.perf_counter() - t0,
                 seconds_per_dataset=(time.perf_counter() - t0) / len(p))
 
@@ -97,16 +102,16 @@ def main():
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"n_null={args.n_null}, alpha={args.alpha}, cv=5, {N_UNITS} units, "
+    print(f"n_null={args.n_null}, alpha={args.alpha}, {N_UNITS} units, "
           f"torch {torch.__version__}, 1 thread")
-    print(f"{'setting':<22}{'n':>4}{'datasets':>10}{'rejection rate':>16}{'± se':>8}"
+    print(f"{'setting':<22}{'n':>4}{'cv':>4}{'datasets':>10}{'rejection rate':>16}{'± se':>8}"
           f"{'mean p':>8}{'s/dataset':>11}")
     rows = []
     for name in args.settings.split(","):
         seed0 = 10**6 * (list(SETTINGS).index(name) + 1)
         row = run_setting(name, args.scale, args.n_null, args.alpha, seed0)
         rows.append(row)
-        print(f"{name:<22}{row['n_stimuli']:>4}{row['n_datasets']:>10}{row['rate']:>16.3f}"
+        print(f"{name:<22}{row['n_stimuli']:>4}{row['cv']:>4}{row['n_datasets']:>10}{row['rate']:>16.3f}"
               f"{row['se']:>8.3f}{row['mean_p']:>8.3f}{row['seconds_per_dataset']:>11.2f}",
               flush=True)
         if args.json:
