@@ -2,27 +2,34 @@
 
 With binary feature distances, ``W = diag(w) + λ w wᵀ`` ranks every pair the same for all
 ``λ ≥ 0``, so the interaction terms of a fitted ``W`` are not evidence of interactions.
-What is identifiable is whether *any* additive (diagonal) metric explains the neural
-ranking.  :func:`interaction_test` measures it:
+What is identifiable is whether the neural geometry needs more than the features' main
+effects.  :func:`interaction_test` measures it:
 
 * **Statistic**: the fold-mean held-out Spearman of the model with interactions (the
   options' ``constraint``, ``"spd"`` by default) minus that of the diagonal model (FR-RSA),
   on the same folds.  Larger means the interactions predict held-out pairs better than
   the best additive metric.
-* **Null** (Freedman & Lane's residual permutation under the reduced model, with Mantel
-  permutations of stimuli): the diagonal model is fitted on all stimuli, the neural
-  distances' ranks ``r`` are regressed isotonically (monotone, as the model is only defined
-  up to a monotone map) on its prediction ``q``: ``g = iso(r | q)``, ``R = r − g``.  A null
-  dataset is ``g + R[π, π]`` for a random permutation ``π`` of the stimuli: the additive
-  structure (main effects) is kept, the part the additive model leaves out is moved to
-  other stimuli whole (so pairs that share a stimulus keep their dependence).  Every null
-  dataset goes through the same cross-validated comparison.
+* **Null** (Freedman & Lane's residual permutation under the reduced model, on the
+  response patterns): each unit's response is regressed on the features' main effects
+  (one-hot levels of categorical features, the scaled values of numeric and ordinal
+  ones), ``Y = Ŷ + E``; a null dataset is ``Ŷ + E[π]`` for a random permutation ``π`` of
+  the stimuli.  The main effects stay where they are, whatever is left (interactions
+  included) moves with the stimuli; a stimulus's noise moves whole, so the null datasets
+  keep the noise structure of real distances (pairs sharing a stimulus are dependent,
+  and a stimulus's noise displaces it along the feature directions).  Each null dataset
+  goes through the same cross-validated comparison.
 
-Replicate ``0`` is the identity permutation (``g + R = r``, the observed ranks), so the
-observed and null statistics come from one stack: the null datasets of every model are
-more members of the stacks that :func:`~mlem_neuro.crossval.run_cv` fits, and replicate
-``b`` uses the same permutation for every model (a max over models gives family-wise
-error control).
+Replicate ``0`` is the identity permutation (the observed data), so the observed and null
+statistics come from one stack: the null datasets of every model are more members of the
+stacks that :func:`~mlem_neuro.crossval.run_cv` fits, and replicate ``b`` uses the same
+permutation for every model (a max over models gives family-wise error control).
+
+An earlier version permuted residual *ranks* of the RDM (``g(q) + R[π, π]`` with ``g`` the
+isotonic fit of the neural ranks on the diagonal model's prediction): with pattern noise
+it rejected 5 of 30 (alpha 0.05) and 9-10 of 30 (alpha 0.1) additive numeric datasets,
+because a stimulus's noise displaces it along the feature axes and the RDM-level
+permutation moves that displacement to other positions; with i.i.d. noise on the
+distances it held (2 of 30).  Hence the null on the patterns.
 """
 from __future__ import annotations
 
@@ -32,90 +39,72 @@ import numpy as np
 import torch
 
 from ..utils import check_random_state, logger
-from .engine import fit_stack
 from .features import as_feature_table
-from .metric import predict, term_index, term_matrix, term_weights
-from .neural import NeuralTargets
 from .options import MLEMOptions, _is_int
-from .pairs import pair_indices
-from .spearman import rankdata
+from .sources import DenseRDMSource, SphereRDMSource
 
-__all__ = ["interaction_test"]
-
-
-def _pair_lin(a, b, n):
-    """Linear :func:`~mlem_neuro.core.pairs.pair_indices` index of pairs ``{a, b}``."""
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
-    return lo * n - lo * (lo + 1) // 2 + hi - lo - 1
+__all__ = ["interaction_test", "main_effects_design"]
 
 
-def isotonic_fit(y, x):
-    """Non-decreasing least-squares fit of each row of ``y`` on the same row of ``x``.
+def main_effects_design(space, table):
+    """Design matrix of the features' main effects (with an intercept).
 
-    Tied ``x`` values get one fitted value (their mean is fitted, weighted by their
-    count: the "secondary" treatment of ties).  Rows are solved together with the pool
-    adjacent violators kernel of :mod:`torchsort`.
+    Categorical features contribute one indicator column per level but the first, numeric
+    and ordinal ones their scaled value(s) (a linear code).  A feature with missing values
+    gets a missing-indicator column (its other columns are 0 there).
 
     Parameters
     ----------
-    y, x : ndarray (M, P)
+    space : FeatureSpace
+        Fitted feature encoding.
+    table : DataFrame
+        The stimuli's feature table.
 
     Returns
     -------
-    fitted : ndarray (M, P)
+    X : ndarray (n_stimuli, n_columns)
     """
-    from torchsort import ops
-
-    y = np.asarray(y, dtype=np.float64)
-    x = np.asarray(x, dtype=np.float64)
-    order = np.argsort(x, axis=1, kind="stable")
-    xs = np.take_along_axis(x, order, axis=1)
-    ys = np.take_along_axis(y, order, axis=1)
-    # average y over runs of tied x (a run of equal values stays equal in the solution)
-    new = np.ones_like(xs, dtype=bool)
-    new[:, 1:] = xs[:, 1:] != xs[:, :-1]
-    run = np.cumsum(new, axis=1) - 1
-    rows = np.arange(y.shape[0])[:, None]
-    sums = np.zeros_like(ys)
-    counts = np.zeros_like(ys)
-    np.add.at(sums, (np.broadcast_to(rows, run.shape), run), ys)
-    np.add.at(counts, (np.broadcast_to(rows, run.shape), run), 1.0)
-    ys = (sums / np.maximum(counts, 1))[rows, run]
-    # torchsort's kernel solves the non-increasing problem: fit -y
-    vs = -ops.isotonic_l2["cpu"](torch.as_tensor(-ys)).numpy()
-    fitted = np.empty_like(vs)
-    np.put_along_axis(fitted, order, vs, axis=1)
-    return fitted
+    enc = space.transform(table)
+    cols = [np.ones((enc.n_stimuli, 1))]
+    for k, sl in enumerate(enc.slices):
+        block = enc.values[:, sl]
+        miss = enc.missing[:, k]
+        if enc.indicator[k]:
+            levels = np.unique(block[~miss, 0])
+            block = (block[:, :1] == levels[None, 1:]).astype(float)
+        block = np.where(miss[:, None], 0.0, block)
+        cols.append(block)
+        if miss.any():
+            cols.append(miss[:, None].astype(float))
+    return np.concatenate(cols, axis=1)
 
 
-class NullRDMSource:
-    """RDM source of observed and residual-permuted neural ranks (see the module).
+class PatternNullSource:
+    """RDM source of observed and residual-permuted datasets (see the module).
 
-    Model ``k`` of this source is replicate ``k % n_rep`` of model ``k // n_rep`` of the
-    original source: replicate ``0`` serves the observed ranks, replicate ``b`` the ranks
-    ``g + R[π_b, π_b]``.
+    Model ``k`` is replicate ``k // M`` of model ``k % M`` of ``base``: replicate ``0``
+    is the observed data, replicate ``b`` the patterns ``Ŷ + E[π_b]`` (stimulus axis
+    permuted), with ``Ŷ = H Y``, ``E = Y − Ŷ``.
 
     Parameters
     ----------
-    ranks : ndarray (M, n_pairs)
-        Ranks of the neural distances over all pairs of the ``n`` stimuli.
-    fitted : ndarray (M, n_pairs)
-        The additive (isotonic) fit ``g`` of ``ranks``.
-    perms : ndarray of int (n_rep, n)
+    base : DenseRDMSource | SphereRDMSource
+        The observed data.
+    hat : ndarray (n_stimuli, n_stimuli)
+        Projection onto the main effects' design.
+    perms : ndarray of int (n_rep, n_stimuli)
         Stimulus permutations; ``perms[0]`` is the identity.
-    models : ndarray of int | None
-        Row of ``ranks`` / ``fitted`` of each model of this source (default all
-        ``M × n_rep``, replicate-minor).
-    reps : ndarray of int | None
-        Replicate of each model of this source.
+    models, reps : ndarray of int | None
+        Base model and replicate of each model of this source (default: all
+        ``n_rep × M``, replicate-major).
     """
 
-    def __init__(self, ranks, fitted, perms, models=None, reps=None):
-        self.ranks, self.fitted, self.perms = ranks, fitted, perms
+    def __init__(self, base, hat, perms, models=None, reps=None):
+        self.base, self.hat, self.perms = base, hat, perms
         if models is None:
-            n_rep = perms.shape[0]
-            models = np.repeat(np.arange(ranks.shape[0]), n_rep)
-            reps = np.tile(np.arange(n_rep), ranks.shape[0])
+            M, n_rep = base.n_models, perms.shape[0]
+            models = np.tile(np.arange(M), n_rep)
+            reps = np.repeat(np.arange(n_rep), M)
         self.models, self.reps = np.asarray(models), np.asarray(reps)
 
     @property
@@ -127,35 +116,48 @@ class NullRDMSource:
         return self.perms.shape[1]
 
     def subset(self, models):
-        """The source of ``models`` only, keeping just the rows they use."""
+        """The source of ``models`` only (the base data of the models they use)."""
         rows, inv = np.unique(self.models[models], return_inverse=True)
-        return NullRDMSource(self.ranks[rows], self.fitted[rows], self.perms, inv,
-                             self.reps[models])
+        return PatternNullSource(self.base.subset(rows), self.hat, self.perms, inv,
+                                 self.reps[models])
 
     def rdm(self, stimuli, device="cpu"):
-        """Ranks ``(n_models, n_pairs)`` between ``stimuli`` (see
-        :class:`~mlem_neuro.core.sources.RDMSource`)."""
-        s = np.asarray(stimuli)
-        n = self.n_stimuli
-        i, j = pair_indices(len(s))
-        lin = _pair_lin(s[i], s[j], n)
-        out = self.fitted[self.models[:, None], lin[None, :]]
-        pi = self.perms[self.reps]                                  # (K, n)
-        lin_p = _pair_lin(pi[:, s[i]], pi[:, s[j]], n)
-        out += self.ranks[self.models[:, None], lin_p] - self.fitted[self.models[:, None],
-                                                                     lin_p]
-        observed = self.reps == 0          # exactly the observed ranks (no rounding)
-        out[observed] = self.ranks[self.models[observed][:, None], lin[None, :]]
-        return torch.as_tensor(out, dtype=torch.float64, device=device)
+        """Distances ``(n_models, n_pairs)`` between ``stimuli`` (see
+        :class:`~mlem_neuro.core.sources.RDMSource`); one base computation per
+        replicate present."""
+        from .pairs import n_pairs
+
+        out = torch.empty(self.n_models, n_pairs(len(stimuli)), dtype=torch.float64,
+                          device=device)
+        for b in np.unique(self.reps):
+            sel = np.flatnonzero(self.reps == b)
+            sub = self.base.subset(self.models[sel])
+            if b != 0:
+                sub = _permuted(sub, self.hat, self.perms[b])
+            out[torch.as_tensor(sel, device=device)] = sub.rdm(stimuli, device)
+        return out
+
+
+def _patterns(source):
+    return source.Y if isinstance(source, DenseRDMSource) else source.X
+
+
+def _permuted(source, hat, perm):
+    """``source`` with its patterns replaced by ``Ŷ + E[perm]`` (stimulus axis -2)."""
+    Y = np.asarray(_patterns(source), dtype=np.float64)
+    fitted = hat @ Y
+    Y = fitted + (Y - fitted)[..., perm, :]
+    if isinstance(source, DenseRDMSource):
+        return DenseRDMSource(Y, source.metric)
+    return SphereRDMSource(Y, source.A, source.metric)
 
 
 def _check_inputs(source, table, options, n_null):
-    for attr in ("n_models", "n_stimuli", "subset", "rdm"):
-        if not hasattr(source, attr):
-            raise TypeError("source must be an RDM source (n_models, n_stimuli, "
-                            "subset(models), rdm(stimuli, device)), e.g. a "
-                            "mlem_neuro.core.sources.DenseRDMSource; got "
-                            f"{type(source).__name__} without {attr!r}.")
+    if not isinstance(source, (DenseRDMSource, SphereRDMSource)):
+        raise TypeError("interaction_test permutes the residuals of the response patterns, "
+                        "so it needs a source that holds them: a DenseRDMSource or a "
+                        f"SphereRDMSource (mlem_neuro.core.sources); got "
+                        f"{type(source).__name__}.")
     if not isinstance(options, MLEMOptions):
         raise TypeError("options must be an MLEMOptions (mlem_neuro.core.options); got "
                         f"{type(options).__name__}.")
@@ -178,40 +180,22 @@ def _check_inputs(source, table, options, n_null):
     return space
 
 
-def _reduced_fit(source, space, table, options, seed):
-    """Observed ranks and their additive (diagonal-model, isotonic) fit over all pairs."""
-    n = source.n_stimuli
-    enc = space.transform(table)
-    dev = torch.device(options.device)
-    rdm = source.rdm(np.arange(n), dev)
-    ranks = rankdata(rdm).cpu().numpy()
-    diag = dataclasses.replace(options, constraint="diagonal", interactions=False)
-    fit = fit_stack(enc, NeuralTargets.from_rdm(rdm, n, dev), diag,
-                    random_state=np.random.default_rng(seed))
-    k, l = term_index(enc.n_features, False)
-    D = enc.to_torch("cpu", torch.float64).pair_distances(*map(torch.as_tensor,
-                                                               pair_indices(n)))
-    q = term_weights(torch.as_tensor(fit.W), k, l) @ term_matrix(D, k, l).T
-    return ranks, isotonic_fit(ranks, predict(q, "diagonal").numpy())
-
-
 def interaction_test(source, features, options, *, groups=None, n_null, random_state=None):
-    """Permutation test of non-additivity: is the geometry explained by an additive metric?
+    """Permutation test of non-additivity: do the features interact in the geometry?
 
     The statistic of each model is the fold-mean held-out Spearman of the model with
     interactions (``options.constraint``, ``"spd"`` or ``"none"``) minus that of the
-    diagonal model (FR-RSA), over the folds of ``options.cv``.  The null keeps the
-    additive structure: the diagonal model is fitted on all stimuli, the neural ranks are
-    fitted isotonically on its prediction, and the residual ranks are permuted with the
-    stimuli (Freedman & Lane's scheme with Mantel permutations; see
+    diagonal model (FR-RSA), over the folds of ``options.cv``.  The null keeps the main
+    effects: every unit's response is regressed on the features' main effects and the
+    residual patterns are permuted across stimuli (Freedman & Lane's scheme; see
     :mod:`mlem_neuro.core.additivity`).  Each null dataset goes through the same
     cross-validated comparison; the null datasets of all models are fitted in the same
     stacks as the observed ones.
 
     Parameters
     ----------
-    source : RDMSource
-        Neural distances of ``M`` models (:mod:`mlem_neuro.core.sources`).
+    source : DenseRDMSource | SphereRDMSource
+        Response patterns of ``M`` models (:mod:`mlem_neuro.core.sources`).
     features : DataFrame
         Feature table, one row per stimulus of ``source`` (at least 2 features).
     options : MLEMOptions
@@ -240,7 +224,9 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     Notes
     -----
     Cost: two cross-validated fits (with and without interactions) of ``M × (n_null + 1)``
-    models plus one diagonal fit of ``M`` models on all stimuli.
+    models, i.e. about ``2 (n_null + 1)`` times the training of one
+    :func:`~mlem_neuro.crossval.run_cv` of the same data, less the per-call overhead that
+    the stacks share.
     """
     from ..crossval import check_cv, run_cv
 
@@ -252,9 +238,10 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     seed = (options.random_state if _is_int(options.random_state)
             else int(rng.integers(2**31 - 1)))
     perms = np.stack([np.arange(n)] + [rng.permutation(n) for _ in range(n_null)])
+    X = main_effects_design(space, table)
+    hat = X @ np.linalg.pinv(X)
     logger.info("interaction test: %d model(s) x %d null permutations", M, n_null)
-    ranks, fitted = _reduced_fit(source, space, table, options, seed)
-    null_source = NullRDMSource(ranks, fitted, perms)
+    null_source = PatternNullSource(source, hat, perms)
     common = dict(cv=folds, random_state=seed, level="feature", n_permutations=1)
     scores = []
     for constraint in (options.constraint, "diagonal"):
@@ -262,6 +249,6 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
                                    interactions=constraint != "diagonal", **common)
         out = run_cv(null_source, table, opts, groups=groups,
                      desc="interaction-test models")
-        scores.append(out.score.mean(axis=0).reshape(M, n_null + 1))
+        scores.append(out.score.mean(axis=0).reshape(n_null + 1, M))
     stat = scores[0] - scores[1]
-    return stat[:, 0], np.ascontiguousarray(stat[:, 1:].T)
+    return stat[0], np.ascontiguousarray(stat[1:])
