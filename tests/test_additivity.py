@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-import torch
+import scipy.sparse as sp
 
-from mlem_neuro.core.additivity import NullRDMSource, interaction_test, isotonic_fit
+from mlem_neuro.core.additivity import PatternNullSource, interaction_test, main_effects_design
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.pairs import pair_indices
-from mlem_neuro.core.sources import DenseRDMSource
+from mlem_neuro.core.sources import DenseRDMSource, SphereRDMSource
 from mlem_neuro.simulation import simulate_codes
 
 
@@ -84,47 +84,55 @@ def test_simulate_codes_errors(kw, match):
 
 
 # ---------------------------------------------------------------------------- internals
-def test_isotonic_fit_matches_sklearn_with_ties():
-    from sklearn.isotonic import IsotonicRegression
+def test_main_effects_design():
+    table = pd.DataFrame({"a": pd.Categorical(["x", "y", "z", "x", "y", np.nan]),
+                          "b": [0.0, 1.0, 2.0, 4.0, 3.0, 2.0]})
+    X = main_effects_design(MLEMOptions().feature_space().fit(table), table)
+    # intercept, 2 level indicators (first level dropped), missing indicator, numeric
+    assert X.shape == (6, 5)
+    np.testing.assert_array_equal(X[:, 0], 1.0)
+    np.testing.assert_array_equal(X[:, 1:3].sum(axis=1), [0, 1, 1, 0, 1, 0])
+    np.testing.assert_array_equal(X[:, 3], [0, 0, 0, 0, 0, 1])
+    np.testing.assert_allclose(X[:, 4], [0, 0.25, 0.5, 1, 0.75, 0.5])
 
+
+@pytest.mark.parametrize("kind", ["dense", "sphere"])
+def test_pattern_null_source(kind):
+    """Replicate 0 is the data; replicate b is Ŷ + E[π_b], whichever subset serves it."""
     rng = np.random.default_rng(0)
-    x = rng.integers(0, 6, size=(3, 50)).astype(float)       # many ties
-    y = x + rng.normal(0, 2, size=x.shape)
-    got = isotonic_fit(y, x)
-    for r in range(3):
-        want = IsotonicRegression().fit(x[r], y[r]).predict(x[r])
-        np.testing.assert_allclose(got[r], want, atol=1e-10)
-    # tied x share one fitted value
-    for r in range(3):
-        for v in np.unique(x[r]):
-            assert np.ptp(got[r, x[r] == v]) < 1e-12
-
-
-def test_null_source_serves_observed_and_permuted_ranks():
-    rng = np.random.default_rng(0)
-    n, M = 7, 2
-    P = n * (n - 1) // 2
-    ranks = np.stack([rng.permutation(P) + 1.0 for _ in range(M)])
-    fitted = ranks + rng.normal(0, 3, size=ranks.shape)
+    n, M = 9, 3
+    X, table = simulate_codes(n, ("binary", "numeric"), n_units=6, random_state=0)
+    space = MLEMOptions().feature_space().fit(table)
+    D = main_effects_design(space, table)
+    hat = D @ np.linalg.pinv(D)
     perms = np.stack([np.arange(n), rng.permutation(n), rng.permutation(n)])
-    src = NullRDMSource(ranks, fitted, perms)
-    assert src.n_models == M * 3 and src.n_stimuli == n
-    full = src.rdm(np.arange(n)).numpy()
-    np.testing.assert_array_equal(full[[0, 3]], ranks)        # replicate 0: observed
-    square = np.zeros((M, n, n))
-    i, j = pair_indices(n)
-    square[:, i, j] = square[:, j, i] = ranks - fitted
-    for m in range(M):
-        for b in (1, 2):
-            pi = perms[b]
-            np.testing.assert_allclose(full[3 * m + b],
-                                       fitted[m] + square[m][pi[i], pi[j]], atol=1e-12)
-    stim = np.array([5, 1, 2, 6])
-    sub = src.subset(slice(2, 5))
-    si, sj = pair_indices(len(stim))
-    lin = np.array([np.flatnonzero((i == min(a, b)) & (j == max(a, b)))[0]
-                    for a, b in zip(stim[si], stim[sj])])
-    np.testing.assert_allclose(sub.rdm(stim).numpy(), full[2:5][:, lin], atol=1e-12)
+    if kind == "dense":
+        Y = rng.normal(size=(M, n, 5))
+        base = DenseRDMSource(Y)
+        patterns = [Y[m] for m in range(M)]
+        make = [lambda Z, m=m: DenseRDMSource(Z[None]) for m in range(M)]
+    else:
+        Xv = rng.normal(size=(n, 7))
+        mask = rng.random((M, 7)) < 0.6
+        mask[:, 0] = True
+        A = sp.csr_matrix(mask.astype(float))
+        base = SphereRDMSource(Xv, A)
+        patterns = [Xv] * M
+        make = [lambda Z, m=m: SphereRDMSource(Z, A[[m]]) for m in range(M)]
+    src = PatternNullSource(base, hat, perms)
+    assert src.n_models == 3 * M and src.n_stimuli == n
+    stim = np.array([7, 0, 3, 5, 2])
+    full = src.rdm(stim).numpy()
+    for b in range(3):
+        for m in range(M):
+            Z = patterns[m]
+            fitted = hat @ Z
+            Zb = Z if b == 0 else fitted + (Z - fitted)[perms[b]]
+            want = make[m](Zb).rdm(stim).numpy()[0]
+            np.testing.assert_allclose(full[b * M + m], want, atol=1e-10)
+    np.testing.assert_array_equal(full[:M], base.rdm(stim).numpy())   # observed, exactly
+    np.testing.assert_allclose(src.subset(slice(2, 7)).rdm(stim).numpy(), full[2:7],
+                               atol=1e-12)
 
 
 # ---------------------------------------------------------------------------- the test
@@ -162,7 +170,7 @@ def test_errors():
         interaction_test(src, table[["f0"]], opts, n_null=9)
     with pytest.raises(ValueError, match="rows"):
         interaction_test(src, table.iloc[:10], opts, n_null=9)
-    with pytest.raises(TypeError, match="RDM source"):
+    with pytest.raises(TypeError, match="DenseRDMSource or a SphereRDMSource"):
         interaction_test(np.zeros((1, 20, 5)), table, opts, n_null=9)
     with pytest.raises(ValueError, match="groups"):
         interaction_test(src, table, opts, n_null=9, groups=np.arange(5))

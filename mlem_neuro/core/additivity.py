@@ -242,7 +242,9 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     hat = X @ np.linalg.pinv(X)
     logger.info("interaction test: %d model(s) x %d null permutations", M, n_null)
     null_source = PatternNullSource(source, hat, perms)
-    common = dict(cv=folds, random_state=seed, level="feature", n_permutations=1)
+    # the same folds for both fits (cv=None: both in-sample, on all stimuli)
+    common = dict(cv=None if options.cv is None else folds, random_state=seed,
+                  level="feature", n_permutations=1)
     scores = []
     for constraint in (options.constraint, "diagonal"):
         opts = dataclasses.replace(options, constraint=constraint,
