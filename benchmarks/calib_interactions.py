@@ -22,7 +22,8 @@ have one dataset each.  Test: ``MLEMOptions(cv=cv)`` (defaults otherwise: SPD wi
 interactions vs diagonal), ``n_null = 99``; p = (1 + #null >= observed) / (1 + n_null).
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/calib_interactions.py [--scale 1]``
-(``--scale 0.2`` for a quick look); seeds are fixed, the output is reproducible.
+(``--scale 0.2`` for a quick look; ``--cost`` times the test against one ``run_cv``); seeds
+are fixed, the output is reproducible.
 """
 import argparse
 import json
@@ -91,6 +92,25 @@ def run_setting(name, scale, n_null, alpha, seed0):
                 seconds_per_dataset=(time.perf_counter() - t0) / len(p))
 
 
+def cost(n_null):
+    """Seconds of interaction_test and of one run_cv of the same data, side by side."""
+    from mlem_neuro.crossval import run_cv
+
+    print(f"cost (n_null={n_null}; other work was running on the machine):")
+    for kinds, n, K, cv in ((("binary",) * 3, 48, 1, 5), (("binary",) * 3, 48, 10, 5),
+                            (("numeric",) * 3, 32, 1, 3)):
+        Y, table = design(kinds, n, K, 0.0, seed=7)
+        source, opts = DenseRDMSource(Y), MLEMOptions(cv=cv, random_state=0)
+        t0 = time.perf_counter()
+        run_cv(source, table, opts)
+        t1 = time.perf_counter()
+        interaction_test(source, table, opts, n_null=n_null, random_state=0)
+        t2 = time.perf_counter()
+        print(f"  {kinds[0]:<8} n={n} M={K:<3} cv={cv}: run_cv {t1 - t0:6.2f} s, "
+              f"interaction_test {t2 - t1:6.2f} s ({(t2 - t1) / (t1 - t0):.0f}x)",
+              flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0,
@@ -100,8 +120,12 @@ def main():
     parser.add_argument("--settings", default=",".join(SETTINGS),
                         help="comma-separated names among " + ", ".join(SETTINGS))
     parser.add_argument("--json", default=None, help="also write the rows to this file")
+    parser.add_argument("--cost", action="store_true",
+                        help="only time interaction_test against one run_cv")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.cost:
+        return cost(args.n_null)
     print(f"n_null={args.n_null}, alpha={args.alpha}, {N_UNITS} units, "
           f"torch {torch.__version__}, 1 thread")
     print(f"{'setting':<22}{'n':>4}{'cv':>4}{'datasets':>10}{'rejection rate':>16}{'± se':>8}"
