@@ -43,7 +43,7 @@ from .features import as_feature_table
 from .options import MLEMOptions, _is_int
 from .sources import DenseRDMSource, SphereRDMSource
 
-__all__ = ["interaction_test", "main_effects_design"]
+__all__ = ["interaction_test", "main_effects_design", "residual_basis"]
 
 
 def main_effects_design(space, table):
@@ -79,28 +79,47 @@ def main_effects_design(space, table):
     return np.concatenate(cols, axis=1)
 
 
+def residual_basis(X):
+    """Orthonormal basis ``Q`` ``(n, n − rank X)`` of the complement of ``X``'s columns.
+
+    ``Q Qᵀ = I − H`` with ``H`` the projection onto the design; under i.i.d. Gaussian
+    noise the rows of ``Qᵀ Y`` are i.i.d. (Huh & Jhun's rotation of the residuals).
+
+    Parameters
+    ----------
+    X : ndarray (n, p)
+
+    Returns
+    -------
+    Q : ndarray (n, n − rank X)
+    """
+    n = X.shape[0]
+    vals, vecs = np.linalg.eigh(np.eye(n) - X @ np.linalg.pinv(X))
+    return vecs[:, vals > 0.5]
+
+
 class PatternNullSource:
     """RDM source of observed and residual-permuted datasets (see the module).
 
     Model ``k`` is replicate ``k // M`` of model ``k % M`` of ``base``: replicate ``0``
-    is the observed data, replicate ``b`` the patterns ``Ŷ + E[π_b]`` (stimulus axis
-    permuted), with ``Ŷ = H Y``, ``E = Y − Ŷ``.
+    is the observed data, replicate ``b`` the patterns ``Ŷ + Q (QᵀY)[π_b]``, with
+    ``Ŷ = Y − Q QᵀY`` the main effects' fit and ``QᵀY`` the residuals' coordinates.
 
     Parameters
     ----------
     base : DenseRDMSource | SphereRDMSource
         The observed data.
-    hat : ndarray (n_stimuli, n_stimuli)
-        Projection onto the main effects' design.
-    perms : ndarray of int (n_rep, n_stimuli)
-        Stimulus permutations; ``perms[0]`` is the identity.
+    basis : ndarray (n_stimuli, n_resid)
+        Orthonormal basis ``Q`` of the residual space (:func:`residual_basis`).
+    perms : ndarray of int (n_rep, n_resid)
+        Permutations of the residual coordinates; ``perms[0]`` is the identity.
     models, reps : ndarray of int | None
         Base model and replicate of each model of this source (default: all
         ``n_rep × M``, replicate-major).
     """
 
-    def __init__(self, base, hat, perms, models=None, reps=None):
-        self.base, self.hat, self.perms = base, hat, perms
+    def __init__(self, base, basis, perms, models=None, reps=None):
+        self.base, self.basis, self.perms = base, basis, perms
         if models is None:
             M, n_rep = base.n_models, perms.shape[0]
             models = np.tile(np.arange(M), n_rep)
@@ -113,12 +132,12 @@ class PatternNullSource:
 
     @property
     def n_stimuli(self):
-        return self.perms.shape[1]
+        return self.base.n_stimuli
 
     def subset(self, models):
         """The source of ``models`` only (the base data of the models they use)."""
         rows, inv = np.unique(self.models[models], return_inverse=True)
-        return PatternNullSource(self.base.subset(rows), self.hat, self.perms, inv,
+        return PatternNullSource(self.base.subset(rows), self.basis, self.perms, inv,
                                  self.reps[models])
 
     def rdm(self, stimuli, device="cpu"):
@@ -133,7 +152,7 @@ class PatternNullSource:
             sel = np.flatnonzero(self.reps == b)
             sub = self.base.subset(self.models[sel])
             if b != 0:
-                sub = _permuted(sub, self.hat, self.perms[b])
+                sub = _permuted(sub, self.basis, self.perms[b])
             out[torch.as_tensor(sel, device=device)] = sub.rdm(stimuli, device)
         return out
 
@@ -142,11 +161,11 @@ def _patterns(source):
     return source.Y if isinstance(source, DenseRDMSource) else source.X
 
 
-def _permuted(source, hat, perm):
-    """``source`` with its patterns replaced by ``Ŷ + E[perm]`` (stimulus axis -2)."""
+def _permuted(source, basis, perm):
+    """``source`` with its patterns replaced by ``Ŷ + Q (QᵀY)[perm]`` (stimulus axis -2)."""
     Y = np.asarray(_patterns(source), dtype=np.float64)
-    fitted = hat @ Y
-    Y = fitted + (Y - fitted)[..., perm, :]
+    Z = basis.T @ Y
+    Y = Y - basis @ Z + basis @ Z[..., perm, :]
     if isinstance(source, DenseRDMSource):
         return DenseRDMSource(Y, source.metric)
     return SphereRDMSource(Y, source.A, source.metric)
@@ -237,11 +256,11 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     folds = check_cv(options.cv, n, check_random_state(options.random_state), groups)
     seed = (options.random_state if _is_int(options.random_state)
             else int(rng.integers(2**31 - 1)))
-    perms = np.stack([np.arange(n)] + [rng.permutation(n) for _ in range(n_null)])
-    X = main_effects_design(space, table)
-    hat = X @ np.linalg.pinv(X)
+    basis = residual_basis(main_effects_design(space, table))
+    perms = np.stack([np.arange(basis.shape[1])]
+                     + [rng.permutation(basis.shape[1]) for _ in range(n_null)])
     logger.info("interaction test: %d model(s) x %d null permutations", M, n_null)
-    null_source = PatternNullSource(source, hat, perms)
+    null_source = PatternNullSource(source, basis, perms)
     # the same folds for both fits (cv=None: both in-sample, on all stimuli)
     common = dict(cv=None if options.cv is None else folds, random_state=seed,
                   level="feature", n_permutations=1)
