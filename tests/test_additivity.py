@@ -10,7 +10,12 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from mlem_neuro.core.additivity import PatternNullSource, interaction_test, main_effects_design
+from mlem_neuro.core.additivity import (
+    PatternNullSource,
+    interaction_test,
+    main_effects_design,
+    residual_basis,
+)
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.pairs import pair_indices
 from mlem_neuro.core.sources import DenseRDMSource, SphereRDMSource
@@ -98,14 +103,19 @@ def test_main_effects_design():
 
 @pytest.mark.parametrize("kind", ["dense", "sphere"])
 def test_pattern_null_source(kind):
-    """Replicate 0 is the data; replicate b is Ŷ + E[π_b], whichever subset serves it."""
+    """Replicate 0 is the data; replicate b is Ŷ + Q (QᵀY)[π_b], whichever subset serves
+    it."""
     rng = np.random.default_rng(0)
     n, M = 9, 3
     X, table = simulate_codes(n, ("binary", "numeric"), n_units=6, random_state=0)
     space = MLEMOptions().feature_space().fit(table)
     D = main_effects_design(space, table)
     hat = D @ np.linalg.pinv(D)
-    perms = np.stack([np.arange(n), rng.permutation(n), rng.permutation(n)])
+    Q = residual_basis(D)
+    assert Q.shape == (n, n - np.linalg.matrix_rank(D))
+    np.testing.assert_allclose(Q @ Q.T, np.eye(n) - hat, atol=1e-10)
+    r = Q.shape[1]
+    perms = np.stack([np.arange(r), rng.permutation(r), rng.permutation(r)])
     if kind == "dense":
         Y = rng.normal(size=(M, n, 5))
         base = DenseRDMSource(Y)
@@ -119,15 +129,14 @@ def test_pattern_null_source(kind):
         base = SphereRDMSource(Xv, A)
         patterns = [Xv] * M
         make = [lambda Z, m=m: SphereRDMSource(Z, A[[m]]) for m in range(M)]
-    src = PatternNullSource(base, hat, perms)
+    src = PatternNullSource(base, Q, perms)
     assert src.n_models == 3 * M and src.n_stimuli == n
     stim = np.array([7, 0, 3, 5, 2])
     full = src.rdm(stim).numpy()
     for b in range(3):
         for m in range(M):
             Z = patterns[m]
-            fitted = hat @ Z
-            Zb = Z if b == 0 else fitted + (Z - fitted)[perms[b]]
+            Zb = Z if b == 0 else hat @ Z + Q @ (Q.T @ Z)[perms[b]]
             want = make[m](Zb).rdm(stim).numpy()[0]
             np.testing.assert_allclose(full[b * M + m], want, atol=1e-10)
     np.testing.assert_array_equal(full[:M], base.rdm(stim).numpy())   # observed, exactly
