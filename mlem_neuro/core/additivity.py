@@ -208,9 +208,11 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
 
     The statistic of each model is the fold-mean held-out Spearman of the model with
     interactions (``options.constraint``, ``"spd"`` or ``"none"``) minus that of the
-    diagonal model (FR-RSA), over the folds of ``options.cv``.  The null keeps the main
-    effects: every unit's response is regressed on the features' main effects and the
-    residual patterns are permuted across stimuli (Freedman & Lane's scheme; see
+    diagonal model (FR-RSA), over the folds of ``options.cv`` (``cv=None``: in-sample
+    fits on all stimuli).  The null keeps the main effects: every unit's response is
+    regressed on the features' main effects and the residuals, rotated into an
+    orthonormal basis of the residual space, are permuted (Huh & Jhun's variant of
+    Freedman & Lane's scheme; exact under main effects plus i.i.d. Gaussian noise; see
     :mod:`mlem_neuro.core.additivity`).  Each null dataset goes through the same
     cross-validated comparison; the null datasets of all models are fitted in the same
     stacks as the observed ones.
@@ -227,10 +229,10 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
         ``options.random_state`` is an int), ``constraint`` the model with interactions.
         ``level`` and ``n_permutations`` are not used.
     groups : array-like | None
-        One label per stimulus: folds never split a group.  Permutations of stimuli are
-        not restricted by groups.
+        One label per stimulus: folds never split a group.  The permutations are not
+        restricted by groups.
     n_null : int
-        Number of null datasets (random stimulus permutations).
+        Number of null datasets (random permutations of the residuals).
     random_state : None | int | numpy Generator
         Seeds the permutations (and the training, when ``options.random_state`` is not an
         int).
@@ -240,8 +242,8 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     observed : ndarray (M,)
         Statistic of each model (larger: more evidence of non-additivity).
     null : ndarray (n_null, M)
-        Statistic of each null dataset; row ``b`` uses the same stimulus permutation for
-        every model.  The p-value of model ``m`` is
+        Statistic of each null dataset; row ``b`` uses the same permutation for every
+        model.  The p-value of model ``m`` is
         ``(1 + (null[:, m] >= observed[m]).sum()) / (1 + n_null)``.
 
     Notes
