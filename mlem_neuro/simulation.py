@@ -241,3 +241,117 @@ def simulate_epochs(n_trials=120, n_channels=32, n_times=90, sfreq=100.0, tmin=-
         patterns /= np.sqrt((patterns ** 2).mean(axis=1, keepdims=True))
         data += amplitude * patterns[codes][:, :, None] * env[None, None, :]
     return data, pd.DataFrame(table), times
+
+
+CODE_KINDS = ("binary", "categorical", "numeric")
+
+
+def _interaction_cells(strength):
+    """3-D codes of the four cells ``(a, b)`` of two binary features.
+
+    Pairs differing in one feature are always 1 apart; pairs differing in both are
+    ``sqrt(2 (1 - strength))`` apart (``sqrt(2)``: additive, a square; ``1``: a regular
+    tetrahedron; ``0``: the code of ``a XOR b``).  Rows: cells 00, 01, 10, 11.
+    """
+    x = np.sqrt(2.0 * (1.0 - strength)) / 2.0
+    z = np.sqrt(strength) / 2.0
+    return np.array([[x, 0.0, z], [0.0, x, -z], [0.0, -x, -z], [-x, 0.0, z]])
+
+
+def simulate_codes(n_stimuli=48, features=("binary", "binary"), n_units=50, noise=1.0,
+                   interaction=0.0, n_levels=3, weights=None, random_state=None):
+    """Stimuli whose representations code each feature in its own subspace (known truth).
+
+    Each feature is coded in its own orthogonal subspace of the units, so the squared
+    noise-free distance between two stimuli is the sum of one term per feature (an
+    additive code):
+
+    * ``"binary"``: two balanced levels, 1 apart;
+    * ``"categorical"``: ``n_levels`` balanced levels at the vertices of a regular simplex
+      (every two levels 1 apart: equidistant level codes);
+    * ``"numeric"``: a value uniform on ``[0, 1]`` coded linearly (distance ``|Δx|``).
+
+    Feature ``k``'s code is multiplied by ``weights[k]``.  With ``interaction > 0`` the
+    first two features (both binary) share one 3-D subspace instead (scaled by
+    ``sqrt(weights[0] * weights[1])``): pairs differing in one of them stay 1 apart, pairs
+    differing in both are ``sqrt(2 (1 - interaction))`` apart.  This code is sub-additive:
+    ``sqrt(2)`` at 0 is additive, ``1`` at 0.5 puts pairs differing in both no farther
+    than pairs differing in one, and at 1 the code is that of ``a XOR b``.  Each stimulus
+    gets Gaussian noise of standard deviation ``noise / sqrt(n_units)`` per unit, so the
+    expected squared noise distance between two stimuli is ``2 noise²``.
+
+    Parameters
+    ----------
+    n_stimuli : int
+        Number of stimuli (at least 4).
+    features : sequence of str
+        Kind of each feature, among ``"binary"``, ``"categorical"`` and ``"numeric"``;
+        features are named ``f0, f1, ...``.
+    n_units : int
+        Number of units; must hold every feature's subspace.
+    noise : float
+        Noise level (>= 0), in units of the distance between two levels of a feature.
+    interaction : float
+        Strength of the sub-additive interaction of ``f0`` and ``f1``, in ``[0, 1]``.
+    n_levels : int
+        Levels of the ``"categorical"`` features (at least 2).
+    weights : sequence of float | None
+        Scale of each feature's code (default 1 for all).
+    random_state : None | int | numpy Generator
+        Seeds the feature values and the noise.
+
+    Returns
+    -------
+    X : ndarray (n_stimuli, n_units)
+        Representations.
+    table : DataFrame (n_stimuli, n_features)
+        Binary and categorical features as categoricals (levels ``"L0"``, ``"L1"``...),
+        numeric ones as floats.
+    """
+    rng = check_random_state(random_state)
+    features = [features] if isinstance(features, str) else list(features)
+    bad = [k for k in features if k not in CODE_KINDS]
+    if not features or bad:
+        raise ValueError(f"features must be a non-empty list of kinds among "
+                         f"{list(CODE_KINDS)}; got {features!r}.")
+    if int(n_stimuli) != n_stimuli or n_stimuli < 4:
+        raise ValueError(f"n_stimuli must be an int >= 4; got {n_stimuli!r}.")
+    if int(n_levels) != n_levels or n_levels < 2:
+        raise ValueError(f"n_levels must be an int >= 2; got {n_levels!r}.")
+    if not np.isfinite(noise) or noise < 0:
+        raise ValueError(f"noise must be a finite number >= 0; got {noise!r}.")
+    if not 0 <= interaction <= 1:
+        raise ValueError(f"interaction must be in [0, 1]; got {interaction!r}.")
+    if interaction > 0 and features[:2] != ["binary", "binary"]:
+        raise ValueError("interaction > 0 needs the first two features to be 'binary'; got "
+                         f"{features[:2]!r}.")
+    w = np.ones(len(features)) if weights is None else np.asarray(weights, dtype=float)
+    if w.shape != (len(features),) or not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError(f"weights must hold one finite number >= 0 per feature "
+                         f"({len(features)}); got {weights!r}.")
+    n = int(n_stimuli)
+    blocks, table = [], {}
+    for k, kind in enumerate(features):
+        if kind == "numeric":
+            x = rng.uniform(0.0, 1.0, n)
+            table[f"f{k}"] = x
+            blocks.append(w[k] * x[:, None])
+            continue
+        levels = 2 if kind == "binary" else int(n_levels)
+        codes = rng.permutation(np.arange(n) % levels)             # balanced levels
+        table[f"f{k}"] = pd.Categorical([f"L{c}" for c in codes],
+                                        categories=[f"L{c}" for c in range(levels)])
+        blocks.append(w[k] * np.eye(levels)[codes] / np.sqrt(2.0))  # simplex, edges 1
+    if interaction > 0:
+        a = table["f0"].codes.astype(int)
+        b = table["f1"].codes.astype(int)
+        cells = _interaction_cells(float(interaction))
+        blocks[:2] = [np.sqrt(w[0] * w[1]) * cells[2 * a + b]]
+    code = np.concatenate(blocks, axis=1)
+    if code.shape[1] > n_units:
+        raise ValueError(f"n_units must be at least {code.shape[1]} to hold every "
+                         f"feature's subspace; got {n_units}.")
+    X = np.zeros((n, int(n_units)))
+    X[:, :code.shape[1]] = code
+    X += noise / np.sqrt(n_units) * rng.standard_normal(X.shape)
+    return X, pd.DataFrame(table)
