@@ -45,6 +45,7 @@ class BrainMapResult(BaseResult):
         region (its value over the region's voxels).
     region_labels : list | None
         Atlas label of each model (``kind="roi"``).
+    %(tests)s
 
     Attributes
     ----------
@@ -67,9 +68,11 @@ class BrainMapResult(BaseResult):
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, affine, shape, voxel_indices,
-                 voxel_model=None, kind="searchlight", region_labels=None):
+                 voxel_model=None, kind="searchlight", region_labels=None, tests=None,
+                 pvalues=None, pvalues_fwe=None):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
-                         feature_names, settings)
+                         feature_names, settings, tests=tests, pvalues=pvalues,
+                         pvalues_fwe=pvalues_fwe)
         self.affine = np.asarray(affine, dtype=float)
         self.shape = tuple(int(s) for s in np.asarray(shape).ravel())
         self.voxel_indices = np.asarray(voxel_indices, dtype=np.int64).reshape(-1, 3)

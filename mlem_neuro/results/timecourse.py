@@ -35,6 +35,7 @@ class TimeCourseResult(BaseResult):
         Standard deviation of the importance across permutations (NaN when unknown).
     converged : ndarray of bool (n_folds, n_times) | None
         Whether training early-stopped (``patience``) rather than hitting ``max_steps``.
+    %(tests)s
 
     Attributes
     ----------
@@ -58,9 +59,11 @@ class TimeCourseResult(BaseResult):
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, times=None, ch_names=None,
-                 fold_importance_perm_std=None, converged=None):
+                 fold_importance_perm_std=None, converged=None, tests=None, pvalues=None,
+                 pvalues_fwe=None):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
-                         feature_names, settings)
+                         feature_names, settings, tests=tests, pvalues=pvalues,
+                         pvalues_fwe=pvalues_fwe)
         F, M, T = self.fold_importance.shape
         times = np.arange(M, dtype=float) if times is None else np.asarray(times, dtype=float)
         if times.shape != (M,):
