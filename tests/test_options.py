@@ -246,7 +246,8 @@ def test_colon_in_feature_names_is_refused():
 CLI_FLAGS = {"lr": "--lr", "patience": "--patience", "tol": "--tol",
              "chunk_size": "--chunk-size", "max_steps": "--max-steps",
              "batch_size": "--batch-size", "n_jobs": "--n-jobs", "device": "--device",
-             "random_state": "--seed", "n_permutations": "--n-permutations"}
+             "random_state": "--seed", "n_permutations": "--n-permutations",
+             "n_null": "--n-null"}
 
 
 def _reaches_the_options(param, value):

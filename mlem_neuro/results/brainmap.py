@@ -179,6 +179,26 @@ class BrainMapResult(BaseResult):
         """Fold-mean held-out Spearman ρ of every model as a 3D image."""
         return self._paint(self.score)
 
+    def significance_img(self, test, alpha=0.05, corrected=True):
+        """Where ``test`` is significant, as a binary 3D image (needs ``n_null > 0``).
+
+        Parameters
+        ----------
+        test : str
+            One of :attr:`tests` (``"score"`` or a feature).
+        alpha : float
+            Level of the test.
+        corrected : bool
+            Family-wise corrected over models (:attr:`pvalues_fwe`, default) or not
+            (:attr:`pvalues`).
+
+        Returns
+        -------
+        img : Nifti1Image
+            1 at the voxels of significant models, 0 elsewhere.
+        """
+        return self._paint(self.significant(test, alpha, corrected).astype(float))
+
     def _one_term(self, term):
         if not isinstance(term, str):
             raise TypeError(f"term must be a str, one of {self.terms}; got {term!r}")
@@ -227,6 +247,8 @@ class BrainMapResult(BaseResult):
             Searchlight: columns ``i, j, k`` (centre voxel), ``x, y, z`` (mm), ``term``,
             ``importance``, ``importance_std``, ``score``.  ROI: ``region`` (label),
             ``n_voxels``, ``x, y, z`` (region centroid, mm), then the same value columns.
+            With tests (``n_null > 0``) also ``pvalue`` and ``pvalue_fwe`` (the term's
+            test; NaN for a term without one) and ``score_pvalue``, ``score_pvalue_fwe``.
         """
         xyz = self.model_coords()
         if self.kind == "searchlight":
@@ -240,13 +262,18 @@ class BrainMapResult(BaseResult):
         return self._long_frame(coords)
 
     # -------------------------------------------------------------------- plot
-    def plot(self, term=None, **kwargs):
+    def plot(self, term=None, alpha=0.05, **kwargs):
         """Plot the importance map of ``term`` (or the score map) with nilearn.
+
+        With tests (``n_null > 0``), the voxels whose family-wise corrected p-value is
+        below ``alpha`` are outlined (black contours).
 
         Parameters
         ----------
         term : str | None
             A term of :attr:`terms`; ``None`` plots the held-out score map.
+        alpha : float
+            Level of the corrected tests that are outlined.
         **kwargs
             Passed to :func:`nilearn.plotting.plot_stat_map` (``bg_img``,
             ``display_mode``, ``threshold``, ``axes``...).
@@ -262,7 +289,13 @@ class BrainMapResult(BaseResult):
         else:
             img, title = self.importance_img(term), f"importance: {term}"
         kwargs.setdefault("title", title)
-        return plot_stat_map(img, **kwargs)
+        display = plot_stat_map(img, **kwargs)
+        test = "score" if term is None else term
+        if self.tests is not None and test in self.tests:
+            sig = self.significance_img(test, alpha)
+            if np.asarray(sig.dataobj).any():
+                display.add_contours(sig, levels=[0.5], colors="k", linewidths=1.0)
+        return display
 
 
 def nifti_terms(img):
