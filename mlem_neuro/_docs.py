@@ -245,6 +245,17 @@ patience : int
     state is restored.
 """
 
+docdict["pvalues"] = """
+pvalues : ndarray (n_models, n_tests) | None
+    Permutation p-value of each test at each model, ``(1 + #{null >= observed}) / (1 +
+    n_null)``.
+"""
+
+docdict["pvalues_fwe"] = """
+pvalues_fwe : ndarray (n_models, n_tests) | None
+    The same, family-wise corrected over models (maximum statistic over models).
+"""
+
 # --------------------------------------------------------------------------------- R
 docdict["radius"] = """
 radius : float
@@ -284,11 +295,6 @@ docdict["tests"] = """
 tests : list of str | None
     Names of the single-subject permutation tests (``"score"``, then one per feature),
     ``None`` when none was run (``n_null=0``).
-pvalues : ndarray (n_models, n_tests) | None
-    Permutation p-value of each test at each model, ``(1 + #{null >= observed}) / (1 +
-    n_null)``.
-pvalues_fwe : ndarray (n_models, n_tests) | None
-    The same, family-wise corrected over models (maximum statistic over models).
 """
 
 docdict["tmax"] = """

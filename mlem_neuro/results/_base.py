@@ -40,6 +40,8 @@ class BaseResult:
     %(feature_names)s
     %(settings)s
     %(tests)s
+    %(pvalues)s
+    %(pvalues_fwe)s
     """
 
     #: names of extra ndarray attributes a subclass saves (besides the fold arrays).

@@ -46,6 +46,8 @@ class BrainMapResult(BaseResult):
     region_labels : list | None
         Atlas label of each model (``kind="roi"``).
     %(tests)s
+    %(pvalues)s
+    %(pvalues_fwe)s
 
     Attributes
     ----------

@@ -36,6 +36,8 @@ class TimeCourseResult(BaseResult):
     converged : ndarray of bool (n_folds, n_times) | None
         Whether training early-stopped (``patience``) rather than hitting ``max_steps``.
     %(tests)s
+    %(pvalues)s
+    %(pvalues_fwe)s
 
     Attributes
     ----------

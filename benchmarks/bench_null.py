@@ -1,0 +1,68 @@
+"""Cost of the single-subject permutation tests: ``n_null=200`` against ``n_null=0``.
+
+A time-resolved analysis of 200 trials x 64 channels x 100 time points
+(:func:`mlem_neuro.simulation.simulate_epochs`, three binary features A, B, C with A and B
+encoded in windows), level="feature", cv=5, the default training options.  Both analyses
+run in this process, one after the other (serially), with the same seed; the script prints
+both times, their ratio, and where the time of the null run goes (profile of the top
+functions with ``--profile``).
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_null.py [--n-times 100] [--n-null 200]
+"""
+import argparse
+import cProfile
+import io
+import pstats
+
+import torch
+from _common import add_device_argument, clock, describe, warm_up
+
+import mlem_neuro
+from mlem_neuro.simulation import simulate_epochs
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n-trials", type=int, default=200)
+    parser.add_argument("--n-channels", type=int, default=64)
+    parser.add_argument("--n-times", type=int, default=100)
+    parser.add_argument("--n-null", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--profile", action="store_true")
+    add_device_argument(parser)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    warm_up(args.device)
+    data, table, times = simulate_epochs(n_trials=args.n_trials, n_channels=args.n_channels,
+                                         n_times=args.n_times, sfreq=100.0, tmin=-0.2,
+                                         random_state=0)
+    kw = dict(times=times, level="feature", cv=5, device=args.device, random_state=0)
+    print(describe(args.device))
+    print(f"{args.n_trials} trials x {args.n_channels} channels x {args.n_times} time points, "
+          f"features {list(table.columns)} (binary), level='feature', cv=5")
+    t0 = clock(args.device)
+    ref = mlem_neuro.mlem_array(data, table, **kw)
+    t_ref = clock(args.device) - t0
+    print(f"n_null=0: {t_ref:.1f} s (steps per model {ref.n_iter.mean():.0f})")
+    prof = cProfile.Profile() if args.profile else None
+    t0 = clock(args.device)
+    if prof:
+        prof.enable()
+    res = mlem_neuro.mlem_array(data, table, n_null=args.n_null, **kw)
+    if prof:
+        prof.disable()
+    t_null = clock(args.device) - t0
+    rows = 1 + len(res.tests) * args.n_null
+    print(f"n_null={args.n_null}: {t_null:.1f} s ({len(res.tests)} tests, {rows} models per "
+          f"time point in the stack)")
+    print(f"ratio {t_null / t_ref:.1f}x")
+    print("FWE-significant time points:", {t: int(res.significant(t).sum())
+                                            for t in res.tests})
+    if prof:
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(15)
+        print(out.getvalue())
+
+
+if __name__ == "__main__":
+    main()
