@@ -65,10 +65,7 @@ def noise(n=36, C=6, T=8, seed=0):
 
 def run(data, table, n_null, seed, times=None):
     return mlem_neuro.mlem_array(data, table, times=times, n_null=n_null, random_state=seed,
-                                 null_refit=REFIT[0], **FIT)
-
-
-REFIT = [True]        # --no-refit sets it to False (null_refit=False: held-out relabelling)
+                                 **FIT)
 
 
 def study_noise(n_datasets, n_null):
@@ -145,13 +142,10 @@ def main():
     parser.add_argument("--amplitude", type=float, default=1.0)
     parser.add_argument("--only", default=None, help="run one study: noise, other, power")
     parser.add_argument("--unconditional", action="store_true")
-    parser.add_argument("--no-refit", action="store_true",
-                        help="null_refit=False: relabel the held-out stimuli of each fold")
     args = parser.parse_args()
-    REFIT[0] = not args.no_refit
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    print(f"n_null={args.n_null}, null_refit={REFIT[0]}, fit {FIT}")
+    print(f"n_null={args.n_null}, fit {FIT}")
     if args.only in (None, "noise"):
         print(f"noise, {args.datasets} datasets of 36 trials x 6 channels x 8 times:")
         for name, r in study_noise(args.datasets, args.n_null).items():

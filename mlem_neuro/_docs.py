@@ -232,18 +232,6 @@ n_null : int
     number of tests; the smallest p-value is ``1 / (1 + n_null)``.
 """
 
-docdict["null_refit"] = """
-null_refit : bool
-    How the null models of ``n_null`` are made.  ``True`` (default): every null dataset
-    (the stimuli relabelled before cross-validation) is trained like the observed one, in
-    the same stack of models: exact permutation tests, at a training cost that grows with
-    ``(1 + n_null * n_tests)``.  ``False``: each fold's observed models are kept and only
-    the fold's held-out stimuli are relabelled (within the same strata), so nothing more is
-    trained: each fold's test is exact given its training data, the fold mean is
-    approximately calibrated (measured on the method page), and the cost is that of
-    scoring.
-"""
-
 docdict["n_permutations"] = """
 n_permutations : int
     Permutations per term for the permutation importance on held-out pairs (the MLEM

@@ -259,7 +259,7 @@ def _save_figure(fig, fname):
 
 def _analysis_kwargs(args):
     return dict(cv=None if args.cv == 0 else args.cv, n_permutations=args.n_permutations,
-                n_null=args.n_null, null_refit=not args.no_null_refit,
+                n_null=args.n_null,
                 constraint=args.constraint, interactions=not args.no_interactions,
                 n_jobs=args.n_jobs, device=args.device, random_state=args.seed,
                 lr=args.lr, max_steps=args.max_steps, patience=args.patience, tol=args.tol,
@@ -563,9 +563,6 @@ def _add_analysis_options(p, what):
                                      ("--chunk-size", chunk_key, int, None),
                                      ("--n-null", "n_null", int, 0)):
         p.add_argument(flag, type=kind, default=default, help=short_doc(key))
-    p.add_argument("--no-null-refit", action="store_true",
-                   help="with --n-null: keep each fold's trained models and relabel only "
-                        "the held-out stimuli (fast, no null model is trained)")
     p.add_argument("--out", required=True, help="output folder (created if needed)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the results already in --out (mlem.npz, importance.*)")

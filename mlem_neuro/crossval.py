@@ -226,8 +226,7 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
     ``null`` (relabellings ``(n_tests, n_null, n)``) adds every model's null models to the
     stack: their training and held-out targets are gathered from the chunk's RDM of all
     stimuli (:func:`~mlem_neuro.core.nulls.permuted_pairs`), and only the statistic each
-    test needs is computed on them.  With ``options.null_refit=False`` nothing more is
-    trained: the null models are the observed ones, scored on relabelled held-out stimuli.
+    test needs is computed on them.
     """
     # separate streams: training draws as many batches as its slowest model needs
     train_seq, perm_seq, null_seq = np.random.SeedSequence(seed).spawn(3)
@@ -235,30 +234,25 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
     dev = check_device(options.device)
     n_permutations = options.n_permutations
     target_train = source.rdm(train, dev)
-    refit = null is not None and options.null_refit
     if null is not None:
         everything = source.rdm(np.arange(source.n_stimuli), dev)
-    if refit:
         target_train = _with_nulls(target_train, everything, null, train, source.n_stimuli)
     targets = NeuralTargets.from_rdm(target_train, len(train), dev)
     del target_train
     fit = fit_stack(enc_train, targets, options, random_state=np.random.default_rng(train_seq))
     del targets
     W = fit.W
-    if refit:
+    if null is not None:
         W = fit.W.reshape(-1, 1 + null.shape[0] * null.shape[1], *fit.W.shape[1:])
-    elif null is not None:              # the observed models, scored on every null
-        W = np.broadcast_to(fit.W[:, None], (fit.W.shape[0], 1 + null.shape[0] * null.shape[1])
-                            + fit.W.shape[1:])
     target_test = source.rdm(test, dev)
     enc_t = enc_test.to_torch(dev, torch.float64)
     i, j = pair_indices(len(test))
     stat = _importance_fn(options, enc_t, enc_test.n_features, i, j)
-    W_obs = W[:, 0].copy() if refit else fit.W
-    drops, base = stat(W_obs, target_test, n_permutations, rng, None)
+    drops, base = stat(W if null is None else W[:, 0], target_test, n_permutations, rng,
+                       None)
     drops = drops.cpu().numpy()
     std = drops.std(axis=-1, ddof=1) if n_permutations > 1 else np.zeros(drops.shape[:-1])
-    out = dict(W=W_obs, score=base.cpu().numpy(),
+    out = dict(W=W if null is None else W[:, 0], score=base.cpu().numpy(),
                importance=drops.mean(axis=-1), importance_perm_std=std,
                n_iter=_observed(fit.n_iter, W), converged=_observed(fit.converged, W),
                batch_size=fit.batch_size)
@@ -270,8 +264,7 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
 
 def _observed(values, W):
     """Per-model values of the observed models of a stack (every null model dropped)."""
-    return values if W.ndim == 3 or len(values) == len(W) else \
-        values.reshape(W.shape[:2])[:, 0]
+    return values if W.ndim == 3 else values.reshape(W.shape[:2])[:, 0]
 
 
 def _with_nulls(observed, everything, null, train, n):
@@ -308,8 +301,7 @@ def _null_statistics(W, everything, null, test, options, stat, enc_t, i, j, rng)
     out = np.empty((M, n_tests, n_null))
     own = list(range(m))            # feature f's column: at term level its own term is f
     for t in range(n_tests):
-        Wt = torch.as_tensor(np.ascontiguousarray(W[:, t * n_null:(t + 1) * n_null])
-                             .reshape(-1, m, m))
+        Wt = torch.as_tensor(W[:, t * n_null:(t + 1) * n_null].reshape(-1, m, m))
         target = everything[:, lin[t * n_null:(t + 1) * n_null]].reshape(M * n_null, -1)
         if t == 0:
             D = enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
@@ -376,43 +368,29 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
         layout.append((f, enc_train, enc_test, train, test, int(rng.integers(2**63 - 1))))
     _warn_flat(flat)
     # drawn after the folds' seeds: the observed results do not depend on n_null
-    nulls = _draw_nulls(opts, table, rng, folds) if opts.n_null else [None] * len(folds)
-    rows = 1 + opts.n_null * (1 + len(names)) if opts.n_null and opts.null_refit else 1
-    layout = [(f, sl, *rest, nulls[f]) for f, *rest in layout
+    null = _draw_nulls(opts, table, rng) if opts.n_null else None
+    rows = 1 if null is None else 1 + null.shape[0] * null.shape[1]
+    layout = [(f, sl, *rest) for f, *rest in layout
               for sl in _chunk_slices(M, len(rest[2]), opts.chunk_size, opts.n_jobs, rows)]
     # chunk data are cut lazily, as joblib asks for the next job
     jobs = (delayed(_fit_chunk)(source.subset(sl), et, ete, tr, te, opts, sd, null)
-            for _, sl, et, ete, tr, te, sd, null in layout)
+            for _, sl, et, ete, tr, te, sd in layout)
     logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(layout))
     results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc)
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
              else list(names))
     out = _collect(layout, results, folds, terms, names, M)
-    if opts.n_null:
-        _add_tests(out, opts.n_null)
+    if null is not None:
+        _add_tests(out, null.shape[1])
     return out
 
 
-def _draw_nulls(opts, table, rng, folds):
-    """The relabellings of every test, per fold (drawn once per analysis, after the folds,
-    so the observed results do not depend on ``n_null``).
-
-    Refitted nulls relabel the stimuli once for all folds.  Without refitting, each fold
-    relabels its held-out stimuli among themselves (so they never take the data of a
-    stimulus its models were trained on).
-    """
+def _draw_nulls(opts, table, rng):
+    """The relabellings of every test (drawn once per analysis, after the folds, so the
+    observed results do not depend on ``n_null``)."""
     space = opts.feature_space().fit(table)
-    enc = space.transform(table)
     null_rng = np.random.default_rng(int(rng.integers(2**63 - 1)))
-    if opts.null_refit:
-        return [null_permutations(enc, space.kinds_, opts.n_null, null_rng)] * len(folds)
-    out = []
-    for _, test in folds:
-        held_out = np.zeros(len(table), dtype=bool)
-        held_out[test] = True
-        out.append(null_permutations(enc, space.kinds_, opts.n_null, null_rng,
-                                     blocks=held_out))
-    return out
+    return null_permutations(space.transform(table), space.kinds_, opts.n_null, null_rng)
 
 
 def _add_tests(out, n_null):

@@ -49,8 +49,7 @@ def _prepare(imgs, features, mask_img, name="mask_img"):
 @fill_doc
 def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0, *,
                      groups=None, cv=5,
-                     n_permutations=10, n_null=0, null_refit=True, constraint="spd",
-                     interactions=True,
+                     n_permutations=10, n_null=0, constraint="spd", interactions=True,
                      feature_kinds=None, feature_groups=None, missing_distance=0.0,
                      distance="euclidean", max_steps=1000, patience=50, lr=0.1, tol=1e-4,
                      batch_size="auto", chunk_size=None, n_jobs=None, device="cpu",
@@ -75,7 +74,6 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     %(cv_images)s
     %(n_permutations)s
     %(n_null)s
-    %(null_refit)s
     %(constraint)s
     %(interactions)s
     %(feature_kinds)s
@@ -159,7 +157,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
 @verbose
 @fill_doc
 def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
-             n_permutations=10, n_null=0, null_refit=True,
+             n_permutations=10, n_null=0,
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
              missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50, lr=0.1,
              tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None, device="cpu",
@@ -187,7 +185,6 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
     %(cv_images)s
     %(n_permutations)s
     %(n_null)s
-    %(null_refit)s
     %(constraint)s
     %(interactions)s
     %(feature_kinds)s

@@ -114,8 +114,7 @@ def _fit(data, table, times, ch_names, *, settings, options, groups):
 @fill_doc
 def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=None,
                tmax=None, decim=1, window=None, scale=True, groups=None, cv=5,
-               n_permutations=10, n_null=0, null_refit=True,
-               level="term", constraint="spd", interactions=True,
+               n_permutations=10, n_null=0, level="term", constraint="spd", interactions=True,
                feature_kinds=None, feature_groups=None,
                missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
                lr=0.1, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
@@ -145,7 +144,6 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     %(cv_trials)s
     %(n_permutations)s
     %(n_null)s
-    %(null_refit)s
     %(level)s
     %(constraint)s
     %(interactions)s
@@ -218,8 +216,8 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
 @fill_doc
 def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1, *,
                 window=None, scale=True, groups=None, cv=5, n_permutations=10, n_null=0,
-                null_refit=True, level="term", constraint="spd", interactions=True,
-                feature_kinds=None, feature_groups=None, missing_distance=0.0, distance="euclidean",
+                level="term", constraint="spd", interactions=True, feature_kinds=None,
+                feature_groups=None, missing_distance=0.0, distance="euclidean",
                 max_steps=1000, patience=50,
                 lr=0.1, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
                 device="cpu", random_state=None, verbose=None):
@@ -249,7 +247,6 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     %(cv_trials)s
     %(n_permutations)s
     %(n_null)s
-    %(null_refit)s
     %(level)s
     %(constraint)s
     %(interactions)s

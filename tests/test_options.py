@@ -25,7 +25,6 @@ BAD = [
     ("n_permutations", 0, ValueError, r"n_permutations must be an int >= 1; got 0"),
     ("n_null", -1, ValueError, r"n_null must be an int >= 0; got -1"),
     ("n_null", 2.0, TypeError, r"n_null must be an int >= 0; got 2.0"),
-    ("null_refit", "yes", TypeError, r"null_refit must be True or False; got 'yes'"),
     ("max_steps", 0, ValueError, r"max_steps must be an int >= 1; got 0"),
     ("max_steps", True, TypeError, r"max_steps must be an int >= 1; got True"),
     ("constraint", "psd", ValueError, r"constraint must be one of \['spd', 'diagonal', "
@@ -47,7 +46,7 @@ BAD = [
 #: options an entry point does not take (the estimator has no folds, chunks or jobs;
 #: the brain-map analyses report term-level importance).
 NOT_TAKEN = {
-    "MLEM": {"cv", "chunk_size", "n_jobs", "level", "n_null", "null_refit"},
+    "MLEM": {"cv", "chunk_size", "n_jobs", "level", "n_null"},
     "mlem_searchlight": {"level"},
     "mlem_roi": {"level"},
 }

@@ -43,18 +43,16 @@ def _feature_codes(enc, k, kind, n_bins):
     return np.unique(np.column_stack(cols), axis=0, return_inverse=True)[1].ravel()
 
 
-def strata(enc, kinds, feature, n_bins=NULL_BINS, blocks=None):
+def strata(enc, kinds, feature, n_bins=NULL_BINS):
     """Stratum ``(n,)`` of each stimulus for the null of ``feature`` (an index): equal
-    values (bins, for numeric features) of every other feature; ``None``: all stimuli.
-    ``blocks`` (one label per stimulus) splits the strata further."""
+    values (bins, for numeric features) of every other feature; ``None``: all stimuli."""
     n = enc.n_stimuli
-    others = [] if feature is None else [k for k in range(enc.n_features) if k != feature]
-    codes = [_feature_codes(enc, k, kinds[enc.names[k]], n_bins) for k in others]
-    if blocks is not None:
-        codes.append(np.unique(blocks, return_inverse=True)[1].ravel())
-    if not codes:
+    others = [k for k in range(enc.n_features) if k != feature]
+    if feature is None or not others:
         return np.zeros(n, dtype=np.int64)
-    return np.unique(np.column_stack(codes), axis=0, return_inverse=True)[1].ravel()
+    codes = np.column_stack([_feature_codes(enc, k, kinds[enc.names[k]], n_bins)
+                             for k in others])
+    return np.unique(codes, axis=0, return_inverse=True)[1].ravel()
 
 
 def permute_within(labels, n_perm, rng):
@@ -69,12 +67,11 @@ def permute_within(labels, n_perm, rng):
     return out
 
 
-def null_permutations(enc, kinds, n_null, rng, n_bins=NULL_BINS, blocks=None):
+def null_permutations(enc, kinds, n_null, rng, n_bins=NULL_BINS):
     """Relabellings ``(1 + m, n_null, n)`` of the stimuli: first the score's null (all
-    stimuli), then each feature's conditional null (see the module notes); ``blocks`` (a
-    label per stimulus, e.g. held out or not) keeps every stimulus within its block."""
+    stimuli), then each feature's conditional null (see the module notes)."""
     groups = [None] + list(range(enc.n_features))
-    return np.stack([permute_within(strata(enc, kinds, f, n_bins, blocks), n_null, rng)
+    return np.stack([permute_within(strata(enc, kinds, f, n_bins), n_null, rng)
                      for f in groups])
 
 

@@ -206,7 +206,6 @@ CHECKS = {
     "n_null": _int_at_least(0, " (null permutations for the single-subject tests; 0 runs "
                                "none)"),
     "n_permutations": _int_at_least(1),
-    "null_refit": _bool,
     "patience": _int_at_least(1),
     "random_state": _random_state,
     "tol": _tol,
@@ -246,7 +245,6 @@ class MLEMOptions:
     distance: str = "euclidean"
     n_permutations: int = 10
     n_null: int = 0
-    null_refit: bool = True
     max_steps: int = 1000
     patience: int = 50
     lr: float = 0.1
