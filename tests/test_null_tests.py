@@ -285,3 +285,12 @@ def test_command_line_n_null(tmp_path, capsys):
     df = pd.read_csv(tmp_path / "o" / "importance.csv")
     assert "pvalue_fwe" in df
     assert read_result(tmp_path / "o" / "mlem.npz").tests[0] == "score"
+
+
+def test_group_statistics_accept_results_with_tests():
+    from mlem_neuro.stats import permutation_cluster_test
+
+    group = [mlem_array(*_noise(10 + s), random_state=s, n_null=4, **SMALL) for s in range(3)]
+    assert all(r.tests is not None for r in group)
+    st = permutation_cluster_test(group, "A", n_permutations=8, seed=0)
+    assert st.n_subjects == 3
