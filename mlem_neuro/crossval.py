@@ -299,7 +299,6 @@ def _null_statistics(W, everything, null, test, options, stat, enc_t, i, j, rng)
     lin = torch.as_tensor(permuted_pairs(null.reshape(-1, n), test, n),
                           device=everything.device)
     out = np.empty((M, n_tests, n_null))
-    own = list(range(m))            # feature f's column: at term level its own term is f
     for t in range(n_tests):
         Wt = torch.as_tensor(W[:, t * n_null:(t + 1) * n_null].reshape(-1, m, m))
         target = everything[:, lin[t * n_null:(t + 1) * n_null]].reshape(M * n_null, -1)
@@ -308,7 +307,8 @@ def _null_statistics(W, everything, null, test, options, stat, enc_t, i, j, rng)
             k, l = term_index(m, True)
             value = baseline_scores(Wt, D, target, k, l)
         else:
-            drops, _ = stat(Wt, target, options.n_permutations, rng, [own[t - 1]])
+            # feature t - 1's column (at term level its own term has the same index)
+            drops, _ = stat(Wt, target, options.n_permutations, rng, [t - 1])
             value = drops[:, 0].mean(dim=-1)
         out[:, t] = value.cpu().numpy().reshape(M, n_null)
     return out
@@ -381,7 +381,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
              else list(names))
     out = _collect(layout, results, folds, terms, names, M)
     if null is not None:
-        _add_tests(out, null.shape[1])
+        _add_tests(out)
     return out
 
 
@@ -393,7 +393,7 @@ def _draw_nulls(opts, table, rng):
     return null_permutations(space.transform(table), space.kinds_, opts.n_null, null_rng)
 
 
-def _add_tests(out, n_null):
+def _add_tests(out):
     """Fold-mean observed and null statistics of the tests "score" and each feature."""
     null = out.fold_null.mean(axis=0)                       # (M, n_tests, n_null)
     out.tests["score"] = (out.score.mean(axis=0), null[:, 0].T)
