@@ -7,8 +7,9 @@ then each ``--n-null`` value.  The null models are trained like the observed one
 training grows linearly with the ``1 + n_null * n_tests`` models per time point (801 at
 n_null=200: hours on a 2-core machine, hence small defaults and a linear extrapolation in
 the performance page).  All runs are in this process, one after the other (serially), with
-the same seed; the script prints the times, their ratios to n_null=0, and with
-``--profile`` where the time goes.
+the same seed; the script prints the wall and CPU (process) times (with one torch thread
+the CPU time does not depend on what else the machine runs), their ratios to n_null=0,
+and with ``--profile`` where the time goes.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_null.py [--n-times 100] [--n-null 5 10]
 """
@@ -16,6 +17,7 @@ import argparse
 import cProfile
 import io
 import pstats
+import time
 
 import torch
 from _common import add_device_argument, clock, describe, warm_up
@@ -44,23 +46,24 @@ def main():
     print(describe(args.device))
     print(f"{args.n_trials} trials x {args.n_channels} channels x {args.n_times} time points, "
           f"features {list(table.columns)} (binary), level='feature', cv=5")
-    t0 = clock(args.device)
+    t0, c0 = clock(args.device), time.process_time()
     ref = mlem_neuro.mlem_array(data, table, **kw)
-    t_ref = clock(args.device) - t0
-    print(f"n_null=0: {t_ref:.1f} s (steps per model {ref.n_iter.mean():.0f})")
+    t_ref, c_ref = clock(args.device) - t0, time.process_time() - c0
+    print(f"n_null=0: {t_ref:.1f} s wall, {c_ref:.1f} s CPU (steps per model "
+          f"{ref.n_iter.mean():.0f})")
     for n_null in args.n_null:
         prof = cProfile.Profile() if args.profile else None
-        t0 = clock(args.device)
+        t0, c0 = clock(args.device), time.process_time()
         if prof:
             prof.enable()
         res = mlem_neuro.mlem_array(data, table, n_null=n_null, **kw)
         if prof:
             prof.disable()
-        t_null = clock(args.device) - t0
+        t_null, c_null = clock(args.device) - t0, time.process_time() - c0
         rows = 1 + len(res.tests) * n_null
-        print(f"n_null={n_null}: {t_null:.1f} s, ratio "
-              f"{t_null / t_ref:.1f}x ({len(res.tests)} tests, {rows} trained models per "
-              "time point and fold)")
+        print(f"n_null={n_null}: {t_null:.1f} s wall, {c_null:.1f} s CPU; ratio "
+              f"{t_null / t_ref:.1f}x wall, {c_null / c_ref:.1f}x CPU ({len(res.tests)} tests, "
+              f"{rows} trained models per time point and fold)")
         print("  FWE-significant time points:", {t: int(res.significant(t).sum())
                                                   for t in res.tests})
         if prof:
