@@ -27,7 +27,7 @@ from joblib import effective_n_jobs
 
 from .core.engine import fit_stack
 from .core.features import as_feature_table
-from .core.importance import baseline_scores, feature_importance, term_importance
+from .core.importance import feature_importance, term_importance
 from .core.memory import memory_budget
 from .core.metric import term_index, term_names
 from .core.neural import NeuralTargets
@@ -258,7 +258,7 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
                batch_size=fit.batch_size)
     if null is not None:
         out["null"] = _null_statistics(W[:, 1:], everything, null, test, options, stat,
-                                       enc_t, i, j, np.random.default_rng(null_seq))
+                                       np.random.default_rng(null_seq))
     return out
 
 
@@ -290,7 +290,7 @@ def _importance_fn(options, enc_t, m, i, j):
                                                                 rng, select)
 
 
-def _null_statistics(W, everything, null, test, options, stat, enc_t, i, j, rng):
+def _null_statistics(W, everything, null, test, options, stat, rng):
     """Statistics ``(M, n_tests, n_null)`` of the null models ``W (M, n_tests * n_null,
     m, m)`` on held-out pairs: the score for the score's nulls, feature ``f``'s importance
     (its own term at ``level="term"``) for feature ``f``'s nulls."""
@@ -302,10 +302,8 @@ def _null_statistics(W, everything, null, test, options, stat, enc_t, i, j, rng)
     for t in range(n_tests):
         Wt = torch.as_tensor(W[:, t * n_null:(t + 1) * n_null].reshape(-1, m, m))
         target = everything[:, lin[t * n_null:(t + 1) * n_null]].reshape(M * n_null, -1)
-        if t == 0:
-            D = enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
-            k, l = term_index(m, True)
-            value = baseline_scores(Wt, D, target, k, l)
+        if t == 0:              # the baseline score only, computed as the observed one
+            value = stat(Wt, target, options.n_permutations, rng, [])[1]
         else:
             # feature t - 1's column (at term level its own term has the same index)
             drops, _ = stat(Wt, target, options.n_permutations, rng, [t - 1])

@@ -294,3 +294,25 @@ def test_group_statistics_accept_results_with_tests():
     assert all(r.tests is not None for r in group)
     st = permutation_cluster_test(group, "A", n_permutations=8, seed=0)
     assert st.n_subjects == 3
+
+
+@pytest.mark.parametrize("level, interactions", [("term", False), ("term", True),
+                                                 ("feature", True)])
+def test_identity_relabelling_reproduces_the_observed_score(monkeypatch, level,
+                                                            interactions):
+    """With every relabelling the identity, the null models are the observed ones (same
+    stack, same batches), so the score's null statistics equal the observed scores: the
+    null statistic is computed exactly as the observed one."""
+    from mlem_neuro.core import nulls
+    from mlem_neuro.core.options import MLEMOptions
+    from mlem_neuro.crossval import run_cv
+
+    monkeypatch.setattr(nulls, "permute_within",
+                        lambda labels, n_perm, rng: np.tile(np.arange(len(labels)),
+                                                            (n_perm, 1)))
+    data, table = _noise(6)
+    opts = MLEMOptions(**{**SMALL, "level": level}, interactions=interactions, n_null=2,
+                       random_state=0)
+    out = run_cv(DenseRDMSource(data.transpose(2, 0, 1)), table, opts)
+    np.testing.assert_allclose(out.fold_null[:, :, 0, :],
+                               np.repeat(out.score[..., None], 2, axis=-1), atol=1e-6)
