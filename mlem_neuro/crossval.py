@@ -229,7 +229,7 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
     test needs is computed on them.
     """
     # separate streams: training draws as many batches as its slowest model needs
-    train_seq, perm_seq, null_seq = np.random.SeedSequence(seed).spawn(3)
+    train_seq, perm_seq = np.random.SeedSequence(seed).spawn(2)
     rng = np.random.default_rng(perm_seq)
     dev = check_device(options.device)
     n_permutations = options.n_permutations
@@ -258,7 +258,7 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
                batch_size=fit.batch_size)
     if null is not None:
         out["null"] = _null_statistics(W[:, 1:], everything, null, test, options, stat,
-                                       np.random.default_rng(null_seq))
+                                       perm_seq, len(test), len(i))
     return out
 
 
@@ -290,10 +290,18 @@ def _importance_fn(options, enc_t, m, i, j):
                                                                 rng, select)
 
 
-def _null_statistics(W, everything, null, test, options, stat, rng):
+def _null_statistics(W, everything, null, test, options, stat, perm_seq, n_test, n_pairs):
     """Statistics ``(M, n_tests, n_null)`` of the null models ``W (M, n_tests * n_null,
     m, m)`` on held-out pairs: the score for the score's nulls, feature ``f``'s importance
-    (its own term at ``level="term"``) for feature ``f``'s nulls."""
+    (its own term at ``level="term"``) for feature ``f``'s nulls.
+
+    Feature ``f``'s importance permutes the same stimuli (pairs, for terms) as the observed
+    importance of ``f`` did (the observed stream ``perm_seq`` replayed up to ``f``): the
+    observed and null statistics then differ only by the data, as an exact permutation test
+    needs (independent draws shared by all nulls would shift them together).
+    """
+    K = options.n_permutations
+    size = n_pairs if options.level == "term" else n_test
     n_tests, n_null, n = null.shape
     M, m = W.shape[0], W.shape[-1]
     lin = torch.as_tensor(permuted_pairs(null.reshape(-1, n), test, n),
@@ -303,10 +311,13 @@ def _null_statistics(W, everything, null, test, options, stat, rng):
         Wt = torch.as_tensor(W[:, t * n_null:(t + 1) * n_null].reshape(-1, m, m))
         target = everything[:, lin[t * n_null:(t + 1) * n_null]].reshape(M * n_null, -1)
         if t == 0:              # the baseline score only, computed as the observed one
-            value = stat(Wt, target, options.n_permutations, rng, [])[1]
+            value = stat(Wt, target, K, None, [])[1]
         else:
             # feature t - 1's column (at term level its own term has the same index)
-            drops, _ = stat(Wt, target, options.n_permutations, rng, [t - 1])
+            rng = np.random.default_rng(perm_seq)
+            for _ in range((t - 1) * K):
+                rng.permutation(size)
+            drops, _ = stat(Wt, target, K, rng, [t - 1])
             value = drops[:, 0].mean(dim=-1)
         out[:, t] = value.cpu().numpy().reshape(M, n_null)
     return out

@@ -298,11 +298,11 @@ def test_group_statistics_accept_results_with_tests():
 
 @pytest.mark.parametrize("level, interactions", [("term", False), ("term", True),
                                                  ("feature", True)])
-def test_identity_relabelling_reproduces_the_observed_score(monkeypatch, level,
-                                                            interactions):
+def test_identity_relabelling_reproduces_the_observed_statistics(monkeypatch, level,
+                                                                 interactions):
     """With every relabelling the identity, the null models are the observed ones (same
-    stack, same batches), so the score's null statistics equal the observed scores: the
-    null statistic is computed exactly as the observed one."""
+    stack, same batches), so every null statistic equals the observed one: each is
+    computed exactly as the observed statistic, with the same importance permutations."""
     from mlem_neuro.core import nulls
     from mlem_neuro.core.options import MLEMOptions
     from mlem_neuro.crossval import run_cv
@@ -316,3 +316,8 @@ def test_identity_relabelling_reproduces_the_observed_score(monkeypatch, level,
     out = run_cv(DenseRDMSource(data.transpose(2, 0, 1)), table, opts)
     np.testing.assert_allclose(out.fold_null[:, :, 0, :],
                                np.repeat(out.score[..., None], 2, axis=-1), atol=1e-6)
+    for f, name in enumerate(out.feature_names):
+        col = out.terms.index(name)
+        np.testing.assert_allclose(out.fold_null[:, :, 1 + f, :],
+                                   np.repeat(out.importance[:, :, col, None], 2, axis=-1),
+                                   atol=1e-6)
