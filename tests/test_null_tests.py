@@ -130,7 +130,7 @@ def test_tests_do_not_depend_on_chunking_or_jobs():
 def test_pure_noise_pvalues_are_uniform_and_fwe_is_controlled():
     """Pure noise, 2 binary features, 40 datasets x 6 time points, 19 nulls each.
 
-    Measured (benchmarks/calib_null.py, 200 datasets, 99 nulls): see doc/method.rst.  Here
+    Measured (benchmarks/calib_null.py, 100 datasets, 99 nulls): see doc/method.rst.  Here
     the smallest p is 0.05, so the FWE test is at alpha = 0.1 (nominal rate <= 0.1: at
     most 1 of 19 null maxima reaches the observed one); a pointwise (uncorrected) rule
     over 6 time points would reject in ~40 % of datasets.
