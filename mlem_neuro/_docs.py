@@ -227,6 +227,20 @@ n_jobs : int | None
     cluster.
 """
 
+docdict["n_null"] = """
+n_null : int
+    Null relabellings of the stimuli for single-subject permutation tests (``0``, the
+    default: no test).  With ``n_null > 0`` each model (time point, sphere, region) also
+    trains ``n_null`` null models per test, in the same stack, and the result gains
+    ``tests`` (``"score"`` then one per feature), ``pvalues`` and ``pvalues_fwe``
+    ``(n_models, n_tests)``: ``(1 + #{null >= observed}) / (1 + n_null)``, and the same
+    against the maximum over models of each null (family-wise error over models).  The
+    score's null relabels all stimuli; a feature's null relabels stimuli only among those
+    with the same values of every other feature (numeric ones in quantile bins), so it
+    holds when other features are encoded.  The cost grows with ``n_null`` times the
+    number of tests; the smallest p-value is ``1 / (1 + n_null)``.
+"""
+
 docdict["n_permutations"] = """
 n_permutations : int
     Permutations per term for the permutation importance on held-out pairs (the MLEM
@@ -239,6 +253,17 @@ patience : int
     Stop when the training (soft) Spearman has not improved by more than ``tol`` for this
     many steps.  The best state seen is restored, even one that improved on the previous
     best by less than ``tol``.
+"""
+
+docdict["pvalues"] = """
+pvalues : ndarray (n_models, n_tests) | None
+    Permutation p-value of each test at each model, ``(1 + #{null >= observed}) / (1 +
+    n_null)``.
+"""
+
+docdict["pvalues_fwe"] = """
+pvalues_fwe : ndarray (n_models, n_tests) | None
+    The same, family-wise corrected over models (maximum statistic over models).
 """
 
 # --------------------------------------------------------------------------------- R
@@ -274,6 +299,12 @@ docdict["terms"] = """
 terms : list of str
     The importance terms, one per importance column: ``"f"`` per feature, ``"f:g"`` per
     interaction.
+"""
+
+docdict["tests"] = """
+tests : list of str | None
+    Names of the single-subject permutation tests (``"score"``, then one per feature),
+    ``None`` when none was run (``n_null=0``).
 """
 
 docdict["tmax"] = """

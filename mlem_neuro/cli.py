@@ -313,7 +313,8 @@ def _save_figure(fig, fname):
 
 def _analysis_kwargs(args):
     return dict(cv=None if args.cv == 0 else args.cv, n_permutations=args.n_permutations,
-                level=args.level, constraint=args.constraint, interactions=not args.no_interactions,
+                n_null=args.n_null, level=args.level,
+                constraint=args.constraint, interactions=not args.no_interactions,
                 n_jobs=args.n_jobs, device=args.device, random_state=args.seed,
                 lr=args.lr, max_steps=args.max_steps, patience=args.patience, tol=args.tol,
                 batch_size=args.batch_size, chunk_size=args.chunk_size, verbose="INFO")
@@ -389,6 +390,16 @@ def _peak_summary(res, where):
     return f"peak {score[k]:.3f} {where(k)}, mean {np.nanmean(score):.3f}"
 
 
+def _print_tests(res, what):
+    """One line per test: how many models are significant, family-wise corrected."""
+    if res.tests is None:
+        return
+    n_null = res.settings.get("n_null")
+    counts = ", ".join(f"{t} {int(res.significant(t).sum())}" for t in res.tests)
+    print(f"Permutation tests ({n_null} null relabellings), {what} with FWE-corrected "
+          f"p < 0.05: {counts} (of {len(res.pvalues)})")
+
+
 def run_epochs(args):
     """``mlem-neuro epochs``: a time-resolved analysis of an epochs file."""
     _check_options(args)
@@ -418,6 +429,7 @@ def run_epochs(args):
     print(f"Wrote {out / 'mlem.npz'}, {out / 'importance.csv'}, {out / 'importance.png'}")
     summary = _peak_summary(res, lambda k: f"at {res.times[k]:.3f} s")
     print(f"Spearman rho ({_score_kind(args, groups)}): {summary}")
+    _print_tests(res, "time points")
 
 
 # ---------------------------------------------------------------------- searchlight
@@ -547,6 +559,7 @@ def run_searchlight(args):
                f"{len(score)} spheres" if np.isfinite(score).any() else "no finite score")
     print(f"Spearman rho ({_score_kind(args, 'run' if args.group_runs else None)}): "
           f"{summary}")
+    _print_tests(res, "spheres")
 
 
 # ------------------------------------------------------------------------------ main
@@ -604,7 +617,8 @@ def _add_analysis_options(p, what):
                                      ("--patience", "patience", int, 50),
                                      ("--tol", "tol", float, 1e-4),
                                      ("--batch-size", "batch_size", _batch_size, "auto"),
-                                     ("--chunk-size", chunk_key, int, None)):
+                                     ("--chunk-size", chunk_key, int, None),
+                                     ("--n-null", "n_null", int, 0)):
         p.add_argument(flag, type=kind, default=default, help=short_doc(key))
     p.add_argument("--out", required=True, help="output folder (created if needed)")
     p.add_argument("--overwrite", action="store_true",

@@ -31,6 +31,7 @@ from .core.importance import feature_importance, term_importance, warn_unidentif
 from .core.memory import memory_budget
 from .core.metric import term_index, term_names
 from .core.neural import NeuralTargets
+from .core.nulls import null_permutations, permutation_pvalues, permuted_pairs
 from .core.options import MLEMOptions, cv_description, jsonable
 from .core.pairs import kfold_stimuli, n_pairs, pair_indices
 from .core.sources import DenseRDMSource, RDMSource  # noqa: F401  (re-exported)
@@ -59,6 +60,13 @@ class CVOutput:
     terms, feature_names : list of str
     folds : list of (train_idx, test_idx)
     batch_size : list of int (per fold, first chunk)
+    fold_null : (n_folds, M, n_tests, n_null) | None
+        Test statistics of the null models (``n_null > 0``), for the tests ``"score"``
+        and each feature in turn.
+    tests : dict
+        ``name -> (observed (M,), null (n_null, M))`` fold-mean statistics of every test
+        (empty when ``n_null = 0``); :meth:`pvalues` turns them into p-values, and one
+        more test is one more entry.
     """
 
     W: np.ndarray
@@ -71,6 +79,15 @@ class CVOutput:
     feature_names: list
     folds: list
     batch_size: list = field(default_factory=list)
+    fold_null: np.ndarray = None
+    tests: dict = field(default_factory=dict)
+
+    def pvalues(self):
+        """``(names, pvalues, pvalues_fwe)`` of :attr:`tests`, or ``(None, None, None)``
+        when there are none (:func:`~mlem_neuro.core.nulls.permutation_pvalues`)."""
+        if not self.tests:
+            return None, None, None
+        return permutation_pvalues(self.tests)
 
 
 def check_groups(groups, n):
@@ -203,35 +220,113 @@ def _fold_space(options, table, train, k, n_folds):
         ) from None
 
 
-def _fit_chunk(source, enc_train, enc_test, train, test, options, seed):
-    """Train one chunk of models on training pairs; score and permute on held-out pairs."""
+def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=None):
+    """Train one chunk of models on training pairs; score and permute on held-out pairs.
+
+    ``null`` (relabellings ``(n_tests, n_null, n)``) adds every model's null models to the
+    stack: their training and held-out targets are gathered from the chunk's RDM of all
+    stimuli (:func:`~mlem_neuro.core.nulls.permuted_pairs`), and only the statistic each
+    test needs is computed on them.
+    """
     # separate streams: training draws as many batches as its slowest model needs
     train_seq, perm_seq = np.random.SeedSequence(seed).spawn(2)
     rng = np.random.default_rng(perm_seq)
     dev = check_device(options.device)
     n_permutations = options.n_permutations
-    targets = NeuralTargets.from_rdm(source.rdm(train, dev), len(train), dev)
+    target_train = source.rdm(train, dev)
+    if null is not None:
+        everything = source.rdm(np.arange(source.n_stimuli), dev)
+        target_train = _with_nulls(target_train, everything, null, train, source.n_stimuli)
+    targets = NeuralTargets.from_rdm(target_train, len(train), dev)
+    del target_train
     fit = fit_stack(enc_train, targets, options, random_state=np.random.default_rng(train_seq))
+    del targets
+    W = fit.W
+    if null is not None:
+        W = fit.W.reshape(-1, 1 + null.shape[0] * null.shape[1], *fit.W.shape[1:])
     target_test = source.rdm(test, dev)
     enc_t = enc_test.to_torch(dev, torch.float64)
     i, j = pair_indices(len(test))
-    if options.level == "term":
-        k, l = term_index(enc_test.n_features, options.model_interactions)
-        D = enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
-        drops, base = term_importance(fit.W, D, target_test, k, l, n_permutations, rng)
-    else:
-        drops, base = feature_importance(fit.W, enc_t, i, j, target_test, n_permutations, rng)
+    stat = _importance_fn(options, enc_t, enc_test.n_features, i, j)
+    drops, base = stat(W if null is None else W[:, 0], target_test, n_permutations, rng,
+                       None)
     drops = drops.cpu().numpy()
     std = drops.std(axis=-1, ddof=1) if n_permutations > 1 else np.zeros(drops.shape[:-1])
-    return dict(W=fit.W, score=base.cpu().numpy(), importance=drops.mean(axis=-1),
-                importance_perm_std=std, n_iter=fit.n_iter, converged=fit.converged,
-                batch_size=fit.batch_size)
+    out = dict(W=W if null is None else W[:, 0], score=base.cpu().numpy(),
+               importance=drops.mean(axis=-1), importance_perm_std=std,
+               n_iter=_observed(fit.n_iter, W), converged=_observed(fit.converged, W),
+               batch_size=fit.batch_size)
+    if null is not None:
+        out["null"] = _null_statistics(W[:, 1:], everything, null, test, options, stat,
+                                       perm_seq, len(test), len(i))
+    return out
 
 
-def _chunk_slices(M, n_train, chunk_size, n_jobs):
+def _observed(values, W):
+    """Per-model values of the observed models of a stack (every null model dropped)."""
+    return values if W.ndim == 3 else values.reshape(W.shape[:2])[:, 0]
+
+
+def _with_nulls(observed, everything, null, train, n):
+    """Training targets ``(M * (1 + R), P)``: each model's observed row then its ``R`` null
+    rows (relabellings ``null`` of the ``n`` stimuli, flattened test by test)."""
+    M, P = observed.shape
+    lin = torch.as_tensor(permuted_pairs(null.reshape(-1, n), train, n),
+                          device=everything.device)
+    out = torch.empty(M, 1 + lin.shape[0], P, dtype=torch.float64, device=observed.device)
+    out[:, 0] = observed
+    out[:, 1:] = everything[:, lin]
+    return out.reshape(M * (1 + lin.shape[0]), P)
+
+
+def _importance_fn(options, enc_t, m, i, j):
+    """``stat(W, target, K, rng, select) -> (drops, base)`` at the analysis's level."""
+    if options.level == "term":
+        k, l = term_index(m, options.model_interactions)
+        D = enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
+        return lambda W, target, K, rng, select: term_importance(W, D, target, k, l, K, rng,
+                                                                 select)
+    return lambda W, target, K, rng, select: feature_importance(W, enc_t, i, j, target, K,
+                                                                rng, select)
+
+
+def _null_statistics(W, everything, null, test, options, stat, perm_seq, n_test, n_pairs):
+    """Statistics ``(M, n_tests, n_null)`` of the null models ``W (M, n_tests * n_null,
+    m, m)`` on held-out pairs: the score for the score's nulls, feature ``f``'s importance
+    (its own term at ``level="term"``) for feature ``f``'s nulls.
+
+    Feature ``f``'s importance permutes the same stimuli (pairs, for terms) as the observed
+    importance of ``f`` did (the observed stream ``perm_seq`` replayed up to ``f``): the
+    observed and null statistics then differ only by the data, as an exact permutation test
+    needs (independent draws shared by all nulls would shift them together).
+    """
+    K = options.n_permutations
+    size = n_pairs if options.level == "term" else n_test
+    n_tests, n_null, n = null.shape
+    M, m = W.shape[0], W.shape[-1]
+    lin = torch.as_tensor(permuted_pairs(null.reshape(-1, n), test, n),
+                          device=everything.device)
+    out = np.empty((M, n_tests, n_null))
+    for t in range(n_tests):
+        Wt = torch.as_tensor(W[:, t * n_null:(t + 1) * n_null].reshape(-1, m, m))
+        target = everything[:, lin[t * n_null:(t + 1) * n_null]].reshape(M * n_null, -1)
+        if t == 0:              # the baseline score only, computed as the observed one
+            value = stat(Wt, target, K, None, [])[1]
+        else:
+            # feature t - 1's column (at term level its own term has the same index)
+            rng = np.random.default_rng(perm_seq)
+            for _ in range((t - 1) * K):
+                rng.permutation(size)
+            drops, _ = stat(Wt, target, K, rng, [t - 1])
+            value = drops[:, 0].mean(dim=-1)
+        out[:, t] = value.cpu().numpy().reshape(M, n_null)
+    return out
+
+
+def _chunk_slices(M, n_train, chunk_size, n_jobs, rows_per_model=1):
     if chunk_size is None:
         per_chunk = min(CHUNK_BYTES, memory_budget() // 16)
-        chunk_size = max(1, int(per_chunk // (8 * max(n_pairs(n_train), 1))))
+        chunk_size = max(1, int(per_chunk // (8 * rows_per_model * max(n_pairs(n_train), 1))))
         workers = effective_n_jobs(n_jobs)
         if workers > 1:
             chunk_size = min(chunk_size, -(-M // workers))
@@ -279,21 +374,45 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
         _check_fold_scorable(f, enc_test, names, flat)
         # one seed per fold: every chunk draws the same batches and permutations, so
         # results do not depend on chunk_size or n_jobs
-        seed = int(rng.integers(2**63 - 1))
-        for sl in _chunk_slices(M, len(train), opts.chunk_size, opts.n_jobs):
-            layout.append((f, sl, enc_train, enc_test, train, test, seed))
+        layout.append((f, enc_train, enc_test, train, test, int(rng.integers(2**63 - 1))))
     _warn_flat(flat)
+    # drawn after the folds' seeds: the observed results do not depend on n_null
+    null = _draw_nulls(opts, table, rng) if opts.n_null else None
+    rows = 1 if null is None else 1 + null.shape[0] * null.shape[1]
+    layout = [(f, sl, *rest) for f, *rest in layout
+              for sl in _chunk_slices(M, len(rest[2]), opts.chunk_size, opts.n_jobs, rows)]
     if opts.level == "term":
         # user > verbose wrapper > public > _fit > run_cv > warn_unidentifiable_terms
         warn_unidentifiable_terms(layout[0][2], opts.model_interactions, stacklevel=5)
     # chunk data are cut lazily, as joblib asks for the next job
-    jobs = (delayed(_fit_chunk)(source.subset(sl), et, ete, tr, te, opts, sd)
+    jobs = (delayed(_fit_chunk)(source.subset(sl), et, ete, tr, te, opts, sd, null)
             for _, sl, et, ete, tr, te, sd in layout)
     logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(layout))
     results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc)
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
              else list(names))
-    return _collect(layout, results, folds, terms, names, M)
+    out = _collect(layout, results, folds, terms, names, M)
+    if null is not None:
+        _add_tests(out)
+    return out
+
+
+def _draw_nulls(opts, table, rng):
+    """The relabellings of every test (drawn once per analysis, after the folds, so the
+    observed results do not depend on ``n_null``)."""
+    space = opts.feature_space().fit(table)
+    null_rng = np.random.default_rng(int(rng.integers(2**63 - 1)))
+    return null_permutations(space.transform(table), space.kinds_, opts.n_null, null_rng)
+
+
+def _add_tests(out):
+    """Fold-mean observed and null statistics of the tests "score" and each feature."""
+    null = out.fold_null.mean(axis=0)                       # (M, n_tests, n_null)
+    out.tests["score"] = (out.score.mean(axis=0), null[:, 0].T)
+    importance = out.importance.mean(axis=0)
+    for f, name in enumerate(out.feature_names):
+        col = out.terms.index(name)
+        out.tests[name] = (importance[:, col], null[:, 1 + f].T)
 
 
 def _check_fold_scorable(f, enc_test, names, flat):
@@ -326,6 +445,10 @@ def _collect(layout, results, folds, terms, names, M):
     for (f, sl, *_), r in zip(layout, results):
         for key in ("W", "score", "importance", "importance_perm_std", "n_iter", "converged"):
             getattr(out, key)[f, sl] = r[key]
+        if "null" in r:
+            if out.fold_null is None:
+                out.fold_null = np.empty((F, M) + r["null"].shape[1:])
+            out.fold_null[f, sl] = r["null"]
         if sl.start == 0:
             out.batch_size.append(r["batch_size"])
     return out
@@ -343,6 +466,13 @@ def result_settings(options, out, groups=None, **extra):
                     converged_fraction=float(np.mean(out.converged)))
     settings.update({k: jsonable(v) for k, v in extra.items()})
     return settings
+
+
+def result_tests(out):
+    """The ``tests``, ``pvalues`` and ``pvalues_fwe`` a result takes from ``out`` (all
+    ``None`` when no null was computed)."""
+    names, p, p_fwe = out.pvalues()
+    return dict(tests=names, pvalues=p, pvalues_fwe=p_fwe)
 
 
 def cv_settings(cv, folds):

@@ -27,7 +27,7 @@ from .adapters.nifti import (
 from .core.features import as_feature_table
 from .core.options import MLEMOptions
 from .core.sources import SphereRDMSource
-from .crossval import result_settings, run_cv
+from .crossval import result_settings, result_tests, run_cv
 from .results.brainmap import BrainMapResult
 from .utils import logger, verbose
 
@@ -49,7 +49,7 @@ def _prepare(imgs, features, mask_img, name="mask_img"):
 @fill_doc
 def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0, *,
                      groups=None, cv=5,
-                     n_permutations=10, level="feature", constraint="spd", interactions=True,
+                     n_permutations=10, n_null=0, level="feature", constraint="spd", interactions=True,
                      feature_kinds=None, feature_groups=None, missing_distance=0.0,
                      distance="euclidean", max_steps=1000, patience=50, lr=0.03, tol=1e-4,
                      batch_size="auto", chunk_size=None, n_jobs=None, device="cpu",
@@ -74,6 +74,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     %(groups_images)s
     %(cv_images)s
     %(n_permutations)s
+    %(n_null)s
     %(level)s
     %(constraint)s
     %(interactions)s
@@ -152,13 +153,13 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     return BrainMapResult(out.importance, out.score, out.W, out.n_iter, out.terms,
                           out.feature_names, settings, affine=centres_affine,
                           shape=centres_mask.shape, voxel_indices=centre_ijk,
-                          kind="searchlight")
+                          kind="searchlight", **result_tests(out))
 
 
 @verbose
 @fill_doc
 def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
-             n_permutations=10, level="feature",
+             n_permutations=10, n_null=0, level="feature",
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
              missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50, lr=0.03,
              tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None, device="cpu",
@@ -185,6 +186,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
     %(groups_images)s
     %(cv_images)s
     %(n_permutations)s
+    %(n_null)s
     %(level)s
     %(constraint)s
     %(interactions)s
@@ -256,5 +258,6 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
     return BrainMapResult(out.importance, out.score, out.W, out.n_iter, out.terms,
                           out.feature_names, settings, affine=img4d.affine,
                           shape=img4d.shape[:3], voxel_indices=ijk,
-                          voxel_model=voxel_model, kind="roi", region_labels=labels_out)
+                          voxel_model=voxel_model, kind="roi", region_labels=labels_out,
+                          **result_tests(out))
 

@@ -18,7 +18,7 @@ from .adapters.epochs import epochs_data, epochs_feature_table
 from .core.features import as_feature_table
 from .core.options import MLEMOptions
 from .core.sources import DenseRDMSource
-from .crossval import result_settings, run_cv
+from .crossval import result_settings, result_tests, run_cv
 from .results.timecourse import TimeCourseResult
 from .times import check_window, time_mask, window_average
 from .utils import check_float, logger, verbose
@@ -100,7 +100,11 @@ def _fit(data, table, times, ch_names, *, settings, options, groups):
                            feature_names=out.feature_names, settings=settings, times=times,
                            ch_names=ch_names,
                            fold_importance_perm_std=out.importance_perm_std,
-                           converged=out.converged)
+                           converged=out.converged, **result_tests(out))
+    if res.pvalues is not None:
+        logger.info("MLEM tests (%d null permutations): FWE-significant time points %s",
+                    options.n_null, {t: int((res.pvalues_fwe[:, k] < 0.05).sum())
+                                     for k, t in enumerate(res.tests)})
     logger.info("MLEM time course done: peak %s score %.3f at t = %.3f", res.score_kind,
                 float(np.max(res.score)), float(times[int(np.argmax(res.score))]))
     return res
@@ -110,7 +114,7 @@ def _fit(data, table, times, ch_names, *, settings, options, groups):
 @fill_doc
 def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=None,
                tmax=None, decim=1, window=None, scale=True, groups=None, cv=5,
-               n_permutations=10, level="feature", constraint="spd", interactions=True,
+               n_permutations=10, n_null=0, level="feature", constraint="spd", interactions=True,
                feature_kinds=None, feature_groups=None,
                missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
                lr=0.03, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
@@ -139,6 +143,7 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     %(groups_trials)s
     %(cv_trials)s
     %(n_permutations)s
+    %(n_null)s
     %(level)s
     %(constraint)s
     %(interactions)s
@@ -210,9 +215,10 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
 @verbose
 @fill_doc
 def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1, *,
-                window=None, scale=True, groups=None, cv=5, n_permutations=10, level="feature",
-                constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
-                missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
+                window=None, scale=True, groups=None, cv=5, n_permutations=10, n_null=0,
+                level="feature", constraint="spd", interactions=True, feature_kinds=None,
+                feature_groups=None, missing_distance=0.0, distance="euclidean",
+                max_steps=1000, patience=50,
                 lr=0.03, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
                 device="cpu", random_state=None, verbose=None):
     """Time-resolved MLEM on MEG/EEG epochs: feature-importance time courses.
@@ -240,6 +246,7 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     %(groups_epochs)s
     %(cv_trials)s
     %(n_permutations)s
+    %(n_null)s
     %(level)s
     %(constraint)s
     %(interactions)s

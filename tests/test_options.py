@@ -23,6 +23,8 @@ BAD = [
     ("interactions", "yes", TypeError, r"interactions must be True or False; got 'yes'"),
     ("chunk_size", 0, ValueError, r"chunk_size must be an int >= 1; got 0"),
     ("n_permutations", 0, ValueError, r"n_permutations must be an int >= 1; got 0"),
+    ("n_null", -1, ValueError, r"n_null must be an int >= 0; got -1"),
+    ("n_null", 2.0, TypeError, r"n_null must be an int >= 0; got 2.0"),
     ("max_steps", 0, ValueError, r"max_steps must be an int >= 1; got 0"),
     ("max_steps", True, TypeError, r"max_steps must be an int >= 1; got True"),
     ("constraint", "psd", ValueError, r"constraint must be one of \['spd', 'diagonal', "
@@ -44,7 +46,7 @@ BAD = [
 #: options an entry point does not take (the estimator has no folds, chunks or jobs;
 #: the brain-map analyses report term-level importance).
 NOT_TAKEN = {
-    "MLEM": {"cv", "chunk_size", "n_jobs", "level"},
+    "MLEM": {"cv", "chunk_size", "n_jobs", "level", "n_null"},
     "mlem_searchlight": {"level"},
     "mlem_roi": {"level"},
 }
@@ -244,7 +246,8 @@ def test_colon_in_feature_names_is_refused():
 CLI_FLAGS = {"lr": "--lr", "patience": "--patience", "tol": "--tol",
              "chunk_size": "--chunk-size", "max_steps": "--max-steps",
              "batch_size": "--batch-size", "n_jobs": "--n-jobs", "device": "--device",
-             "random_state": "--seed", "n_permutations": "--n-permutations"}
+             "random_state": "--seed", "n_permutations": "--n-permutations",
+             "n_null": "--n-null"}
 
 
 def _reaches_the_options(param, value):

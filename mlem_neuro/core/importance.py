@@ -326,7 +326,7 @@ def _term_drops_per_pair(w, rest, t, new, base, tz):
     return drops
 
 
-def _term_importance_batched(w, D, target, k, l, K, rng):
+def _term_importance_batched(w, D, target, k, l, K, rng, select=None):
     """:func:`term_importance` with every pair's term row in memory (models batched)."""
     dev = D.device
     Pt = _term_rows(D.double(), k, l)
@@ -338,21 +338,22 @@ def _term_importance_batched(w, D, target, k, l, K, rng):
         base = _score(_fold(w, Pt), tz)
     M, T = w.shape
     P = Pt.shape[0]
-    drops = torch.empty(M, T, K, dtype=torch.float64, device=dev)
-    for t in range(T):
+    select = range(T) if select is None else select
+    drops = torch.empty(M, len(select), K, dtype=torch.float64, device=dev)
+    for c, t in enumerate(select):
         perms = torch.as_tensor(np.stack([rng.permutation(P) for _ in range(K)]), device=dev)
         new = Pt[perms, t]                                      # (K, P)
         grouping = None if rows is None else _grouping(rows, t, new, P)
         if grouping is not None:
             canon, index, key, counts = grouping
             q_groups = _term_q(w, _fold(w, canon, {t}), t, canon[:, t])[:, index]
-            drops[:, t] = _grouped_drops(base, q_groups, key, counts, tz, P)
+            drops[:, c] = _grouped_drops(base, q_groups, key, counts, tz, P)
         else:
-            drops[:, t] = _term_drops_per_pair(w, _fold(w, Pt, {t}), t, new, base, tz)
+            drops[:, c] = _term_drops_per_pair(w, _fold(w, Pt, {t}), t, new, base, tz)
     return drops, base
 
 
-def term_importance(W, D, target, k, l, n_permutations, rng):
+def term_importance(W, D, target, k, l, n_permutations, rng, select=None):
     """Score drops ``(M, n_terms, n_permutations)`` and baselines ``(M,)``.
 
     Parameters
@@ -368,6 +369,9 @@ def term_importance(W, D, target, k, l, n_permutations, rng):
     n_permutations : int
     rng : numpy Generator
         Draws, for each term in turn, ``n_permutations`` permutations of the pairs.
+    select : list of int | None
+        Compute only these terms (the drops then have ``len(select)`` columns, in that
+        order; e.g. a null model that needs one term's importance).
 
     When the term rows take few distinct values (categorical features), pairs are scored by
     group (:func:`~mlem_neuro.core.tied.grouped_spearman`): same scores, no sort of every
@@ -380,9 +384,9 @@ def term_importance(W, D, target, k, l, n_permutations, rng):
     P, M = pairs.n_pairs, W.shape[0]
     if _in_memory(P, M, pairs.n_features, len(k), n_permutations):
         return _term_importance_batched(w, pairs.distances(slice(0, P)), target, k, l,
-                                        n_permutations, rng)
+                                        n_permutations, rng, select)
     _check_lean(P, M)
-    return _lean_term(w, pairs, target, k, l, n_permutations, rng)
+    return _lean_term(w, pairs, target, k, l, n_permutations, rng, select)
 
 
 def _feature_drops_per_pair(W, w, D, k, l, f, skip, d_new, base, tz):
@@ -397,7 +401,7 @@ def _feature_drops_per_pair(W, w, D, k, l, f, skip, d_new, base, tz):
     return drops
 
 
-def _feature_importance_batched(W, pairs, target, K, rng):
+def _feature_importance_batched(W, pairs, target, K, rng, select=None):
     """:func:`feature_importance` with every pair's distances in memory (models batched)."""
     dev = pairs.device
     M, m = W.shape[0], W.shape[-1]
@@ -411,8 +415,9 @@ def _feature_importance_batched(W, pairs, target, K, rng):
     else:
         base = _score(_fold(w, D, terms=(k, l)), tz)
     P, n = D.shape[0], pairs.n_stimuli
-    drops = torch.empty(M, m, K, dtype=torch.float64, device=dev)
-    for f in range(m):
+    select = range(m) if select is None else select
+    drops = torch.empty(M, len(select), K, dtype=torch.float64, device=dev)
+    for c, f in enumerate(select):
         skip = _feature_terms(k, l, f)
         perms = torch.as_tensor(np.stack([rng.permutation(n) for _ in range(K)]), device=dev)
         d_new = torch.stack([pairs.feature(f, slice(0, P), perm=perms[r]) for r in range(K)])
@@ -421,13 +426,13 @@ def _feature_importance_batched(W, pairs, target, K, rng):
             canon, index, key, counts = grouping
             A, B = _feature_parts(W, w, canon, k, l, f, skip)
             q_groups = _feature_q(A, B, W[:, f, f, None], canon[:, f])[:, index]
-            drops[:, f] = _grouped_drops(base, q_groups, key, counts, tz, P)
+            drops[:, c] = _grouped_drops(base, q_groups, key, counts, tz, P)
         else:
-            drops[:, f] = _feature_drops_per_pair(W, w, D, k, l, f, skip, d_new, base, tz)
+            drops[:, c] = _feature_drops_per_pair(W, w, D, k, l, f, skip, d_new, base, tz)
     return drops, base
 
 
-def feature_importance(W, enc_t, i, j, target, n_permutations, rng):
+def feature_importance(W, enc_t, i, j, target, n_permutations, rng, select=None):
     """Score drops ``(M, m, n_permutations)`` when one feature is permuted across stimuli.
 
     Parameters
@@ -442,15 +447,18 @@ def feature_importance(W, enc_t, i, j, target, n_permutations, rng):
     n_permutations : int
     rng : numpy Generator
         Draws, for each feature in turn, ``n_permutations`` permutations of the stimuli.
+    select : list of int | None
+        Compute only these features (the drops then have ``len(select)`` columns, in that
+        order).
     """
     pairs = PairFeatures(enc_t, i, j)
     W = torch.as_tensor(W, dtype=torch.float64, device=pairs.device)
     target = torch.as_tensor(target, device=pairs.device)
     P, M, m = pairs.n_pairs, W.shape[0], W.shape[-1]
     if _in_memory(P, M, m, m * (m + 1) // 2 + m, n_permutations):
-        return _feature_importance_batched(W, pairs, target, n_permutations, rng)
+        return _feature_importance_batched(W, pairs, target, n_permutations, rng, select)
     _check_lean(P, M)
-    return _lean_feature(W, pairs, target, n_permutations, rng)
+    return _lean_feature(W, pairs, target, n_permutations, rng, select)
 
 
 # ------------------------------------------------------------------ block-wise path
@@ -586,7 +594,7 @@ def _lean_base(w, pairs, tz, k, l, blocks, groups):
                           tz, blocks)
 
 
-def _lean_term(w, pairs, target, k, l, K, rng):
+def _lean_term(w, pairs, target, k, l, K, rng, select=None):
     """:func:`term_importance` walking the pairs in blocks (see the module notes)."""
     M, T = w.shape
     P = pairs.n_pairs
@@ -594,8 +602,9 @@ def _lean_term(w, pairs, target, k, l, K, rng):
     tz = _lean_target_ranks(target)
     groups = _lean_groups(pairs, blocks)
     base = _lean_base(w, pairs, tz, k, l, blocks, groups)
-    drops = torch.empty(M, T, K, dtype=torch.float64, device=tz.device)
-    for t in range(T):
+    select = range(T) if select is None else select
+    drops = torch.empty(M, len(select), K, dtype=torch.float64, device=tz.device)
+    for c, t in enumerate(select):
         grouped = None if groups is None else _term_canon(w, groups[0], k, l, t, P)
         rest = None
         if grouped is None and K > 1:           # the other terms' sum, reused K times
@@ -611,7 +620,7 @@ def _lean_term(w, pairs, target, k, l, K, rng):
                 score = _per_pair_pass(
                     lambda sl: _lean_term_block(w, pairs, k, l, t, sl, perm[sl], rest), tz,
                     blocks)
-            drops[:, t, r] = base - score
+            drops[:, c, r] = base - score
     return drops, base
 
 
@@ -656,7 +665,7 @@ def _lean_term_block(w, pairs, k, l, t, sl, src, rest=None):
     return _term_q(w, rest, t, _term_col(D, 0, 0 if a == b else 1))
 
 
-def _lean_feature(W, pairs, target, K, rng):
+def _lean_feature(W, pairs, target, K, rng, select=None):
     """:func:`feature_importance` walking the pairs in blocks (see the module notes)."""
     M, m = W.shape[0], W.shape[-1]
     k, l = term_index(m, True)
@@ -666,8 +675,9 @@ def _lean_feature(W, pairs, target, K, rng):
     tz = _lean_target_ranks(target)
     groups = _lean_groups(pairs, blocks)
     base = _lean_base(w, pairs, tz, k, l, blocks, groups)
-    drops = torch.empty(M, m, K, dtype=torch.float64, device=tz.device)
-    for f in range(m):
+    select = range(m) if select is None else select
+    drops = torch.empty(M, len(select), K, dtype=torch.float64, device=tz.device)
+    for c, f in enumerate(select):
         skip = _feature_terms(k, l, f)
         grouped = None if groups is None else _feature_canon(W, w, groups, k, l, f, skip, P)
         parts, tried = None, False
@@ -684,7 +694,7 @@ def _lean_feature(W, pairs, target, K, rng):
                         W, w, pairs.distances(sl), k, l, f, skip), blocks, M, P, tz.device)
                 score = _per_pair_pass(lambda sl: _lean_feature_block(
                     W, w, pairs, k, l, f, skip, sl, perm, parts), tz, blocks)
-            drops[:, f, r] = base - score
+            drops[:, c, r] = base - score
     return drops, base
 
 

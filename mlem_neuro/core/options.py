@@ -203,6 +203,8 @@ CHECKS = {
     "max_steps": _int_at_least(1),
     "missing_distance": _missing_distance,
     "n_jobs": _n_jobs,
+    "n_null": _int_at_least(0, " (null permutations for the single-subject tests; 0 runs "
+                               "none)"),
     "n_permutations": _int_at_least(1),
     "patience": _int_at_least(1),
     "random_state": _random_state,
@@ -242,6 +244,7 @@ class MLEMOptions:
     level: str = "feature"
     distance: str = "euclidean"
     n_permutations: int = 10
+    n_null: int = 0
     max_steps: int = 1000
     patience: int = 50
     lr: float = 0.03

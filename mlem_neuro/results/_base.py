@@ -40,13 +40,17 @@ class BaseResult:
     %(terms)s
     %(feature_names)s
     %(settings)s
+    %(tests)s
+    %(pvalues)s
+    %(pvalues_fwe)s
     """
 
     #: names of extra ndarray attributes a subclass saves (besides the fold arrays).
     _extra_arrays: tuple = ()
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
-                 feature_names, settings=None):
+                 feature_names, settings=None, *, tests=None, pvalues=None,
+                 pvalues_fwe=None):
         self.fold_importance = np.asarray(fold_importance, dtype=float)
         self.fold_score = np.asarray(fold_score, dtype=float)
         self.fold_weights = np.asarray(fold_weights, dtype=float)
@@ -70,6 +74,52 @@ class BaseResult:
         if self.n_iter.shape != (F, M):
             raise ValueError(f"n_iter must have shape (folds, models) = {(F, M)}; got "
                              f"{self.n_iter.shape}")
+        self._set_tests(tests, pvalues, pvalues_fwe, M)
+
+    def _set_tests(self, tests, pvalues, pvalues_fwe, M):
+        given = [x is not None for x in (tests, pvalues, pvalues_fwe)]
+        if any(given) and not all(given):
+            raise ValueError("tests, pvalues and pvalues_fwe go together: give all three "
+                             "or none.")
+        self.tests = None if tests is None else [str(t) for t in tests]
+        self.pvalues = self.pvalues_fwe = None
+        if tests is None:
+            return
+        self.pvalues = np.asarray(pvalues, dtype=float)
+        self.pvalues_fwe = np.asarray(pvalues_fwe, dtype=float)
+        shape = (M, len(self.tests))
+        if self.pvalues.shape != shape or self.pvalues_fwe.shape != shape:
+            raise ValueError(f"pvalues and pvalues_fwe must have shape (models, tests) = "
+                             f"{shape}; got {self.pvalues.shape} and "
+                             f"{self.pvalues_fwe.shape}")
+
+    def _test_index(self, test):
+        if self.tests is None:
+            raise ValueError("this result has no tests: run the analysis with n_null > 0 "
+                             "(e.g. n_null=200).")
+        if test not in self.tests:
+            raise ValueError(f"unknown test {test!r}; tests are {self.tests}")
+        return self.tests.index(test)
+
+    def significant(self, test, alpha=0.05, corrected=True):
+        """Models where ``test`` is significant.
+
+        Parameters
+        ----------
+        test : str
+            A name of :attr:`tests` (``"score"`` or a feature).
+        alpha : float
+            Level of the test.
+        corrected : bool
+            Use the family-wise corrected p-values (max statistic over models).
+
+        Returns
+        -------
+        mask : ndarray of bool (n_models,)
+        """
+        k = self._test_index(test)
+        p = self.pvalues_fwe if corrected else self.pvalues
+        return p[:, k] < alpha
 
     # ------------------------------------------------------------- summaries
     @property
@@ -151,7 +201,20 @@ class BaseResult:
         data["importance"] = self.importance.ravel()
         data["importance_fold_std"] = self.importance_fold_std.ravel()
         data["score"] = np.repeat(self.score, T)
+        if self.tests is not None:
+            for name, p in (("pvalue", self.pvalues), ("pvalue_fwe", self.pvalues_fwe)):
+                data[name] = self._term_pvalues(p).ravel()
+                if "score" in self.tests:
+                    data[f"score_{name}"] = np.repeat(p[:, self.tests.index("score")], T)
         return pd.DataFrame(data)
+
+    def _term_pvalues(self, p):
+        """``(M, n_terms)`` p-values of each term's test (NaN for terms without one)."""
+        out = np.full(self.importance.shape, np.nan)
+        for k, term in enumerate(self.terms):
+            if term in self.tests and term != "score":
+                out[:, k] = p[:, self.tests.index(term)]
+        return out
 
     # ------------------------------------------------------------------ I/O
     def _state(self):
@@ -162,6 +225,9 @@ class BaseResult:
             arrays[name] = np.asarray(getattr(self, name))
         meta = dict(terms=self.terms, feature_names=self.feature_names,
                     settings=self.settings, extra=self._extra_meta())
+        if self.tests is not None:
+            arrays.update(pvalues=self.pvalues, pvalues_fwe=self.pvalues_fwe)
+            meta["tests"] = self.tests
         return arrays, meta
 
     def _extra_meta(self):
@@ -171,10 +237,13 @@ class BaseResult:
     @classmethod
     def _from_state(cls, arrays, meta):
         extra_arrays = {name: arrays[name] for name in cls._extra_arrays}
+        # files written before the tests existed have none of these entries
+        tests = dict(tests=meta.get("tests"), pvalues=arrays.get("pvalues"),
+                     pvalues_fwe=arrays.get("pvalues_fwe"))
         return cls(fold_importance=arrays["fold_importance"], fold_score=arrays["fold_score"],
                    fold_weights=arrays["fold_weights"], n_iter=arrays["n_iter"],
                    terms=meta["terms"], feature_names=meta["feature_names"],
-                   settings=meta["settings"], **extra_arrays, **meta["extra"])
+                   settings=meta["settings"], **tests, **extra_arrays, **meta["extra"])
 
     def save(self, fname, overwrite=False):
         """Save to a ``.npz`` file, readable with :func:`mlem_neuro.read_result`.

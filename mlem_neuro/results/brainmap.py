@@ -46,6 +46,9 @@ class BrainMapResult(BaseResult):
         region (its value over the region's voxels).
     region_labels : list | None
         Atlas label of each model (``kind="roi"``).
+    %(tests)s
+    %(pvalues)s
+    %(pvalues_fwe)s
 
     Attributes
     ----------
@@ -68,9 +71,11 @@ class BrainMapResult(BaseResult):
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, affine, shape, voxel_indices,
-                 voxel_model=None, kind="searchlight", region_labels=None):
+                 voxel_model=None, kind="searchlight", region_labels=None, tests=None,
+                 pvalues=None, pvalues_fwe=None):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
-                         feature_names, settings)
+                         feature_names, settings, tests=tests, pvalues=pvalues,
+                         pvalues_fwe=pvalues_fwe)
         self.affine = np.asarray(affine, dtype=float)
         self.shape = tuple(int(s) for s in np.asarray(shape).ravel())
         self.voxel_indices = np.asarray(voxel_indices, dtype=np.int64).reshape(-1, 3)
@@ -197,6 +202,26 @@ class BrainMapResult(BaseResult):
         """Fold-mean held-out Spearman ρ of every model as a 3D image."""
         return self._paint(self.score)
 
+    def significance_img(self, test, alpha=0.05, corrected=True):
+        """Where ``test`` is significant, as a binary 3D image (needs ``n_null > 0``).
+
+        Parameters
+        ----------
+        test : str
+            One of :attr:`tests` (``"score"`` or a feature).
+        alpha : float
+            Level of the test.
+        corrected : bool
+            Family-wise corrected over models (:attr:`pvalues_fwe`, default) or not
+            (:attr:`pvalues`).
+
+        Returns
+        -------
+        img : Nifti1Image
+            1 at the voxels of significant models, 0 elsewhere.
+        """
+        return self._paint(self.significant(test, alpha, corrected).astype(float))
+
     def _one_term(self, term):
         if not isinstance(term, str):
             raise TypeError(f"term must be a str, one of {self.terms}; got {term!r}")
@@ -251,6 +276,8 @@ class BrainMapResult(BaseResult):
             Searchlight: columns ``i, j, k`` (centre voxel), ``x, y, z`` (mm), ``term``,
             ``importance``, ``importance_fold_std``, ``score``.  ROI: ``region`` (label),
             ``n_voxels``, ``x, y, z`` (region centroid, mm), then the same value columns.
+            With tests (``n_null > 0``) also ``pvalue`` and ``pvalue_fwe`` (the term's
+            test; NaN for a term without one) and ``score_pvalue``, ``score_pvalue_fwe``.
         """
         xyz = self.model_coords()
         if self.kind == "searchlight":
@@ -264,13 +291,18 @@ class BrainMapResult(BaseResult):
         return self._long_frame(coords)
 
     # -------------------------------------------------------------------- plot
-    def plot(self, term=None, **kwargs):
+    def plot(self, term=None, alpha=0.05, **kwargs):
         """Plot the importance map of ``term`` (or the score map) with nilearn.
+
+        With tests (``n_null > 0``), the voxels whose family-wise corrected p-value is
+        below ``alpha`` are outlined (black contours).
 
         Parameters
         ----------
         term : str | None
             A term of :attr:`terms`; ``None`` plots the held-out score map.
+        alpha : float
+            Level of the corrected tests that are outlined.
         **kwargs
             Passed to :func:`nilearn.plotting.plot_stat_map` (``bg_img``,
             ``display_mode``, ``threshold``, ``axes``...).
@@ -286,7 +318,13 @@ class BrainMapResult(BaseResult):
         else:
             img, title = self.importance_img(term), f"importance: {term}"
         kwargs.setdefault("title", title)
-        return plot_stat_map(img, **kwargs)
+        display = plot_stat_map(img, **kwargs)
+        test = "score" if term is None else term
+        if self.tests is not None and test in self.tests:
+            sig = self.significance_img(test, alpha)
+            if np.asarray(sig.dataobj).any():
+                display.add_contours(sig, levels=[0.5], colors="k", linewidths=1.0)
+        return display
 
 
 def nifti_terms(img):

@@ -35,6 +35,9 @@ class TimeCourseResult(BaseResult):
         Standard deviation of the importance across permutations (NaN when unknown).
     converged : ndarray of bool (n_folds, n_times) | None
         Whether training early-stopped (``patience``) rather than hitting ``max_steps``.
+    %(tests)s
+    %(pvalues)s
+    %(pvalues_fwe)s
 
     Attributes
     ----------
@@ -58,9 +61,11 @@ class TimeCourseResult(BaseResult):
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, times=None, ch_names=None,
-                 fold_importance_perm_std=None, converged=None):
+                 fold_importance_perm_std=None, converged=None, tests=None, pvalues=None,
+                 pvalues_fwe=None):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
-                         feature_names, settings)
+                         feature_names, settings, tests=tests, pvalues=pvalues,
+                         pvalues_fwe=pvalues_fwe)
         F, M, T = self.fold_importance.shape
         times = np.arange(M, dtype=float) if times is None else np.asarray(times, dtype=float)
         if times.shape != (M,):
@@ -112,7 +117,9 @@ class TimeCourseResult(BaseResult):
         -------
         DataFrame
             Columns ``time``, ``term``, ``importance`` (fold mean), ``importance_fold_std``
-            (fold spread), ``score`` and ``score_std`` (held-out Spearman ρ at that time).
+            (fold spread), ``score`` and ``score_std`` (held-out Spearman ρ at that time);
+            with tests (``n_null > 0``) also ``pvalue``, ``pvalue_fwe`` (the term's test;
+            NaN for a term without one), ``score_pvalue`` and ``score_pvalue_fwe``.
         """
         df = self._long_frame({"time": self.times})
         df["score_std"] = np.repeat(self.score_std, len(self.terms))
@@ -153,8 +160,12 @@ class TimeCourseResult(BaseResult):
         return mne.EvokedArray(data, info, tmin=float(self.times[0]), nave=self.n_folds,
                                comment="MLEM importance", verbose=False)
 
-    def plot(self, terms=None, axes=None, show=True, score=True):
+    def plot(self, terms=None, axes=None, show=True, score=True, alpha=0.05):
         """Importance over time, fold mean ± fold spread (std), and the held-out score.
+
+        With tests (``n_null > 0``), the time points whose family-wise corrected p-value
+        is below ``alpha`` are marked by a bar under the curves (one row per term, in its
+        colour; black for the score).
 
         Parameters
         ----------
@@ -166,6 +177,8 @@ class TimeCourseResult(BaseResult):
             Call ``plt.show()``.
         score : bool
             Add a panel with the held-out Spearman ρ (when ``axes`` is None).
+        alpha : float
+            Level of the corrected tests that are marked.
 
         Returns
         -------
@@ -187,10 +200,14 @@ class TimeCourseResult(BaseResult):
             fig = axs[0].figure
         t, mean, std = self.times, self.importance, self.importance_fold_std
         ax = axs[0]
+        marks = []
         for k in idx:
             line, = ax.plot(t, mean[:, k], label=self.terms[k])
             ax.fill_between(t, mean[:, k] - std[:, k], mean[:, k] + std[:, k],
                             color=line.get_color(), alpha=0.25, linewidth=0)
+            if self.tests is not None and self.terms[k] in self.tests:
+                marks.append((self.significant(self.terms[k], alpha), line.get_color()))
+        _mark_significant(ax, t, marks)
         ax.axhline(0, color="k", linewidth=0.8)
         ax.set_ylabel("importance (Δ Spearman ρ)")
         spread = "std over folds" if self.n_folds > 1 else "single fit, cv=None"
@@ -202,9 +219,26 @@ class TimeCourseResult(BaseResult):
             ax2.fill_between(t, self.score - self.score_std, self.score + self.score_std,
                              color="k", alpha=0.2, linewidth=0)
             ax2.axhline(0, color="k", linewidth=0.8, linestyle=":")
+            if self.tests is not None and "score" in self.tests:
+                _mark_significant(ax2, t, [(self.significant("score", alpha), "k")])
             ax2.set_ylabel(f"{self.score_kind} ρ{self._no_cv_note}")
         axs[-1].set_xlabel("time (s)" if self.settings.get("times_in_seconds", True)
                            else "sample")
         if show:
             plt.show()
         return fig
+
+
+def _mark_significant(ax, t, marks):
+    """Bars under the data of ``ax`` at the times where each mask of ``marks`` is True."""
+    if not any(mask.any() for mask, _ in marks):
+        return
+    lo, hi = ax.get_ylim()
+    step = 0.03 * (hi - lo)
+    half = np.diff(t).min() / 2 if len(t) > 1 else 0.5
+    for row, (mask, color) in enumerate(marks):
+        y = lo - step * (row + 1)
+        for k in np.flatnonzero(mask):
+            ax.plot([t[k] - half, t[k] + half], [y, y], color=color, linewidth=3,
+                    solid_capstyle="butt")
+    ax.set_ylim(lo - step * (len(marks) + 1), hi)

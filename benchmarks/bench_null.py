@@ -1,0 +1,76 @@
+"""Cost of the single-subject permutation tests against ``n_null=0``.
+
+A time-resolved analysis of 200 trials x 64 channels x 100 time points
+(:func:`mlem_neuro.simulation.simulate_epochs`, three binary features A, B, C with A and B
+encoded in windows), level="feature", cv=5, the default training options: ``n_null=0``,
+then each ``--n-null`` value.  The null models are trained like the observed ones, so the
+training grows linearly with the ``1 + n_null * n_tests`` models per time point (801 at
+n_null=200: hours on a 2-core machine, hence small defaults and a linear extrapolation in
+the performance page).  All runs are in this process, one after the other (serially), with
+the same seed; the script prints the wall and CPU (process) times (with one torch thread
+the CPU time does not depend on what else the machine runs), their ratios to n_null=0,
+and with ``--profile`` where the time goes.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_null.py [--n-times 100] [--n-null 5 10]
+"""
+import argparse
+import cProfile
+import io
+import pstats
+import time
+
+import torch
+from _common import add_device_argument, clock, describe, warm_up
+
+import mlem_neuro
+from mlem_neuro.simulation import simulate_epochs
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n-trials", type=int, default=200)
+    parser.add_argument("--n-channels", type=int, default=64)
+    parser.add_argument("--n-times", type=int, default=100)
+    parser.add_argument("--n-null", type=int, nargs="+", default=[5],
+                        help="n_null of the runs with tests (their cost grows linearly)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--profile", action="store_true")
+    add_device_argument(parser)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    warm_up(args.device)
+    data, table, times = simulate_epochs(n_trials=args.n_trials, n_channels=args.n_channels,
+                                         n_times=args.n_times, sfreq=100.0, tmin=-0.2,
+                                         random_state=0)
+    kw = dict(times=times, level="feature", cv=5, device=args.device, random_state=0)
+    print(describe(args.device))
+    print(f"{args.n_trials} trials x {args.n_channels} channels x {args.n_times} time points, "
+          f"features {list(table.columns)} (binary), level='feature', cv=5")
+    t0, c0 = clock(args.device), time.process_time()
+    ref = mlem_neuro.mlem_array(data, table, **kw)
+    t_ref, c_ref = clock(args.device) - t0, time.process_time() - c0
+    print(f"n_null=0: {t_ref:.1f} s wall, {c_ref:.1f} s CPU (steps per model "
+          f"{ref.n_iter.mean():.0f})")
+    for n_null in args.n_null:
+        prof = cProfile.Profile() if args.profile else None
+        t0, c0 = clock(args.device), time.process_time()
+        if prof:
+            prof.enable()
+        res = mlem_neuro.mlem_array(data, table, n_null=n_null, **kw)
+        if prof:
+            prof.disable()
+        t_null, c_null = clock(args.device) - t0, time.process_time() - c0
+        rows = 1 + len(res.tests) * n_null
+        print(f"n_null={n_null}: {t_null:.1f} s wall, {c_null:.1f} s CPU; ratio "
+              f"{t_null / t_ref:.1f}x wall, {c_null / c_ref:.1f}x CPU ({len(res.tests)} tests, "
+              f"{rows} trained models per time point and fold)")
+        print("  FWE-significant time points:", {t: int(res.significant(t).sum())
+                                                  for t in res.tests})
+        if prof:
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(12)
+            print(out.getvalue())
+
+
+if __name__ == "__main__":
+    main()

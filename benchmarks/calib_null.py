@@ -1,0 +1,184 @@
+"""Calibration and power of the single-subject permutation tests (``n_null``).
+
+Simulated time-resolved data (trials x channels x time points) where the truth is known:
+
+* ``noise``: pure noise, two balanced binary features: every test's null is true.  Reports
+  the KS test of the pooled p-values against uniform (per test) and the family-wise error
+  rate (datasets with any FWE p < 0.05) per test.
+* ``other-binary`` / ``other-levels`` / ``other-numeric``: feature ``B`` strongly encoded at
+  every time point (binary, 4 levels, or numeric: a 1-D embedding of a uniform value), ``A``
+  (binary) not encoded: the false-positive rates of ``A``'s conditional null, pointwise and
+  FWE.  ``--unconditional`` also reports what a null that relabels all stimuli would give
+  for ``A`` (the score's relabellings used for ``A``'s statistic), the reason for the
+  conditional null.
+* ``power``: :func:`mlem_neuro.simulation.simulate_epochs` with ``A`` encoded in 0.1-0.3 s
+  and ``B`` a control: the fraction of datasets where ``A``'s corrected p < 0.05 at some
+  time inside the window, and where any time at least 0.1 s from it, or ``B`` anywhere, is
+  corrected-significant.
+
+Run (about 40 min on one busy core)::
+
+    OMP_NUM_THREADS=1 python benchmarks/calib_null.py --unconditional
+"""
+import argparse
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy import stats
+
+import mlem_neuro
+from mlem_neuro.simulation import simulate_epochs
+
+FIT = dict(cv=3, max_steps=100, patience=20, n_permutations=2, level="feature")
+
+
+def other_encoded(kind, n=36, C=6, T=8, amplitude=1.0, seed=0):
+    """Noise plus feature ``B`` (``kind``) encoded at every time; ``A`` binary, not encoded."""
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal((n, C, T))
+    A = rng.permutation(np.arange(n) % 2).astype(bool)
+    if kind == "binary":
+        codes = rng.permutation(np.arange(n) % 2)
+    elif kind == "levels":
+        codes = rng.permutation(np.arange(n) % 4)
+    else:
+        codes = None
+    if codes is not None:
+        patterns = rng.standard_normal((codes.max() + 1, C))
+        data += amplitude * patterns[codes][:, :, None]
+        B = pd.Categorical([f"L{c}" for c in codes])
+    else:
+        B = rng.uniform(0, 1, n)
+        direction = rng.standard_normal(C)
+        data += 3 * amplitude * (B[:, None] * direction[None])[:, :, None]
+    return data, pd.DataFrame({"A": A, "B": B})
+
+
+def noise(n=36, C=6, T=8, seed=0):
+    rng = np.random.default_rng(seed)
+    table = pd.DataFrame({"A": rng.permutation(np.arange(n) % 2).astype(bool),
+                          "B": rng.permutation(np.arange(n) % 2).astype(bool)})
+    return rng.standard_normal((n, C, T)), table
+
+
+def run(data, table, n_null, seed, times=None):
+    # the analysis's seed differs from the data's: folds and relabellings must not be
+    # drawn from the bits that made the noise
+    return mlem_neuro.mlem_array(data, table, times=times, n_null=n_null,
+                                 random_state=10**6 + seed, **FIT)
+
+
+def study_noise(n_datasets, n_null):
+    pooled, fwe = [], []
+    for s in range(n_datasets):
+        res = run(*noise(seed=s), n_null, s)
+        pooled.append(res.pvalues)
+        fwe.append((res.pvalues_fwe < 0.05).any(axis=0))
+    pooled, fwe = np.concatenate(pooled), np.array(fwe)
+    out = {}
+    for k, name in enumerate(res.tests):
+        ks = stats.kstest(pooled[:, k], "uniform").pvalue
+        out[name] = dict(ks_p=ks, fpr=float((pooled[:, k] < 0.05).mean()),
+                         fwe=float(fwe[:, k].mean()))
+    return out
+
+
+def study_other(kind, n_datasets, n_null, unconditional=False):
+    kinds = KINDS if kind is None else (kind,)
+    return {k: _study_other(k, n_datasets, n_null, unconditional) for k in kinds}
+
+
+KINDS = ("binary", "levels", "numeric")
+
+
+def _study_other(kind, n_datasets, n_null, unconditional=False):
+    fpr, fwe, naive_fwe, naive_fpr, score = [], [], [], [], []
+    for s in range(n_datasets):
+        data, table = other_encoded(kind, seed=s)
+        res = run(data, table, n_null, s)
+        a = res.tests.index("A")
+        fpr.append(res.pvalues[:, a] < 0.05)
+        fwe.append(bool((res.pvalues_fwe[:, a] < 0.05).any()))
+        score.append(res.score.mean())
+        if unconditional:
+            naive_fpr.append(_naive_p(data, table, n_null, s) < 0.05)
+            naive_fwe.append(bool(naive_fpr[-1].any()))
+    out = dict(fpr=float(np.mean(fpr)), fwe=float(np.mean(fwe)), score=float(np.mean(score)))
+    if unconditional:
+        out.update(naive_fpr=float(np.mean(naive_fpr)), naive_fwe=float(np.mean(naive_fwe)))
+    return out
+
+
+def _naive_p(data, table, n_null, seed):
+    """Pointwise p of A's importance against nulls that relabel every stimulus."""
+    from mlem_neuro.core import nulls
+
+    real = nulls.strata
+    try:               # every feature's strata: all stimuli (the unconditional null)
+        nulls.strata = lambda enc, kinds, feature, n_bins=nulls.NULL_BINS: np.zeros(
+            enc.n_stimuli, dtype=np.int64)
+        res = run(data, table, n_null, seed)
+    finally:
+        nulls.strata = real
+    return res.pvalues[:, res.tests.index("A")]
+
+
+def study_power(n_datasets, n_null, amplitude):
+    hit, far, control = [], [], []
+    for s in range(n_datasets):
+        data, table, times = simulate_epochs(
+            n_trials=40, n_channels=8, n_times=30, sfreq=50.0, tmin=-0.1,
+            windows={"A": (0.1, 0.3), "B": None}, amplitude=amplitude, random_state=s)
+        res = run(data, table, n_null, s, times=times)
+        sig = res.pvalues_fwe < 0.05
+        a, b = res.tests.index("A"), res.tests.index("B")
+        inside = (times >= 0.1) & (times <= 0.3)
+        away = (times < 0.0) | (times > 0.4)
+        hit.append(bool(sig[inside, a].any()))
+        far.append(bool(sig[away, a].any()))
+        control.append(bool(sig[:, b].any()))
+    return dict(power=float(np.mean(hit)), far=float(np.mean(far)),
+                control_fwe=float(np.mean(control)))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", type=int, default=200)
+    parser.add_argument("--n-null", type=int, default=99)
+    parser.add_argument("--other-datasets", type=int, default=100)
+    parser.add_argument("--power-datasets", type=int, default=50)
+    parser.add_argument("--amplitude", type=float, default=1.0)
+    parser.add_argument("--only", default=None, help="run one study: noise, other, power")
+    parser.add_argument("--kind", default=None, choices=KINDS,
+                        help="with --only other: one kind of encoded feature B")
+    parser.add_argument("--unconditional", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    print(f"n_null={args.n_null}, fit {FIT}")
+    if args.only in (None, "noise"):
+        print(f"noise, {args.datasets} datasets of 36 trials x 6 channels x 8 times:")
+        for name, r in study_noise(args.datasets, args.n_null).items():
+            print(f"  {name:6s} KS p {r['ks_p']:.3f}  pointwise FPR {r['fpr']:.3f}  "
+                  f"FWE {r['fwe']:.3f}")
+    if args.only in (None, "other"):
+        for kind, r in study_other(args.kind, args.other_datasets, args.n_null,
+                                   args.unconditional).items():
+            print(f"B {kind} encoded (mean score {r['score']:.2f}), A not, "
+                  f"{args.other_datasets} datasets: A pointwise FPR {r['fpr']:.3f}, "
+                  f"FWE {r['fwe']:.3f}" + (f"; unconditional null: FPR "
+                                            f"{r['naive_fpr']:.3f}, FWE {r['naive_fwe']:.3f}"
+                                            if args.unconditional else ""))
+    if args.only in (None, "power"):
+        r = study_power(args.power_datasets, args.n_null, args.amplitude)
+        print(f"power, A in 0.1-0.3 s (amplitude {args.amplitude}), 40 trials x 8 channels "
+              f"x 30 times, {args.power_datasets} datasets: A FWE-significant in the window "
+              f"{r['power']:.2f}, >= 0.1 s away {r['far']:.2f}, control B anywhere "
+              f"{r['control_fwe']:.2f}")
+    print(f"total {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
