@@ -34,7 +34,7 @@ from .core.neural import NeuralTargets
 from .core.nulls import null_permutations, permutation_pvalues, permuted_pairs
 from .core.options import MLEMOptions, cv_description, jsonable
 from .core.pairs import kfold_stimuli, n_pairs, pair_indices
-from .core.sources import DenseRDMSource, RDMSource  # noqa: F401  (re-exported)
+from .core.sources import DenseRDMSource, RDMSource, SphereRDMSource  # noqa: F401
 from .utils import check_device, check_random_state, logger
 
 #: bytes of training-pair distances (float64) allowed in one chunk of models (at most a
@@ -394,7 +394,27 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     out = _collect(layout, results, folds, terms, names, M)
     if null is not None:
         _add_tests(out)
+        if opts.model_interactions and len(names) >= 2:
+            seed = int(rng.integers(2**63 - 1))
+            if isinstance(source, (DenseRDMSource, SphereRDMSource)):
+                out.tests["interactions"] = _interaction_test(source, table, opts, groups,
+                                                              seed)
+            else:
+                logger.warning("no test of interactions: it permutes residual response "
+                               "patterns, which a %s does not hold", type(source).__name__)
     return out
+
+
+def _interaction_test(source, table, opts, groups, seed):
+    """Observed and null statistics of the non-additivity test (its warnings and progress
+    repeat those of the analysis, so they are silenced)."""
+    from .core.additivity import interaction_test
+    from .utils import use_log_level
+
+    with warnings.catch_warnings(), use_log_level("WARNING"):
+        warnings.simplefilter("ignore", UserWarning)
+        return interaction_test(source, table, opts, groups=groups, n_null=opts.n_null,
+                                random_state=seed)
 
 
 def _draw_nulls(opts, table, rng):

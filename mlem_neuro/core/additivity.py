@@ -269,7 +269,7 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     null_source = PatternNullSource(source, basis, perms)
     # the same folds for both fits (cv=None: both in-sample, on all stimuli)
     common = dict(cv=None if options.cv is None else folds, random_state=seed,
-                  level="feature", n_permutations=1)
+                  level="feature", n_permutations=1, n_null=0)
     scores = []
     for constraint in (options.constraint, "diagonal"):
         opts = dataclasses.replace(options, constraint=constraint,
