@@ -49,7 +49,8 @@ def _prepare(imgs, features, mask_img, name="mask_img"):
 @fill_doc
 def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0, *,
                      groups=None, cv=5,
-                     n_permutations=10, n_null=0, level="feature", constraint="spd", interactions=True,
+                     n_permutations=10, n_null=0, level="feature", constraint="spd",
+                     interactions=True,
                      feature_kinds=None, feature_groups=None, missing_distance=0.0,
                      distance="euclidean", max_steps=1000, patience=50, lr=0.03, tol=1e-4,
                      batch_size="auto", chunk_size=None, n_jobs=None, device="cpu",

@@ -114,7 +114,8 @@ def _fit(data, table, times, ch_names, *, settings, options, groups):
 @fill_doc
 def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=None,
                tmax=None, decim=1, window=None, scale=True, groups=None, cv=5,
-               n_permutations=10, n_null=0, level="feature", constraint="spd", interactions=True,
+               n_permutations=10, n_null=0, level="feature", constraint="spd",
+               interactions=True,
                feature_kinds=None, feature_groups=None,
                missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
                lr=0.03, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
@@ -182,8 +183,8 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     >>> res = mlem_array(data, pd.DataFrame({"side": side.astype(bool),
     ...                                      "noise": rng.integers(0, 2, 40).astype(bool)}),
     ...                  sfreq=100.0, cv=3, max_steps=50, random_state=0)
-    >>> res.importance.shape
-    (12, 3)
+    >>> res.importance.shape                 # one column per feature
+    (12, 2)
     >>> bool(res.importance[6:, 0].mean() > res.importance[:6, 0].mean())
     True
     """
