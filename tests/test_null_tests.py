@@ -96,8 +96,8 @@ def test_no_null_by_default_and_observed_results_do_not_depend_on_n_null():
     assert ref.tests is None and ref.pvalues is None and ref.pvalues_fwe is None
     assert "pvalue" not in ref.to_data_frame()
     res = mlem_array(data, table, random_state=0, n_null=9, **SMALL)
-    assert res.tests == ["score", "A", "B"]
-    assert res.pvalues.shape == res.pvalues_fwe.shape == (6, 3)
+    assert res.tests == ["score", "A", "B", "interactions"]
+    assert res.pvalues.shape == res.pvalues_fwe.shape == (6, 4)
     assert res.settings["n_null"] == 9
     np.testing.assert_array_equal(res.fold_importance, ref.fold_importance)
     np.testing.assert_array_equal(res.fold_weights, ref.fold_weights)
@@ -110,7 +110,8 @@ def test_term_level_tests_use_the_main_effect_terms():
     data, table = _noise(1)
     res = mlem_array(data, table, random_state=0, n_null=4,
                      **{**SMALL, "level": "term"})
-    assert res.tests == ["score", "A", "B"] and res.terms == ["A", "B", "A:B"]
+    assert res.tests == ["score", "A", "B", "interactions"]
+    assert res.terms == ["A", "B", "A:B"]
     df = res.to_data_frame()
     assert df.loc[df.term == "A:B", "pvalue"].isna().all()
     assert df.loc[df.term == "A", "pvalue"].notna().all()
@@ -255,7 +256,8 @@ def test_searchlight_and_roi_carry_tests(tmp_path):
     mask = nib.Nifti1Image(np.ones((4, 4, 4), "int8"), np.eye(4))
     kw = dict(cv=3, max_steps=20, patience=10, n_permutations=1, random_state=0, n_null=9)
     res = mlem_neuro.mlem_searchlight(img, table, mask, radius=1.0, **kw)
-    assert res.tests == ["score", "a", "b"] and res.pvalues.shape == (64, 3)
+    assert res.tests == ["score", "a", "b", "interactions"]
+    assert res.pvalues.shape == (64, 4)
     sig = res.significance_img("score", alpha=0.2)
     assert sig.shape == (4, 4, 4) and set(np.unique(sig.get_fdata())) <= {0.0, 1.0}
     back = read_result(res.save(tmp_path / "s.npz"))
@@ -264,7 +266,7 @@ def test_searchlight_and_roi_carry_tests(tmp_path):
     labels = np.zeros((4, 4, 4), "int16")
     labels[:2], labels[2:] = 1, 2
     roi = mlem_neuro.mlem_roi(img, table, nib.Nifti1Image(labels, np.eye(4)), **kw)
-    assert roi.pvalues.shape == (2, 3)
+    assert roi.pvalues.shape == (2, 4)
 
 
 def test_command_line_n_null(tmp_path, capsys):
