@@ -12,6 +12,7 @@ the CPU time does not depend on what else the machine runs), their ratios to n_n
 and with ``--profile`` where the time goes.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_null.py [--n-times 100] [--n-null 5 10]
+        [--batch-size full]
 """
 import argparse
 import cProfile
@@ -33,6 +34,9 @@ def main():
     parser.add_argument("--n-times", type=int, default=100)
     parser.add_argument("--n-null", type=int, nargs="+", default=[5],
                         help="n_null of the runs with tests (their cost grows linearly)")
+    parser.add_argument("--batch-size", default="auto",
+                        help="'auto' (default), 'full' (every pair each step: cheaper "
+                             "null models with categorical features) or an int")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
     add_device_argument(parser)
@@ -42,10 +46,13 @@ def main():
     data, table, times = simulate_epochs(n_trials=args.n_trials, n_channels=args.n_channels,
                                          n_times=args.n_times, sfreq=100.0, tmin=-0.2,
                                          random_state=0)
-    kw = dict(times=times, level="feature", cv=5, device=args.device, random_state=0)
+    batch_size = int(args.batch_size) if args.batch_size.isdigit() else args.batch_size
+    kw = dict(times=times, level="feature", cv=5, batch_size=batch_size, device=args.device,
+              random_state=0)
     print(describe(args.device))
     print(f"{args.n_trials} trials x {args.n_channels} channels x {args.n_times} time points, "
-          f"features {list(table.columns)} (binary), level='feature', cv=5")
+          f"features {list(table.columns)} (binary), level='feature', cv=5, "
+          f"batch_size={batch_size!r}")
     t0, c0 = clock(args.device), time.process_time()
     ref = mlem_neuro.mlem_array(data, table, **kw)
     t_ref, c_ref = clock(args.device) - t0, time.process_time() - c0
