@@ -382,8 +382,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     layout = [(f, sl, *rest) for f, *rest in layout
               for sl in _chunk_slices(M, len(rest[2]), opts.chunk_size, opts.n_jobs, rows)]
     if opts.level == "term":
-        # user > verbose wrapper > public > _fit > run_cv > warn_unidentifiable_terms
-        warn_unidentifiable_terms(layout[0][2], opts.model_interactions, stacklevel=5)
+        warn_unidentifiable_terms(layout[0][2], opts.model_interactions)
     # chunk data are cut lazily, as joblib asks for the next job
     jobs = (delayed(_fit_chunk)(source.subset(sl), et, ete, tr, te, opts, sd, null)
             for _, sl, et, ete, tr, te, sd in layout)

@@ -402,7 +402,7 @@ class MLEM(BaseEstimator):
             names = list(self.feature_names_in_)
             if level == "term":
                 warn_unidentifiable_terms(self.feature_space_.transform(as_feature_table(y)),
-                                          self._interaction_terms, stacklevel=2)
+                                          self._interaction_terms)
                 k, l = term_index(len(names), self._interaction_terms)
                 drops, base = term_importance(self.W_[None], pairs, target, k, l, n_perm,
                                               rng)

@@ -6,6 +6,9 @@ import functools
 import inspect
 import logging
 import numbers
+import os
+import sys
+import warnings
 
 import numpy as np
 
@@ -129,3 +132,16 @@ def check_float(name, value, low=0.0, strict=True):
         raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low}; "
                          f"got {value}")
     return float(value)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def warn_user(message, category=UserWarning):
+    """``warnings.warn`` pointing at the first caller outside mlem_neuro (whatever path of
+    public functions and wrappers led here)."""
+    frame, level = sys._getframe(1), 2     # stacklevel 2: the caller of warn_user
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+            _PACKAGE_DIR + os.sep):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

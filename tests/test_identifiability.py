@@ -106,8 +106,29 @@ def test_estimator_term_level_warns():
         warnings.simplefilter("error")
         feat = est.permutation_importance(X, y, n_permutations=3)
     assert list(feat.index) == ["a", "b"]
-    with pytest.warns(UserWarning, match="not identifiable"):
+    with pytest.warns(UserWarning, match="not identifiable") as rec:
         est.permutation_importance(X, y, n_permutations=3, level="term")
+    assert rec[0].filename == __file__
+
+
+def test_warning_points_at_the_caller_from_every_entry_point():
+    """The same warning from the searchlight (no private driver in between) and from the
+    cross-validation driver itself names this file, not a frame inside the package."""
+    nib = pytest.importorskip("nibabel")
+    from mlem_neuro.core.sources import DenseRDMSource
+    from mlem_neuro.crossval import run_cv
+
+    X, y = _categorical()
+    img = nib.Nifti1Image(np.repeat(X.T.reshape(3, 2, 2, -1), 1, axis=0), np.eye(4))
+    mask = nib.Nifti1Image(np.ones((3, 2, 2), "int8"), np.eye(4))
+    with pytest.warns(UserWarning, match="not identifiable") as rec:
+        mlem_neuro.mlem_searchlight(img, y, mask, radius=1.0, cv=2, n_permutations=1,
+                                    level="term", **FAST)
+    assert [w.filename for w in rec if "identifiable" in str(w.message)] == [__file__]
+    with pytest.warns(UserWarning, match="not identifiable") as rec:
+        run_cv(DenseRDMSource(X[None]), y, MLEMOptions(cv=2, level="term", n_permutations=1,
+                                                       **FAST))
+    assert rec[0].filename == __file__
 
 
 # -------------------------------------------------------------------- spreads

@@ -27,11 +27,11 @@ the work up front when even those exceed the budget.
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import torch
 
+from ..utils import warn_user
 from .memory import check_memory, memory_budget
 from .metric import term_index, term_weights
 from .neural import CHUNK_BYTES
@@ -44,7 +44,7 @@ from .tied import MAX_GROUPS, distinct_rows, grouped_spearman
 MIN_BLOCK_PAIRS = 64
 
 
-def warn_unidentifiable_terms(enc, interactions, stacklevel=2):
+def warn_unidentifiable_terms(enc, interactions):
     """Warn that term-level interaction importances are not identifiable for ``enc``.
 
     When every feature distance takes two values (:meth:`EncodedFeatures.two_valued`),
@@ -54,13 +54,13 @@ def warn_unidentifiable_terms(enc, interactions, stacklevel=2):
     """
     if not interactions or enc.n_features < 2 or not enc.two_valued().all():
         return False
-    warnings.warn(
+    warn_user(
         "term-level importance with interactions is not identifiable here: every feature "
         "distance takes two values (categorical or two-valued features), so "
         "W = diag(w) + λ·w wᵀ ranks every pair alike for all λ >= 0 and a fit can move "
         "importance between 'f' and 'f:g' terms freely. Use level='feature' (the default) "
         "for importance, and the permutation test of interactions for evidence of "
-        "non-additivity.", UserWarning, stacklevel=stacklevel + 1)
+        "non-additivity.")
     return True
 
 
