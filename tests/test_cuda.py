@@ -72,7 +72,7 @@ def _numeric(n=60, seed=0):
 def test_grouped_soft_rank_values_and_gradients(path, monkeypatch):
     """Grouped soft ranks (float64) on the GPU equal the CPU's, values and gradients;
     the expansion runs torchsort's CUDA kernel."""
-    monkeypatch.setattr(tied, "_use_table", lambda *a: path == "table")
+    monkeypatch.setattr(tied, "_isotonic_method", lambda *a: path)
     if path == "expansion":
         assert tied._pav_kernel("cuda") is not None, "torchsort built without CUDA"
     g = torch.Generator().manual_seed(3)
@@ -296,11 +296,14 @@ def test_pav_kernel_is_none_without_torchsorts_cuda_extension(monkeypatch):
     assert tied._pav_kernel("cpu") is not None
 
 
-def test_gpu_prefers_the_interval_table():
+def test_gpu_prefers_the_interval_table(monkeypatch):
     """On a GPU the interval table is used whenever it fits in memory (torchsort's CUDA
-    kernel runs one sequential thread per model); on the CPU only for few groups."""
-    assert not tied._use_table(256, 8496, 100, "cpu")
-    assert tied._use_table(256, 8496, 100, "cuda")
-    assert tied._use_table(32, 8496, 100, "cpu")
+    kernel runs one sequential thread per model); on the CPU scipy's weighted
+    pool-adjacent-violators, or without it the table only for few groups."""
+    assert tied._isotonic_method(256, 8496, 100, "cpu") == "pav"
+    assert tied._isotonic_method(256, 8496, 100, "cuda") == "table"
     too_big = int((tied.MAX_TABLE_ELEMENTS / 100) ** 0.5) + 1
-    assert not tied._use_table(too_big, 10**9, 100, "cuda")
+    assert tied._isotonic_method(too_big, 10**9, 100, "cuda") == "expansion"
+    monkeypatch.setattr(tied, "_scipy_pav", lambda: None)          # scipy < 1.12
+    assert tied._isotonic_method(256, 8496, 100, "cpu") == "expansion"
+    assert tied._isotonic_method(32, 8496, 100, "cpu") == "table"
