@@ -243,8 +243,8 @@ class _SoftSpearmanPAV(torch.autograd.Function):
     the regression without detecting runs of equal values.  Backward, for the soft
     Spearman ``ρ = Σ_u z_u T_u`` of weighted-standardised soft ranks ``z``:
     ``∂ρ/∂r = (T − c ΣT / b − ρ c z) / n_r``; through the soft rank ``r = θ − v(θ)`` the
-    regression's Jacobian sums the gradient over each pooled block, times ``c / Σ_block c``; through the
-    weighted standardisation ``θ = κ x̂``:
+    regression's Jacobian sums the gradient over each pooled block, times
+    ``c / Σ_block c``; through the weighted standardisation ``θ = κ x̂``:
     ``∂/∂p = κ / σ (g − c Σg / b − c x̂ Σ g x̂)``.
     """
 
