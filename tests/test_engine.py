@@ -180,17 +180,20 @@ def test_sort_order_and_its_inverse():
                            torch.arange(300).expand(7, 300))
 
 
-@pytest.mark.parametrize("path", ["table", "expansion", "pav"])
+@pytest.mark.parametrize("path", ["table", "expansion", "pav", "fused"])
 @pytest.mark.parametrize("cross_ties", [False, True])
 def test_grouped_soft_spearman_equals_torchsort_on_the_expanded_batch(cross_ties, path,
                                                                       monkeypatch):
     """Values and gradients equal torchsort's soft rank on every repeated pair, with the
     weighted isotonic regression solved by the interval table, by expansion or by
-    weighted pool-adjacent-violators."""
+    weighted pool-adjacent-violators, through torch's autograd or (``"fused"``, the CPU
+    default) in one numpy pass with the gradient written by hand."""
     import mlem_neuro.core.tied as tied
     from mlem_neuro.core.spearman import soft_rank
     from mlem_neuro.core.tied import grouped_soft_rank, grouped_soft_spearman
-    monkeypatch.setattr(tied, "_isotonic_method", lambda *a: path)
+    monkeypatch.setattr(tied, "_isotonic_method",
+                        lambda *a: "pav" if path == "fused" else path)
+    monkeypatch.setattr(tied, "USE_FUSED", path == "fused")
     g = torch.Generator().manual_seed(1)
     M, U = 6, 24
     counts = torch.randint(1, 200, (U,), generator=g)
@@ -234,13 +237,15 @@ def test_subset_ranks_equal_rankdata_with_and_without_ties():
         assert torch.equal(sr.ranks(cols), rankdata(v[[0, 2, 3]][:, cols]))
 
 
-@pytest.mark.parametrize("path", ["table", "expansion", "pav"])
+@pytest.mark.parametrize("path", ["table", "expansion", "pav", "fused"])
 @pytest.mark.parametrize("batch_size", ["full", 400])
 def test_grouped_and_expanded_engines_learn_the_same_metrics(batch_size, path, monkeypatch):
     """The grouped path (few distinct term rows) and the per-pair torchsort path agree."""
     import mlem_neuro.core.engine as engine
     import mlem_neuro.core.tied as tied
-    monkeypatch.setattr(tied, "_isotonic_method", lambda *a: path)
+    monkeypatch.setattr(tied, "_isotonic_method",
+                        lambda *a: "pav" if path == "fused" else path)
+    monkeypatch.setattr(tied, "USE_FUSED", path == "fused")
     Y, y = _stack(M=4, n=60)
     enc = FeatureSpace().fit_transform(y)
     # no early stopping (tol=-inf): the paths compute the soft ranks in float64 vs float32,
