@@ -169,7 +169,7 @@ def test_weighted_isotonic_matches_pool_adjacent_violators(solver):
 
 
 def test_sort_order_and_its_inverse():
-    from mlem_neuro.core.tied import inverse_order, sort_order
+    from mlem_neuro.core.spearman import inverse_order, sort_order
     g = torch.Generator().manual_seed(5)
     x = torch.randn(7, 300, dtype=torch.float64, generator=g)
     for descending in (False, True):
