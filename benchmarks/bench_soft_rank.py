@@ -1,4 +1,4 @@
-"""Soft Spearman per training step: per-pair torchsort vs grouped (interval table / expansion).
+"""Soft Spearman per training step: per-pair torchsort vs grouped (table, expansion, PAV).
 
 With categorical features the pairs of a batch fall into ``U`` groups of identical term rows.
 For ``M`` models and a batch of ``b`` pairs this script times one forward + backward pass of
@@ -9,10 +9,15 @@ the soft Spearman three ways, side by side in one run:
 * grouped, interval table: :func:`mlem_neuro.core.tied.grouped_soft_spearman` with the
   ``O(U²)`` min-max solution of the weighted isotonic regression;
 * grouped, expansion: the same with torchsort's pool-adjacent-violators kernel on the sorted
-  groups expanded to the ``b`` pairs (``O(b)``, no sort of the pairs).
+  groups expanded to the ``b`` pairs (``O(b)``, no sort of the pairs);
+* grouped, PAV: scipy's weighted pool-adjacent-violators over the ``U`` groups (``O(U)``),
+  inside torch's autograd chain;
+* grouped, fused (CPU only): the same solver inside one numpy pass with the gradient written
+  by hand (:class:`mlem_neuro.core.tied._SoftSpearmanPAV`), the engine's CPU path.
 
-It also prints which of the two the engine picks (:func:`mlem_neuro.core.tied._use_table`).
-The three give the same values and gradients (``tests/test_engine.py``).
+It also prints which one the engine picks (:func:`mlem_neuro.core.tied._isotonic_method`,
+then the fused pass on the CPU).  All give the same values and gradients
+(``tests/test_engine.py``).
 
 ``--device cuda`` runs the three on the GPU (each timing waits for the GPU to finish).
 
@@ -44,12 +49,12 @@ def main():
     args = p.parse_args()
     dev = args.device
     M = args.models
-    print(f"{describe(dev)}; {M} models; "
-          "ms per step (forward + backward)")
-    print(f"{'pairs b':>8} {'groups U':>9} {'per pair':>9} {'table':>8} {'expansion':>10} "
-          f"{'engine uses':>12} {'speed-up':>9}")
+    print(f"{describe(dev)}; {M} models; ms per step (forward + backward)")
+    names = ["table", "expansion", "pav"] + (["fused"] if dev == "cpu" else [])
+    print(f"{'pairs b':>8} {'groups U':>9} {'per pair':>9} "
+          + " ".join(f"{n:>9}" for n in names) + f" {'engine uses':>12} {'speed-up':>9}")
     g = torch.Generator().manual_seed(0)
-    real = tied._use_table
+    real, fused = tied._isotonic_method, tied.USE_FUSED
     try:
         for b in (1000, 2850, 8496):
             for U in (16, 32, 64, 128, 256):
@@ -69,17 +74,24 @@ def main():
                     tied.grouped_soft_spearman(pred, counts, sums, 1.0).sum().backward()
 
                 t_pair = timed(per_pair, args.repeats, dev)
-                tied._use_table = lambda *a: True
-                t_table = timed(grouped, args.repeats, dev)
-                tied._use_table = lambda *a: False
-                t_exp = timed(grouped, args.repeats, dev)
-                tied._use_table = real
-                choice = "table" if real(U, b, M, torch.device(dev).type) else "expansion"
-                best = t_table if choice == "table" else t_exp
-                print(f"{b:>8} {U:>9} {t_pair:>9.2f} {t_table:>8.2f} {t_exp:>10.2f} "
-                      f"{choice:>12} {t_pair / best:>8.1f}x")
+                times = {}
+                for name in names:
+                    tied.USE_FUSED = name == "fused"
+                    tied._isotonic_method = (lambda *a, m=name: "pav" if m == "fused"
+                                             else m)
+                    if name == "pav" and dev != "cpu":
+                        times[name] = float("nan")
+                        continue
+                    times[name] = timed(grouped, args.repeats, dev)
+                tied._isotonic_method, tied.USE_FUSED = real, fused
+                choice = real(U, b, M, torch.device(dev).type)
+                if choice == "pav" and fused and dev == "cpu":
+                    choice = "fused"
+                print(f"{b:>8} {U:>9} {t_pair:>9.2f} "
+                      + " ".join(f"{times[n]:>9.2f}" for n in names)
+                      + f" {choice:>12} {t_pair / times[choice]:>8.1f}x")
     finally:
-        tied._use_table = real
+        tied._isotonic_method, tied.USE_FUSED = real, fused
 
 
 if __name__ == "__main__":

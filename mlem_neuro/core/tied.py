@@ -16,12 +16,14 @@ The soft rank of :func:`torchsort.soft_rank` (l2 regularisation) can then be com
 * The Spearman sum then needs the targets only through ``T_u = Σ_{pairs of group u} t_z``.
 
 A step then needs no sort of the ``M × b`` predictions.  The weighted isotonic regression
-uses the min–max formula ``v_i = min_{j≤i} max_{k≥i} avg(j..k)``, all intervals at once
-(``O(U²)`` per model, for few groups), or, for many groups, torchsort's pool-adjacent-
-violators kernel on the groups expanded in sorted order (``O(b)``); its Jacobian (the
-average over each pooled block, weighted) is the one torchsort's backward applies.
-``tests/test_engine.py`` checks values and gradients against
-torchsort on the expanded batch.
+is solved, on the CPU, by scipy's weighted pool-adjacent-violators over the ``U`` groups of
+every model in one call (``O(U)`` per model), inside one numpy pass that also computes the
+gradient by hand (:class:`_SoftSpearmanPAV`); on a GPU (or without scipy ≥ 1.12) by the
+min–max formula ``v_i = min_{j≤i} max_{k≥i} avg(j..k)``, all intervals at once (``O(U²)``
+per model, for few groups), or by torchsort's pool-adjacent-violators kernel on the groups
+expanded in sorted order (``O(b)``); the Jacobian (the weighted average over each pooled
+block) is the one torchsort's backward applies.  ``tests/test_engine.py`` checks values and
+gradients of every path against torchsort on the expanded batch.
 """
 from __future__ import annotations
 
