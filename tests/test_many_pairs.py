@@ -199,3 +199,34 @@ def test_fold_setup_once_per_fold_gives_the_same_results(monkeypatch):
     np.testing.assert_array_equal(shared.n_iter, alone.n_iter)
     np.testing.assert_array_equal(shared.importance, alone.importance)
     assert M == shared.W.shape[1]
+
+
+@pytest.mark.parametrize("design", range(3))
+def test_permuted_feature_keys_from_codes_equal_computed_distances(design, monkeypatch):
+    """Block-wise feature importance (tiny memory budget): the permuted pairs' groups read
+    from a table of stimulus codes give the drops of computing every permuted distance."""
+    from mlem_neuro.core import importance
+    from mlem_neuro.core.memory import ENV_VAR
+    from mlem_neuro.core.metric import make_W
+    table, space = _designs()[design]
+    enc = space.fit_transform(table)
+    m = enc.n_features
+    i, j = pair_indices(len(table))
+    rng = np.random.default_rng(7)
+    W = make_W(torch.as_tensor(rng.standard_normal((2, m, m))), "spd")
+    target = torch.as_tensor(rng.random((2, len(i))))
+    monkeypatch.setenv(ENV_VAR, "400KB")                          # the block-wise path
+    used = []
+    real = importance.PairFeatures.value_index
+    monkeypatch.setattr(importance.PairFeatures, "value_index",
+                        lambda self, f, vals: used.append(f) or real(self, f, vals))
+
+    def run():
+        return importance.feature_importance(W, enc.to_torch("cpu", torch.float64), i, j,
+                                             target, 3, np.random.default_rng(8))
+
+    fast = run()
+    assert used == list(range(m))
+    monkeypatch.setattr(importance.PairFeatures, "value_index", lambda self, f, vals: None)
+    slow = run()
+    assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])

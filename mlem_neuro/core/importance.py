@@ -118,6 +118,28 @@ class PairFeatures:
         return torch.stack([self.enc.feature_distance(f, i, j) for f in features],
                            dim=-1).double()
 
+    def value_index(self, f, vals):
+        """Feature ``f``'s distance of any two stimuli as an index into ``vals``, from
+        per-stimulus codes: ``(codes (n,), table (S * S,))`` with ``table[a * S + b]`` the
+        index of the distance between stimuli of codes ``a`` and ``b`` (``-1`` when it is
+        not in ``vals``), computed with :meth:`feature` itself.  ``None`` when there are
+        too many codes for the table to pay."""
+        enc = self.enc
+        rows = torch.cat([enc.values[:, enc.slices[f]],
+                          enc.missing[:, f:f + 1].to(enc.values.dtype)], dim=1)
+        _, codes = torch.unique(rows, dim=0, return_inverse=True)
+        S = int(codes.max()) + 1
+        if S * S > self.n_pairs:
+            return None
+        first = torch.full((S,), self.n_stimuli, dtype=torch.long, device=self.device)
+        first.scatter_reduce_(0, codes, torch.arange(self.n_stimuli, device=self.device),
+                              reduce="amin")
+        a = torch.arange(S, device=self.device).repeat_interleave(S)
+        b = torch.arange(S, device=self.device).repeat(S)
+        d = enc.feature_distance(f, first[a], first[b]).double()
+        idx = torch.searchsorted(vals, d).clamp_(max=len(vals) - 1)
+        return codes, torch.where(vals[idx] == d, idx, -1)
+
     def codes(self):
         """The pairs' distance rows as a function of stimulus codes
         (:class:`~mlem_neuro.core.tied.PairCodes`, for :func:`distinct_rows`)."""
@@ -707,13 +729,14 @@ def _lean_feature(W, pairs, target, K, rng, select=None):
     for c, f in enumerate(select):
         skip = _feature_terms(k, l, f)
         grouped = None if groups is None else _feature_canon(W, w, groups, k, l, f, skip, P)
+        index = None if grouped is None else pairs.value_index(f, grouped[1])
         parts, tried = None, False
         for r in range(K):
             perm = torch.as_tensor(rng.permutation(pairs.n_stimuli), device=tz.device)
             score = None
             if grouped is not None:
                 score = _grouped_pass(grouped[0], lambda sl: _feature_keys(
-                    pairs, groups[1], grouped[1], f, sl, perm), blocks, tz)
+                    pairs, groups[1], grouped[1], f, sl, perm, index), blocks, tz)
             if score is None:
                 if not tried and r < K - 1:       # A and B of every pair, reused
                     tried = True
@@ -736,10 +759,19 @@ def _feature_canon(W, w, groups, k, l, f, skip, P):
     return _feature_q(A, B, W[:, f, f, None], canon[:, f])[:, index], vals
 
 
-def _feature_keys(pairs, uid, vals, f, sl, perm):
+def _feature_keys(pairs, uid, vals, f, sl, perm, index=None):
     """Group ``uid * V + (index of the permuted distance)`` of the pairs ``sl``; ``None``
     when a permuted distance is not among ``vals`` (a pair list not closed under
-    relabelling the stimuli)."""
+    relabelling the stimuli).  ``index`` (:meth:`PairFeatures.value_index`) reads the
+    indices from a table of stimulus codes instead of computing the distances."""
+    if index is not None:
+        codes, table = index
+        i, j = pairs.pairs(sl)
+        relabelled = codes[perm]
+        idx = table[relabelled[i] * (int(codes.max()) + 1) + relabelled[j]]
+        if bool((idx < 0).any()):
+            return None
+        return uid[sl] * len(vals) + idx
     d = pairs.feature(f, sl, perm=perm)
     idx = torch.searchsorted(vals, d).clamp_(max=len(vals) - 1)
     if not bool((vals[idx] == d).all()):
