@@ -9,7 +9,9 @@ with its defaults (5 folds, level "feature", spd with interactions, 10 permutati
 batch_size "auto", lr, patience and tol as the package sets them), ``random_state=0``, one
 torch thread.
 
-Each ``n`` runs in its own process, so that its peak resident memory
+Wall and CPU (process) time of the ``mlem_array`` call are printed: on a machine shared with
+other work the CPU time is the steadier figure.  Each ``n`` runs in its own process, so that
+its peak resident memory
 (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) is its own.  The per-phase breakdown comes
 from timers wrapped around the package functions named below (inclusive: a phase's time
 contains the phases it calls, e.g. "step setup" contains "grouping" and "batch size"):
@@ -104,7 +106,7 @@ def install_timers():
     _wrap(crossval, "_flat_features", "flat check")
 
 
-def run_one(n, seed=0):
+def run_one(n, seed=0, chunk_size=None):
     import torch
 
     torch.set_num_threads(1)
@@ -112,11 +114,11 @@ def run_one(n, seed=0):
     from mlem_neuro import mlem_array
 
     data, table = simulate(n, seed)
-    t0 = time.perf_counter()
-    mlem_array(data, table, random_state=0, verbose="WARNING")
-    wall = time.perf_counter() - t0
+    t0, c0 = time.perf_counter(), time.process_time()
+    mlem_array(data, table, random_state=0, verbose="WARNING", chunk_size=chunk_size)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024      # Linux: KiB
-    return dict(n=n, wall=wall, peak_gib=peak / 2**30, phases=dict(PHASES),
+    return dict(n=n, wall=wall, cpu=cpu, peak_gib=peak / 2**30, phases=dict(PHASES),
                 calls=dict(CALLS))
 
 
@@ -124,10 +126,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("n", type=int, nargs="*", default=[800, 1600, 3200, 6400],
                    help="numbers of trials (default 800 1600 3200 6400)")
+    p.add_argument("--chunk-size", type=int, default=None,
+                   help="time points per chunk of models (default: the package's choice)")
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
-        print(json.dumps(run_one(args.n[0])))
+        print(json.dumps(run_one(args.n[0], chunk_size=args.chunk_size)))
         return
     import torch
 
@@ -135,16 +139,19 @@ def main():
 
     print(f"mlem_neuro {mlem_neuro.__version__} ({os.path.dirname(mlem_neuro.__file__)}), "
           f"torch {torch.__version__}, 1 thread; {N_CHANNELS} channels x {N_TIMES} time "
-          f"points, features {LEVELS} (levels), 5 folds, mlem_array defaults")
+          f"points, features {LEVELS} (levels), 5 folds, mlem_array defaults, chunk_size "
+          f"{args.chunk_size}")
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     for n in args.n:
-        out = subprocess.run([sys.executable, __file__, "--one", str(n)], env=env,
+        extra = [] if args.chunk_size is None else ["--chunk-size", str(args.chunk_size)]
+        out = subprocess.run([sys.executable, __file__, "--one", str(n), *extra], env=env,
                              capture_output=True, text=True)
         if out.returncode:
             print(f"n = {n}: failed\n{out.stderr[-3000:]}")
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"n = {n:>5}: {r['wall']:7.1f} s, peak RSS {r['peak_gib']:.2f} GiB")
+        print(f"n = {n:>5}: {r['wall']:7.1f} s wall, {r['cpu']:7.1f} s CPU, peak RSS "
+              f"{r['peak_gib']:.2f} GiB")
         for name, sec in sorted(r["phases"].items(), key=lambda kv: -kv[1]):
             print(f"    {name:<22}{sec:7.1f} s  ({r['calls'][name]} calls)")
         sys.stdout.flush()

@@ -5,7 +5,9 @@ on pairs of training stimuli (in chunks of models, each chunk one :func:`fit_sta
 then scored and permuted on pairs of held-out stimuli.  Chunks go through joblib, so
 ``joblib.parallel_config(backend="dask")`` spreads them over a cluster; each chunk uses its
 fold's seed derived from ``random_state`` (every chunk of a fold draws the same batches and
-permutations), so results do not depend on ``n_jobs`` or chunking.
+permutations), so results do not depend on ``n_jobs`` or chunking.  What training needs
+before any model (groups of identical term rows, the batch size) is computed once per fold
+and shared by the fold's chunks.
 
 Neural distances come from an *RDM source* (:class:`~mlem_neuro.core.sources.RDMSource`):
 any object with ``n_models``, ``n_stimuli``, ``subset(models)`` (a picklable source of those
