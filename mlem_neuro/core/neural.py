@@ -59,7 +59,8 @@ def rdm_all_pairs(Y, metric):
     The same Gram products and the same elementwise operations, but each block of rows of
     the Gram matrix is turned into distances in place and its upper triangle read off in
     order, instead of gathering ``sq[i]``, ``sq[j]`` and ``G[i, j]`` with two index arrays
-    of every pair (measured: 4-5x faster for 2,560 stimuli; no index arrays are held).
+    of every pair (measured, Gram products included: 2.0 s instead of 4.1 s for 10 models
+    of 2,560 stimuli; no index arrays are held).
     """
     M, n, _ = Y.shape
     metric = _metric(metric)
