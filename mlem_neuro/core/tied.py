@@ -41,15 +41,124 @@ MAX_TABLE_ELEMENTS = 3 * 10**7
 _EPS = 1e-12
 
 
-def distinct_rows(P):
-    """``(uniq, inverse)`` of the rows of ``P`` when there are few of them, else ``None``."""
+def distinct_rows(P, codes=None):
+    """``(uniq, inverse)`` of the rows of ``P`` when there are few of them, else ``None``.
+
+    ``codes`` (a :class:`PairCodes`) computes the same result, bit for bit, without
+    ``P``: when a pair's row is a function of its two stimuli's codes, the distinct rows are
+    found among one row per pair of codes and each pair's row index is read from a table
+    (``O(pairs)``, no sort of the pairs' rows).  It is used when ``P`` is ``None`` or the
+    table pays (:meth:`PairCodes.pays`).
+    """
+    if codes is not None and (P is None or codes.pays()):
+        return codes.distinct_rows()
     n_rows = P.shape[0]
     if n_rows < 4 * 2:
         return None
     uniq, inverse = torch.unique(P, dim=0, return_inverse=True)
+    return _few(uniq, inverse, n_rows)
+
+
+def _few(uniq, inverse, n_rows):
     if uniq.shape[0] > MAX_GROUPS or 4 * uniq.shape[0] > n_rows:
         return None
     return uniq, inverse
+
+
+class PairCodes:
+    """Rows of stimulus pairs that depend on the stimuli only through per-stimulus codes.
+
+    Stimuli with equal encoded features (values and missing flags) have equal feature
+    distances to every other stimulus, so with ``S`` distinct stimuli (codes) a pair's row
+    (feature distances or terms) is one of ``S (S + 1) / 2`` rows, one per unordered pair of
+    codes (distances are symmetric bit for bit).  :meth:`distinct_rows` computes those rows
+    once from a representative stimulus of each code, keeps the pairs of codes that occur,
+    and looks each pair's group up in an ``S × S`` table.
+
+    Parameters
+    ----------
+    codes : tensor of int (n,)
+        Code of each stimulus.
+    first : tensor of int (S,)
+        A stimulus of each code.
+    rows_of : callable
+        ``rows_of(i, j)`` (int64 tensors of stimuli) returns the rows of those pairs, with
+        the same operations as for the pairs themselves.
+    i, j : tensor of int | None
+        The pairs; ``None``: every pair ``i < j`` of the ``n`` stimuli in
+        :func:`~mlem_neuro.core.pairs.pair_indices` order (never stored).
+    """
+
+    #: pairs (or n² table cells) handled at once when reading the table.
+    BLOCK = 2**22
+
+    def __init__(self, codes, first, rows_of, i=None, j=None):
+        self.codes, self.first, self.rows_of = codes, first, rows_of
+        self.i, self.j = i, j
+        n = codes.shape[0]
+        self.n_rows = n * (n - 1) // 2 if i is None else i.shape[0]
+
+    @classmethod
+    def from_values(cls, values, missing, rows_of, i=None, j=None):
+        """Codes from the encoded features ``values (n, dims)`` and ``missing (n, m)``."""
+        rows = torch.cat([values, missing.to(values.dtype)], dim=1)
+        _, codes = torch.unique(rows, dim=0, return_inverse=True)
+        S = int(codes.max()) + 1 if codes.numel() else 0
+        order = torch.arange(codes.shape[0], device=codes.device)
+        first = torch.full((S,), codes.shape[0], dtype=torch.long, device=codes.device)
+        first.scatter_reduce_(0, codes, order, reduce="amin")
+        return cls(codes, first, rows_of, i, j)
+
+    @property
+    def n_codes(self):
+        return self.first.shape[0]
+
+    def pays(self):
+        """Whether the code table is no larger than the pairs (else sort the rows)."""
+        S = self.n_codes
+        return S * (S + 1) // 2 <= self.n_rows
+
+    def _pair_keys(self):
+        """Ordered code pair ``a * S + b`` of each pair, block by block."""
+        S, codes = self.n_codes, self.codes
+        if self.i is not None:
+            for s in range(0, self.n_rows, self.BLOCK):
+                yield slice(s, min(s + self.BLOCK, self.n_rows)), \
+                    codes[self.i[s:s + self.BLOCK]] * S + codes[self.j[s:s + self.BLOCK]]
+            return
+        n = codes.shape[0]
+        col = torch.arange(n, device=codes.device)
+        step = max(1, self.BLOCK // max(n, 1))
+        start = 0
+        for r in range(0, n - 1, step):
+            rows = torch.arange(r, min(r + step, n - 1), device=codes.device)
+            keys = codes[rows, None] * S + codes[None, :]
+            keys = keys[col[None, :] > rows[:, None]]        # row-major: pair order
+            yield slice(start, start + keys.shape[0]), keys
+            start += keys.shape[0]
+
+    def distinct_rows(self):
+        """What :func:`distinct_rows` gives for the rows of all the pairs."""
+        if self.n_rows < 4 * 2:
+            return None
+        S, dev = self.n_codes, self.codes.device
+        seen = torch.zeros(S * S, dtype=torch.long, device=dev)
+        for _, key in self._pair_keys():
+            seen += torch.bincount(key, minlength=S * S)
+        seen = seen.view(S, S)
+        a, b = torch.nonzero(torch.triu(seen + seen.T) > 0, as_tuple=True)     # a <= b
+        uniq, inverse = torch.unique(self.rows_of(self.first[a], self.first[b]), dim=0,
+                                     return_inverse=True)
+        if _few(uniq, inverse, self.n_rows) is None:
+            return None
+        table = torch.full((S, S), -1, dtype=torch.long, device=dev)
+        table[a, b] = inverse
+        table[b, a] = inverse
+        table = table.view(-1)
+        out = torch.empty(self.n_rows, dtype=torch.long, device=dev)
+        for sl, key in self._pair_keys():
+            out[sl] = table[key]
+        return uniq, out
 
 
 def _minmax_isotonic(y, c):
