@@ -177,11 +177,11 @@ def test_fold_setup_once_per_fold_gives_the_same_results(monkeypatch):
     from mlem_neuro.core.engine import PairSetup
     from mlem_neuro.core.options import MLEMOptions
     rng = np.random.default_rng(6)
-    n, M = 200, 3                          # 4,950 training pairs: "auto" draws batches
+    n, M = 200, 3                          # 4,950 training pairs, mini-batches of 1,000
     y = pd.DataFrame({"a": rng.choice(list("xy"), n), "b": rng.choice(list("pqr"), n)})
     code = np.eye(2)[(y["a"] == "x").to_numpy().astype(int)]
     Y = np.stack([np.hstack([code * s, rng.standard_normal((n, 5))]) for s in (1, 2, 4)])
-    opts = MLEMOptions(cv=2, chunk_size=1, max_steps=30, random_state=0)
+    opts = MLEMOptions(cv=2, chunk_size=1, max_steps=30, batch_size=1000, random_state=0)
     made = []
 
     class Counted(PairSetup):

@@ -109,9 +109,18 @@ _BETA1, _BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
 
 
 def resolve_batch_size(batch_size, terms, n, rng, groups=None):
-    """Pairs per step: ``"auto"`` (the paper's selection), ``"full"`` or an int."""
+    """Pairs per step: ``"auto"``, ``"full"`` or an int.
+
+    ``"auto"`` trains on all pairs when they fall into groups of identical term rows
+    (categorical designs): a step then costs ``O(groups)`` per model whatever the number of
+    pairs, less than a mini-batch step (whose target ranks need a pass over every pair), and
+    the full batch is what the paper's selection converges to.  Otherwise (numeric
+    features) it runs the paper's selection (:func:`select_batch_size`).
+    """
     total = n_pairs(n)
     if batch_size == "auto":
+        if groups is not None:
+            return total
         return select_batch_size(terms.take, n, rng, groups=groups)
     if batch_size == "full":
         return total
