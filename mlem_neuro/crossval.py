@@ -35,6 +35,7 @@ from .core.nulls import null_permutations, permutation_pvalues, permuted_pairs
 from .core.options import MLEMOptions, cv_description, jsonable
 from .core.pairs import kfold_stimuli, n_pairs, pair_indices
 from .core.sources import DenseRDMSource, RDMSource, SphereRDMSource  # noqa: F401
+from ._threads import torch_threads, worker_threads
 from .utils import check_device, check_random_state, logger
 
 #: bytes of training-pair distances (float64) allowed in one chunk of models (at most a
@@ -220,6 +221,13 @@ def _fold_space(options, table, train, k, n_folds):
         ) from None
 
 
+def _fit_chunk_threads(threads, *args):
+    """:func:`_fit_chunk` with ``threads`` torch intra-op threads (a joblib worker is a
+    process of its own: it sets its threads itself, and restores them after the chunk)."""
+    with torch_threads(threads):
+        return _fit_chunk(*args)
+
+
 def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=None):
     """Train one chunk of models on training pairs; score and permute on held-out pairs.
 
@@ -383,11 +391,15 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
               for sl in _chunk_slices(M, len(rest[2]), opts.chunk_size, opts.n_jobs, rows)]
     if opts.level == "term":
         warn_unidentifiable_terms(layout[0][2], opts.model_interactions)
+    # torch threads per worker: workers x threads <= cores (main process and each worker)
+    threads = worker_threads(effective_n_jobs(opts.n_jobs))
     # chunk data are cut lazily, as joblib asks for the next job
-    jobs = (delayed(_fit_chunk)(source.subset(sl), et, ete, tr, te, opts, sd, null)
+    jobs = (delayed(_fit_chunk_threads)(threads, source.subset(sl), et, ete, tr, te, opts,
+                                        sd, null)
             for _, sl, et, ete, tr, te, sd in layout)
     logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(layout))
-    results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc)
+    with torch_threads(threads):
+        results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc)
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
              else list(names))
     out = _collect(layout, results, folds, terms, names, M)
