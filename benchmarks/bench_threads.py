@@ -19,7 +19,10 @@ same data and seed):
 * ``torch``: the policy off and torch at its own default threads (what every call got
   before the policy);
 * ``n_jobs=K`` for each ``--n-jobs K`` > 1: the defaults with ``K`` worker processes; the
-  workers are shut down before each such run, so each timing includes their start-up.
+  workers are shut down before each such run, so each timing includes their start-up;
+  with ``--warm``, ``n_jobs=K warm`` runs again right after on the started workers.
+
+``--configs`` picks among ``defaults``, ``single`` and ``torch`` (all three by default).
 
 Prints each time, the median per configuration and the ratios to the better of
 ``defaults`` / ``single`` (target: defaults <= 1.3x).
@@ -46,6 +49,13 @@ def _spin(deadline):
     x = 0
     while time.time() < deadline:
         x += 1
+
+
+def _loadavg():
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:                      # not on every platform
+        return "n/a"
 
 
 def start_load(n, seconds):
@@ -79,11 +89,12 @@ def run(config, epochs, folds, torch_default, kw):
     elif config == "torch":
         os.environ[ENV_VAR] = "off"
         torch.set_num_threads(torch_default)
-    else:                                                   # "n_jobs=K"
+    else:                                                   # "n_jobs=K[ warm]"
         os.environ.pop(ENV_VAR, None)
         torch.set_num_threads(torch_default)
-        n_jobs = int(config.split("=")[1])
-        get_reusable_executor().shutdown(wait=True)         # time the workers' start too
+        n_jobs = int(config.split("=")[1].split()[0])
+        if not config.endswith("warm"):
+            get_reusable_executor().shutdown(wait=True)     # time the workers' start too
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -108,6 +119,9 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--n-jobs", type=int, nargs="*", default=[2],
                    help="also time the defaults with these n_jobs (> 1)")
+    p.add_argument("--warm", action="store_true",
+                   help="also time each n_jobs again right after, its workers already "
+                        "started (without their start-up)")
     p.add_argument("--configs", nargs="*", default=["defaults", "single", "torch"])
     args = p.parse_args()
     if args.load < 0:
@@ -119,12 +133,16 @@ def main():
     epochs, _ = simulate(args.trials, args.channels, args.times, args.features)
     folds = kfold_stimuli(args.trials, 5, np.random.default_rng(0))
     kw = dict(constraint="spd", interactions=True, n_permutations=10, random_state=0)
-    configs = list(args.configs) + [f"n_jobs={k}" for k in args.n_jobs if k > 1]
+    configs = list(args.configs)
+    for k in args.n_jobs:
+        if k > 1:
+            configs += [f"n_jobs={k}"] + ([f"n_jobs={k} warm"] if args.warm else [])
     print(f"torch {torch.__version__}, torch's default {torch_default} threads, "
           f"{available_cores()} available cores, os.cpu_count() {os.cpu_count()}, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}; {args.load} busy "
           f"process(es); {args.trials} trials, {args.channels} channels, {args.times} time "
-          f"points, {args.features} features + interactions, 5 folds, 10 permutations")
+          f"points, {args.features} features + interactions, 5 folds, 10 permutations; "
+          f"load average before {_loadavg()}")
     run("defaults", epochs, folds, torch_default,
         dict(kw, max_steps=5))                              # warm-up, untimed
 
@@ -140,15 +158,17 @@ def main():
                 if ref is None:
                     ref = res.importance
                 diff = np.abs(res.importance - ref).max()
-                print(f"repeat {r + 1} {c:>9}: {seconds:7.2f} s  (max |importance - first "
+                print(f"repeat {r + 1} {c:>14}: {seconds:7.2f} s  (max |importance - first "
                       f"run's| {diff:.1e})", flush=True)
     finally:
+        print(f"load average at the end (the benchmark's own load included): "
+              f"{_loadavg()}")
         stop_load(load)
     med = {c: float(np.median(v)) for c, v in times.items()}
     best = min(med[c] for c in ("defaults", "single") if c in med)
     print("median over repeats (ratio to the better of defaults / single):")
     for c in configs:
-        print(f"  {c:>9}: {med[c]:7.2f} s  {med[c] / best:5.2f}x   "
+        print(f"  {c:>14}: {med[c]:7.2f} s  {med[c] / best:5.2f}x   "
               f"[{', '.join(f'{t:.2f}' for t in times[c])}]")
     if "defaults" in med and "torch" in med:
         print(f"torch's default threading / package defaults: "

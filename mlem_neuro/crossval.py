@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 from joblib import effective_n_jobs
 
+from ._threads import torch_threads, worker_threads
 from .core.engine import fit_stack
 from .core.features import as_feature_table
 from .core.importance import feature_importance, term_importance, warn_unidentifiable_terms
@@ -35,7 +36,6 @@ from .core.nulls import null_permutations, permutation_pvalues, permuted_pairs
 from .core.options import MLEMOptions, cv_description, jsonable
 from .core.pairs import kfold_stimuli, n_pairs, pair_indices
 from .core.sources import DenseRDMSource, RDMSource, SphereRDMSource  # noqa: F401
-from ._threads import torch_threads, worker_threads
 from .utils import check_device, check_random_state, logger
 
 #: bytes of training-pair distances (float64) allowed in one chunk of models (at most a
