@@ -16,6 +16,7 @@ order).  :mod:`mlem_neuro.core.sources` holds the dense and the sphere/region so
 """
 from __future__ import annotations
 
+import functools
 import numbers
 import warnings
 from dataclasses import dataclass, field
@@ -342,6 +343,19 @@ def _chunk_slices(M, n_train, chunk_size, n_jobs, rows_per_model=1):
     return [slice(s, min(s + chunk_size, M)) for s in range(0, M, chunk_size)]
 
 
+def _policy_threads(function):
+    """Run ``run_cv`` in the main process on as many torch threads as each worker gets
+    (restored afterwards, also on error)."""
+    @functools.wraps(function)
+    def wrapper(source, features, options=None, **kwargs):
+        n_jobs = None if options is None else options.n_jobs
+        with torch_threads(worker_threads(effective_n_jobs(n_jobs))):
+            return function(source, features, options, **kwargs)
+
+    return wrapper
+
+
+@_policy_threads
 def run_cv(source, features, options=None, *, groups=None, desc="models"):
     """Cross-validated MLEM for every model of ``source``.
 
@@ -398,8 +412,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
                                         sd, null)
             for _, sl, et, ete, tr, te, sd in layout)
     logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(layout))
-    with torch_threads(threads):
-        results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc)
+    results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc)
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
              else list(names))
     out = _collect(layout, results, folds, terms, names, M)

@@ -174,12 +174,14 @@ def test_analysis_restores_threads_on_error(data, threads3, monkeypatch):
 
 
 def test_worker_threads_for_n_jobs(data, monkeypatch):
-    """Each joblib worker gets cores // n_jobs threads (at least one) with its chunk."""
+    """Each joblib worker gets cores // n_jobs threads (at least one) with its chunk, and
+    the main process runs on as many."""
     X, y = data
-    calls = []
+    calls, main = [], []
 
     def run_jobs(Parallel, jobs, n_total, n_jobs, desc):
         calls.extend(job[1][0] for job in jobs)          # (function, args, kwargs)
+        main.append(torch.get_num_threads())             # the main process meanwhile
         raise RuntimeError("stop")
 
     monkeypatch.setattr(crossval, "_run_jobs", run_jobs)
@@ -193,7 +195,7 @@ def test_worker_threads_for_n_jobs(data, monkeypatch):
         if threads is None:                  # -1: every core joblib counts here
             from joblib import effective_n_jobs
             threads = max(1, 4 // effective_n_jobs(-1))
-        assert calls == [threads] * 3
+        assert calls == [threads] * 3 and main[-1] == threads
 
 
 def test_estimator_runs_on_policy_threads_and_restores(data, threads3, monkeypatch):
