@@ -224,7 +224,9 @@ docdict["n_jobs"] = """
 n_jobs : int | None
     Chunks of models run in parallel with joblib (``None``: one process; ``-1``: all
     cores).  Inside ``joblib.parallel_config(backend="dask")`` the chunks run on a dask
-    cluster.
+    cluster.  Each worker runs torch on one intra-op thread (never more than the
+    available cores / ``n_jobs``; ``MLEM_NEURO_NUM_THREADS`` overrides), and your torch
+    thread setting is restored afterwards.
 """
 
 docdict["n_null"] = """

@@ -18,6 +18,7 @@ order).  :mod:`mlem_neuro.core.sources` holds the dense and the sphere/region so
 """
 from __future__ import annotations
 
+import functools
 import numbers
 import warnings
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ import pandas as pd
 import torch
 from joblib import effective_n_jobs
 
+from ._threads import torch_threads, worker_threads
 from .core.engine import PairSetup, fit_stack
 from .core.features import as_feature_table
 from .core.importance import feature_importance, term_importance, warn_unidentifiable_terms
@@ -230,6 +232,13 @@ def _fold_setup(enc_train, options, seed):
                      check_device(options.device), torch.float32)
 
 
+def _fit_chunk_threads(threads, *args):
+    """:func:`_fit_chunk` with ``threads`` torch intra-op threads (a joblib worker is a
+    process of its own: it sets its threads itself, and restores them after the chunk)."""
+    with torch_threads(threads):
+        return _fit_chunk(*args)
+
+
 def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=None,
                setup=None):
     """Train one chunk of models on training pairs; score and permute on held-out pairs.
@@ -347,6 +356,19 @@ def _chunk_slices(M, n_train, chunk_size, n_jobs, rows_per_model=1):
     return [slice(s, min(s + chunk_size, M)) for s in range(0, M, chunk_size)]
 
 
+def _policy_threads(function):
+    """Run ``run_cv`` in the main process on as many torch threads as each worker gets
+    (restored afterwards, also on error)."""
+    @functools.wraps(function)
+    def wrapper(source, features, options=None, **kwargs):
+        n_jobs = None if options is None else options.n_jobs
+        with torch_threads(worker_threads(effective_n_jobs(n_jobs))):
+            return function(source, features, options, **kwargs)
+
+    return wrapper
+
+
+@_policy_threads
 def run_cv(source, features, options=None, *, groups=None, desc="models"):
     """Cross-validated MLEM for every model of ``source``.
 
@@ -396,8 +418,11 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
               for sl in _chunk_slices(M, len(rest[2]), opts.chunk_size, opts.n_jobs, rows)]
     if opts.level == "term":
         warn_unidentifiable_terms(layout[0][2], opts.model_interactions)
+    # torch threads per worker: workers x threads <= cores (main process and each worker)
+    threads = worker_threads(effective_n_jobs(opts.n_jobs))
     # chunk data are cut lazily, as joblib asks for the next job
-    jobs = (delayed(_fit_chunk)(source.subset(sl), et, ete, tr, te, opts, sd, null, setup)
+    jobs = (delayed(_fit_chunk_threads)(threads, source.subset(sl), et, ete, tr, te, opts,
+                                        sd, null, setup)
             for _, sl, et, ete, tr, te, sd, setup in _shared_setups(layout, opts))
     logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(layout))
     results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc)

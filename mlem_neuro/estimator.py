@@ -8,6 +8,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from ._docs import fill_doc
+from ._threads import limit_threads
 from .core.distances import get_metric
 from .core.engine import fit_stack
 from .core.features import as_feature_table
@@ -199,6 +200,7 @@ class MLEM(BaseEstimator):
         return tags
 
     # --------------------------------------------------------------------- fit
+    @limit_threads
     def fit(self, X, y):
         """Learn ``W`` from neural data ``X`` and feature table ``y``.
 
@@ -336,6 +338,7 @@ class MLEM(BaseEstimator):
             out[sl] = metric.finish(d2)[0].cpu().numpy()
         return out
 
+    @limit_threads
     def score(self, X, y):
         """Exact (tie-aware) Spearman ρ between predicted and neural distances.
 
@@ -362,6 +365,7 @@ class MLEM(BaseEstimator):
             return float(baseline_scores(self.W_[None], pairs, target, k, l)[0])
 
     @fill_doc
+    @limit_threads
     def permutation_importance(self, X, y, n_permutations=None, level="feature",
                                random_state=None):
         """Permutation importance of each term (or feature) on the pairs of ``(X, y)``.

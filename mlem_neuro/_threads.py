@@ -1,0 +1,136 @@
+"""Torch's intra-op threads during the package's work: never more than the cores allow.
+
+The engine's work is many small serial kernels (sorts, small matrix products, scatters),
+which gain little from torch's intra-op threads, and OpenMP threads spin at barriers when
+another process holds a core: on a busy machine torch's default (one thread per core) made
+analyses several times slower than one thread (see "Threads and parallel work" on the
+performance page).  So every analysis runs each worker with
+
+    ``threads = min(requested, max(1, available_cores() // n_workers))``
+
+intra-op threads, where ``requested`` is :data:`DEFAULT_THREADS` (1) unless the
+environment variable ``MLEM_NEURO_NUM_THREADS`` says otherwise, and restores the caller's
+setting afterwards.  ``MLEM_NEURO_NUM_THREADS`` is a positive int (threads per worker, still
+capped so that workers x threads never exceeds the cores) or ``"off"`` (the package leaves
+torch's threads as the caller set them: the behaviour before this policy).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+
+ENV_VAR = "MLEM_NEURO_NUM_THREADS"
+#: intra-op threads per worker when ``MLEM_NEURO_NUM_THREADS`` is not set (measured: see
+#: the performance page).
+DEFAULT_THREADS = 1
+#: where the cgroup CPU quota is read (v2 ``cpu.max``; v1 ``cpu.cfs_quota_us`` and
+#: ``cpu.cfs_period_us`` under ``cpu/`` or ``cpu,cpuacct/``).
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def _read(path):
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def cgroup_cpu_limit(root=None):
+    """CPUs allowed by the cgroup quota (``ceil(quota / period)``, at least 1), or ``None``
+    when there is no quota (``"max"`` / ``-1``) or no readable cgroup file."""
+    root = CGROUP_ROOT if root is None else root
+    text = _read(os.path.join(root, "cpu.max"))                         # cgroup v2
+    if text is not None:
+        fields = text.split()
+        if len(fields) != 2 or fields[0] == "max":
+            return None
+        quota, period = fields
+    else:                                                               # cgroup v1
+        for sub in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+            quota = _read(os.path.join(root, sub, "cpu.cfs_quota_us"))
+            period = _read(os.path.join(root, sub, "cpu.cfs_period_us"))
+            if quota is not None and period is not None:
+                break
+        else:
+            return None
+    try:
+        quota, period = int(quota), int(period)
+    except ValueError:
+        return None
+    if quota <= 0 or period <= 0:
+        return None
+    return max(1, math.ceil(quota / period))
+
+
+def available_cores():
+    """Cores this process may use: its CPU affinity (``os.sched_getaffinity``, else
+    ``os.cpu_count()``), capped by the cgroup CPU quota."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):      # not on Linux
+        cores = os.cpu_count() or 1
+    limit = cgroup_cpu_limit()
+    return max(1, cores if limit is None else min(cores, limit))
+
+
+def requested_threads():
+    """``MLEM_NEURO_NUM_THREADS`` parsed: an int >= 1, ``None`` for ``"off"``, or
+    :data:`DEFAULT_THREADS` when unset or empty."""
+    text = os.environ.get(ENV_VAR)
+    if text is None or text.strip() == "":
+        return DEFAULT_THREADS
+    text = text.strip()
+    if text.lower() == "off":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{ENV_VAR} must be a positive int (intra-op threads per worker) "
+                         f"or 'off' (leave torch's threads as they are); got {text!r}. "
+                         f"Unset it for the default ({DEFAULT_THREADS}).")
+    return value
+
+
+def worker_threads(n_workers=1):
+    """Torch intra-op threads for each of ``n_workers`` workers, or ``None`` to leave them
+    alone (``MLEM_NEURO_NUM_THREADS=off``): workers x threads never exceeds
+    :func:`available_cores` (each worker gets at least one)."""
+    requested = requested_threads()
+    if requested is None:
+        return None
+    return min(requested, max(1, available_cores() // max(1, int(n_workers))))
+
+
+@contextlib.contextmanager
+def torch_threads(n):
+    """Run the block with ``torch.set_num_threads(n)``, then restore the caller's setting
+    (also on error); ``None`` changes nothing."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    old = torch.get_num_threads()
+    if old != n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != old:
+            torch.set_num_threads(old)
+
+
+def limit_threads(method):
+    """Decorate a method that trains or scores in this process: it runs under
+    ``torch_threads(worker_threads(1))``."""
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        with torch_threads(worker_threads(1)):
+            return method(*args, **kwargs)
+
+    return wrapper

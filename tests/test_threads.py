@@ -1,0 +1,219 @@
+"""The thread policy: available cores, torch's threads set for the work and restored."""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import mlem_neuro
+from mlem_neuro import MLEM, _threads, crossval
+from mlem_neuro._threads import (
+    ENV_VAR,
+    available_cores,
+    cgroup_cpu_limit,
+    requested_threads,
+    torch_threads,
+    worker_threads,
+)
+from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.core.sources import DenseRDMSource
+from mlem_neuro.simulation import simulate_representations
+
+
+@pytest.fixture(autouse=True)
+def _no_env(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+@pytest.fixture
+def threads3():
+    """torch at 3 threads during the test (a setting the policy never picks here)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(3)
+    yield 3
+    torch.set_num_threads(old)
+
+
+def _cgroup(tmp_path, files):
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("files, limit", [
+    ({"cpu.max": "150000 100000\n"}, 2),                 # v2: ceil(1.5) = 2
+    ({"cpu.max": "50000 100000"}, 1),                    # half a core: at least 1
+    ({"cpu.max": "400000 100000"}, 4),
+    ({"cpu.max": "max 100000"}, None),                   # no quota
+    ({"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"}, None),   # v1
+    ({"cpu/cpu.cfs_quota_us": "250000", "cpu/cpu.cfs_period_us": "100000"}, 3),
+    ({"cpu,cpuacct/cpu.cfs_quota_us": "100000",
+      "cpu,cpuacct/cpu.cfs_period_us": "100000"}, 1),
+    ({"cpu.max": "garbage"}, None),
+    ({}, None),                                          # no cgroup files at all
+])
+def test_cgroup_cpu_limit(tmp_path, files, limit):
+    assert cgroup_cpu_limit(_cgroup(tmp_path, files)) == limit
+
+
+def test_available_cores_affinity_and_quota(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5},
+                        raising=False)
+    monkeypatch.setattr(_threads, "CGROUP_ROOT", str(tmp_path / "none"))
+    assert available_cores() == 6
+    monkeypatch.setattr(_threads, "CGROUP_ROOT", _cgroup(tmp_path,
+                                                         {"cpu.max": "250000 100000"}))
+    assert available_cores() == 3                        # the quota caps the affinity
+    monkeypatch.setattr(_threads, "CGROUP_ROOT", _cgroup(tmp_path / "big",
+                                                         {"cpu.max": "1600000 100000"}))
+    assert available_cores() == 6                        # the affinity caps the quota
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)   # not on Linux
+    monkeypatch.setattr(os, "cpu_count", lambda: 5)
+    assert available_cores() == 5
+
+
+def test_available_cores_here():
+    cores = available_cores()
+    assert 1 <= cores <= (os.cpu_count() or cores)
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3, 8])
+@pytest.mark.parametrize("env", [None, "1", "2", "64"])
+def test_workers_times_threads_never_exceed_cores(monkeypatch, cores, env):
+    monkeypatch.setattr(_threads, "available_cores", lambda: cores)
+    if env is not None:
+        monkeypatch.setenv(ENV_VAR, env)
+    wanted = 1 if env is None else int(env)
+    for workers in range(1, cores + 1):
+        threads = worker_threads(workers)
+        assert 1 <= threads <= wanted
+        assert workers * threads <= cores
+        if env == "64":                     # asked for more: every core is used
+            assert threads == cores // workers
+    assert worker_threads(cores + 3) == 1   # more workers than cores: one thread each
+
+
+def test_env_values(monkeypatch):
+    assert requested_threads() == 1
+    for text, value in [("", 1), (" 3 ", 3), ("off", None), ("OFF", None)]:
+        monkeypatch.setenv(ENV_VAR, text)
+        assert requested_threads() == value
+    monkeypatch.setenv(ENV_VAR, "off")
+    assert worker_threads(2) is None
+
+
+@pytest.mark.parametrize("text", ["0", "-2", "1.5", "two", "auto"])
+def test_bad_env_values_are_refused(monkeypatch, text):
+    monkeypatch.setenv(ENV_VAR, text)
+    with pytest.raises(ValueError, match=f"{ENV_VAR} must be a positive int.*'off'"):
+        worker_threads(1)
+
+
+def test_torch_threads_restores_the_callers_setting(threads3):
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == threads3
+    with pytest.raises(RuntimeError, match="boom"):
+        with torch_threads(2):
+            assert torch.get_num_threads() == 2
+            raise RuntimeError("boom")
+    assert torch.get_num_threads() == threads3
+    with torch_threads(None):                # "off": nothing changes
+        assert torch.get_num_threads() == threads3
+    assert torch.get_num_threads() == threads3
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y, _ = simulate_representations(30, 3, 10, noise=0.1, random_state=0)
+    return X, y
+
+
+FAST = dict(max_steps=20, patience=5, random_state=0)
+
+
+def test_analysis_runs_on_policy_threads_and_restores(data, threads3, monkeypatch):
+    X, y = data
+    seen = []
+    fit_chunk = crossval._fit_chunk
+
+    def spy(*args):
+        seen.append(torch.get_num_threads())
+        return fit_chunk(*args)
+
+    monkeypatch.setattr(crossval, "_fit_chunk", spy)
+    res = mlem_neuro.mlem_array(np.stack([X, X], axis=-1), y, cv=3, **FAST)
+    assert res.importance.shape[0] == 2
+    assert seen == [1, 1, 1]                 # one chunk per fold, each on one thread
+    assert torch.get_num_threads() == threads3
+
+    monkeypatch.setenv(ENV_VAR, "2")         # asked for more: at most the cores
+    seen.clear()
+    crossval.run_cv(DenseRDMSource(X[None]), y, MLEMOptions(cv=3, **FAST))
+    assert seen == [min(2, available_cores())] * 3
+    assert torch.get_num_threads() == threads3
+
+    monkeypatch.setenv(ENV_VAR, "off")       # the policy off: the caller's threads
+    seen.clear()
+    crossval.run_cv(DenseRDMSource(X[None]), y, MLEMOptions(cv=3, **FAST))
+    assert seen == [threads3] * 3
+
+
+def test_analysis_restores_threads_on_error(data, threads3, monkeypatch):
+    X, y = data
+
+    def fail(*args):
+        raise RuntimeError("chunk failed")
+
+    monkeypatch.setattr(crossval, "_fit_chunk", fail)
+    with pytest.raises(RuntimeError, match="chunk failed"):
+        crossval.run_cv(DenseRDMSource(X[None]), y, MLEMOptions(cv=3, **FAST))
+    assert torch.get_num_threads() == threads3
+
+
+def test_worker_threads_for_n_jobs(data, monkeypatch):
+    """Each joblib worker gets cores // n_jobs threads (at least one) with its chunk, and
+    the main process runs on as many."""
+    X, y = data
+    calls, main = [], []
+
+    def run_jobs(Parallel, jobs, n_total, n_jobs, desc):
+        calls.extend(job[1][0] for job in jobs)          # (function, args, kwargs)
+        main.append(torch.get_num_threads())             # the main process meanwhile
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(crossval, "_run_jobs", run_jobs)
+    monkeypatch.setattr(_threads, "available_cores", lambda: 4)
+    monkeypatch.setenv(ENV_VAR, "8")
+    for n_jobs, threads in [(None, 4), (1, 4), (2, 2), (3, 1), (4, 1), (-1, None)]:
+        calls.clear()
+        with pytest.raises(RuntimeError, match="stop"):
+            crossval.run_cv(DenseRDMSource(X[None]), y,
+                            MLEMOptions(cv=3, n_jobs=n_jobs, **FAST))
+        if threads is None:                  # -1: every core joblib counts here
+            from joblib import effective_n_jobs
+            threads = max(1, 4 // effective_n_jobs(-1))
+        assert calls == [threads] * 3 and main[-1] == threads
+
+
+def test_estimator_runs_on_policy_threads_and_restores(data, threads3, monkeypatch):
+    X, y = data
+    seen = []
+    fit_stack = mlem_neuro.estimator.fit_stack
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return fit_stack(*args, **kwargs)
+
+    monkeypatch.setattr(mlem_neuro.estimator, "fit_stack", spy)
+    est = MLEM(**FAST).fit(X, y)
+    assert seen == [1] and torch.get_num_threads() == threads3
+    est.score(X, y)
+    est.permutation_importance(X, y, n_permutations=2)
+    assert torch.get_num_threads() == threads3
+    monkeypatch.setenv(ENV_VAR, "nonsense")
+    with pytest.raises(ValueError, match=ENV_VAR):
+        est.score(X, y)
+    assert torch.get_num_threads() == threads3
