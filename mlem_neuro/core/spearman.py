@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 #: torchsort regularization strength applied to predictions rescaled to rank spread.
@@ -63,21 +64,74 @@ def spearman(a, b):
         return (standardize(rankdata(a)) * standardize(rankdata(b))).sum(dim=-1)
 
 
+def _rank_scale(x):
+    """``x`` (2-D) standardised and rescaled to the spread of the ranks ``1..n``."""
+    n = x.shape[-1]
+    return standardize(x) * (math.sqrt(n) * n / math.sqrt(12.0))
+
+
+def _descending_order(theta):
+    """Permutation sorting each row of ``theta`` decreasingly (ties in any order).
+
+    On the CPU numpy's vectorised sort orders a row several times faster than
+    :func:`torch.sort` (measured: 1.3 ms against 8.6 ms for 20 rows of 8,496 float32
+    values, one thread); the order of tied values does not matter to the soft rank
+    (tied values are always pooled, see :mod:`mlem_neuro.core.tied`).
+    """
+    if theta.device.type != "cpu":
+        return torch.sort(theta, dim=-1, descending=True).indices
+    neg = -theta.detach().numpy()
+    return torch.from_numpy(np.argsort(neg, axis=-1))
+
+
+class _SortedSoftRank(torch.autograd.Function):
+    """torchsort's l2 soft rank of ``theta`` (2-D), returned in decreasing order of ``theta``.
+
+    The same computation as :func:`torchsort.soft_rank` (sort, pool-adjacent-violators on
+    ``s - (n, n-1, ..., 1)``, soft rank ``s - dual``) and the same backward pass, with the
+    sort done by :func:`_descending_order` and without laying the ranks back out in the
+    input's order: a correlation with a target only needs the target gathered in the
+    same order.  Returns ``(ranks_sorted, order)``; ``order`` carries no gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, theta, strength):
+        from torchsort import ops
+
+        order = _descending_order(theta)
+        s = (theta / strength).gather(1, order)
+        w = torch.arange(theta.shape[-1], 0, -1, dtype=s.dtype, device=s.device)
+        dual = ops.isotonic_l2[s.device.type](s - w)
+        ctx.strength = strength
+        ctx.save_for_backward(s, dual, order)
+        ctx.mark_non_differentiable(order)
+        return s - dual, order
+
+    @staticmethod
+    def backward(ctx, grad, _grad_order):
+        from torchsort import ops
+
+        s, dual, order = ctx.saved_tensors
+        grad = grad.contiguous()
+        g = grad - ops.isotonic_l2_backward[s.device.type](s, dual, grad)
+        out = torch.empty_like(g).scatter_(1, order, g)
+        return out / ctx.strength, None
+
+
 def soft_rank(x, strength=SOFT_RANK_STRENGTH):
     """Soft ranks of ``x`` along the last axis after rescaling to the spread of hard ranks."""
-    import torchsort
-
     shape = x.shape
-    n = shape[-1]
-    flat = x.reshape(-1, n)
-    z = standardize(flat) * math.sqrt(n)          # unit variance
-    theta = z * (n / math.sqrt(12.0))              # variance of ranks 1..n is (n^2-1)/12
-    r = torchsort.soft_rank(theta, regularization_strength=strength)
+    flat = x.reshape(-1, shape[-1])
+    r_sorted, order = _SortedSoftRank.apply(_rank_scale(flat), strength)
+    r = torch.empty_like(r_sorted).scatter(1, order, r_sorted)
     return r.reshape(shape)
 
 
 def soft_spearman(pred, target_z, strength=SOFT_RANK_STRENGTH):
     """Differentiable Spearman between predictions and standardised exact target ranks.
+
+    The soft ranks of :func:`soft_rank`, correlated in sorted order (the target is gathered
+    into the order of the predictions instead of the ranks into the order of the pairs).
 
     Parameters
     ----------
@@ -86,7 +140,12 @@ def soft_spearman(pred, target_z, strength=SOFT_RANK_STRENGTH):
     target_z : tensor (..., n_pairs)
         ``standardize(rankdata(target))``, computed once without gradient.
     """
-    return (standardize(soft_rank(pred, strength)) * target_z).sum(dim=-1)
+    shape = pred.shape
+    n = shape[-1]
+    flat = pred.reshape(-1, n)
+    r_sorted, order = _SortedSoftRank.apply(_rank_scale(flat), strength)
+    t = target_z.expand(shape).reshape(-1, n).gather(1, order).to(r_sorted.dtype)
+    return (standardize(r_sorted) * t).sum(dim=-1).reshape(shape[:-1])
 
 
 class SubsetRanks:
