@@ -17,9 +17,11 @@ encoded, the last one never), plus unit Gaussian noise.  The two designs are tim
 alternately (``--repeats`` rounds, the order alternating), after an untimed warm-up.  The
 script prints the times, their ratios, steps, batch size, held-out Spearman and feature
 importances of each run, and the differences of the grid run from the exact one.
+``--before`` adds the previous per-pair path (:func:`torchsort.soft_rank` with its own
+sort, exact training) for a before/after ratio in the same run.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_numeric.py [--n 200] [--times 20]
-        [--features 4] [--repeats 2]
+        [--features 4] [--repeats 2] [--before]
 """
 import argparse
 import time
@@ -53,11 +55,33 @@ def simulate(n, n_channels, n_times, m, kind, amplitude, seed):
     return data, table
 
 
-def run(data, table, seed, **kw):
-    """``mlem_array`` with 5 folds; returns (seconds, result)."""
-    t0 = time.perf_counter()
-    res = mlem_neuro.mlem_array(data, table, cv=5, random_state=seed, **kw)
-    return time.perf_counter() - t0, res
+def _torchsort_soft_spearman(pred, target_z, strength=1.0):
+    """The per-pair soft Spearman before this benchmark's work: torchsort's own sort."""
+    import torchsort
+
+    from mlem_neuro.core.spearman import _rank_scale, standardize
+
+    r = torchsort.soft_rank(_rank_scale(pred), regularization_strength=strength)
+    return (standardize(r) * target_z).sum(dim=-1)
+
+
+def run(data, table, seed, before=False, **kw):
+    """``mlem_array`` with 5 folds; returns (wall seconds, CPU seconds, result).
+
+    ``before=True``: per-pair training with :func:`torchsort.soft_rank` (the previous
+    release's per-pair path), for a before/after ratio in the same run.
+    """
+    from mlem_neuro.core import engine
+
+    fast = engine.soft_spearman
+    if before:
+        engine.soft_spearman = _torchsort_soft_spearman
+    try:
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = mlem_neuro.mlem_array(data, table, cv=5, random_state=seed, **kw)
+        return time.perf_counter() - t0, time.process_time() - c0, res
+    finally:
+        engine.soft_spearman = fast
 
 
 def summary(res, T):
@@ -80,6 +104,8 @@ def main():
     p.add_argument("--amplitude", type=float, default=0.5)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--before", action="store_true",
+                   help="also time the previous per-pair path (torchsort's soft rank, exact)")
     args = p.parse_args()
     torch.set_num_threads(1)
     warm_up("cpu")
@@ -91,22 +117,30 @@ def main():
                    for kind in ("categorical", "numeric")}
         designs["numeric exact"] = designs["numeric"]
         levels = {"categorical": "auto", "numeric": "auto", "numeric exact": None}
+        if args.before:
+            designs["numeric before"] = designs["numeric"]
+            levels["numeric before"] = None
         times = {kind: [] for kind in designs}
+        cpu = {kind: [] for kind in designs}
         results = {}
         for r in range(args.repeats):
             order = list(designs) if r % 2 == 0 else list(designs)[::-1]
             for kind in order:
-                t, res = run(*designs[kind], args.seed, numeric_levels=levels[kind])
+                t, c, res = run(*designs[kind], args.seed, before=kind == "numeric before",
+                             numeric_levels=levels[kind])
                 times[kind].append(t)
+                cpu[kind].append(c)
                 results[kind] = res
         print(f"n = {n} trials ({n * (n - 1) // 2} pairs):")
         for kind in designs:
-            print(f"  {kind:13s}: {np.round(times[kind], 1).tolist()} s "
-                  f"(median {np.median(times[kind]):.1f}); {summary(results[kind], args.times)}")
-        med = {kind: np.median(t) for kind, t in times.items()}
-        print(f"  time ratios: numeric (default, grid) / categorical "
+            print(f"  {kind:14s}: wall {np.round(times[kind], 1).tolist()} s, CPU "
+                  f"{np.round(cpu[kind], 1).tolist()} s; {summary(results[kind], args.times)}")
+        med = {kind: np.median(t) for kind, t in cpu.items()}
+        print(f"  CPU time ratios (medians): numeric (default, grid) / categorical "
               f"{med['numeric'] / med['categorical']:.2f}x, numeric exact / categorical "
-              f"{med['numeric exact'] / med['categorical']:.2f}x")
+              f"{med['numeric exact'] / med['categorical']:.2f}x"
+              + (f", numeric before / categorical {med['numeric before'] / med['categorical']:.2f}x"
+                 if args.before else ""))
         a, b = results["numeric"], results["numeric exact"]
         late = slice(args.times // 2, None)
         d_rho = a.score - b.score

@@ -109,12 +109,13 @@ def test_numeric_training_takes_the_grid_by_default_and_the_exact_path_on_reques
 
 
 def test_grid_error_is_small_and_held_out_scores_use_exact_distances():
-    """The grid moves W far less than another seed does, and scoring stays exact.
+    """The grid moves W little, leaves held-out rho alone, and scoring stays exact.
 
-    Measured by benchmarks/numeric_recovery.py (200 stimuli, noise 1, 5 seeds, m = 2-5):
-    ||W_grid - W_exact||_F at most 0.0x while two exact fits differing only in their seed
-    differ by 0.0x-0.1x on average.  Here (100 stimuli, m = 3, 3 seeds) we require the grid
-    to move W by less than 0.05 and held-out rho by less than 0.01.
+    Measured here (100 stimuli, m = 3 on 10 levels, full batch, seeds 0-2):
+    ||W_grid - W_exact||_F = 0.014-0.033, held-out rho differences <= 0.0003.  Measured by
+    benchmarks/numeric_recovery.py (200 stimuli, m = 3, 5 seeds at noise 1 and 0.3):
+    at most 0.043, while two exact fits differing only in their seed differ by up to 0.16;
+    held-out rho within 0.0008.  Bounds: 0.06 and 0.01.
     """
     for seed in range(3):
         X, y, W_true = _numeric_data(seed=seed)
@@ -123,7 +124,7 @@ def test_grid_error_is_small_and_held_out_scores_use_exact_distances():
         grid = MLEM(distance="precomputed", random_state=seed).fit(Xtr, y.iloc[train])
         exact = MLEM(distance="precomputed", numeric_levels=None,
                      random_state=seed).fit(Xtr, y.iloc[train])
-        assert np.linalg.norm(grid.W_ - exact.W_) < 0.05
+        assert np.linalg.norm(grid.W_ - exact.W_) < 0.06
         assert abs(grid.score(Xte, y.iloc[test]) - exact.score(Xte, y.iloc[test])) < 0.01
         # held-out score from the exact distances, computed by hand
         F = y.iloc[test].to_numpy()

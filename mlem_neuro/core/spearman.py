@@ -171,8 +171,9 @@ class SubsetRanks:
         s, order = torch.sort(values, dim=-1)
         self.n_columns = P
         self.order = order                                   # sorted position -> column
-        self.pos = torch.empty_like(order).scatter_(
-            1, order, torch.arange(P, device=values.device).expand(M, P))
+        # column -> sorted position, stored column-major: a batch's rows gather fast
+        self.pos_t = torch.empty_like(order).scatter_(
+            1, order, torch.arange(P, device=values.device).expand(M, P)).T.contiguous()
         self.group_sorted = None if groups is None else groups[order]
         new = torch.ones_like(s, dtype=torch.bool)
         new[:, 1:] = s[:, 1:] != s[:, :-1]
@@ -193,10 +194,11 @@ class SubsetRanks:
 
     def keep(self, rows):
         """Restrict to the rows selected by ``rows`` (boolean mask or indices)."""
-        for name in ("order", "pos", "group_sorted", "first", "last"):
+        for name in ("order", "group_sorted", "first", "last"):
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, value[rows])
+        self.pos_t = self.pos_t[:, rows].contiguous()
 
     def _sorted_ranks(self, cols):
         """Batch mask and within-batch average ranks, both laid out in sorted order."""
@@ -214,7 +216,7 @@ class SubsetRanks:
         """Average ranks ``(M, len(cols))`` (1-based, float64) of columns ``cols`` per row."""
         _, r = self._sorted_ranks(cols)
         cols = torch.as_tensor(cols, device=self.order.device)
-        return r.gather(1, self.pos.index_select(1, cols)).to(torch.float64)
+        return r.gather(1, self.pos_t[cols].T).to(torch.float64)
 
     def group_sums(self, cols, counts):
         """Per-group sums ``(M, n_groups)`` of the batch's standardised ranks.
