@@ -147,3 +147,15 @@ def test_mixed_design_keeps_categorical_distances_exact():
     Q = quantise.quantise_distances(D, q)
     col = [c for c in range(2) if torch.unique(D[:, c]).numel() == 2][0]
     np.testing.assert_array_equal(Q[:, col], D[:, col])
+
+
+def test_command_line_parses_numeric_levels():
+    import argparse
+
+    from mlem_neuro.cli import _numeric_levels
+
+    assert _numeric_levels("auto") == "auto"
+    assert _numeric_levels("none") is None
+    assert _numeric_levels("8") == 8
+    with pytest.raises(argparse.ArgumentTypeError, match="'auto', 'none' or an int"):
+        _numeric_levels("fine")
