@@ -258,8 +258,9 @@ numeric_levels : "auto" | int | None
     exact distances.  ``"auto"`` (default) takes the largest grid of at most 16 levels
     whose cells (levels to the power of the numeric features, times the combinations of
     the other features) number at most 1,024, and trains exactly, pair by pair, when
-    that would leave fewer than 4 levels (6 or more numeric features); ``None`` always
-    trains exactly.  See :doc:`/performance` for its speed and measured error.
+    that would leave fewer than 4 levels (6 or more numeric features) or when the cells
+    are not at least 4 times fewer than the training pairs; ``None`` always trains
+    exactly.  See :doc:`/performance` for its speed and measured error.
 """
 
 docdict["patience"] = """
