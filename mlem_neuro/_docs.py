@@ -250,6 +250,21 @@ n_permutations : int
 """
 
 # --------------------------------------------------------------------------------- P
+docdict["numeric_levels"] = """
+numeric_levels : "auto" | int | None
+    Training grid of numeric feature distances.  Numeric features (pairs rarely repeat)
+    otherwise make every training step rank each batch pair by pair; rounding each
+    numeric feature's pair distances onto this many equally spaced values (``0`` to the
+    largest) lets training work on groups of identical pairs, as with categorical
+    features.  Only training is affected: held-out scores and importances always use the
+    exact distances.  ``"auto"`` (default) takes the largest grid of at most 16 levels
+    whose cells (levels to the power of the numeric features, times the combinations of
+    the other features) number at most 1,024, and trains exactly, pair by pair, when
+    that would leave fewer than 4 levels (6 or more numeric features) or when the cells
+    are not at least 4 times fewer than the training pairs; ``None`` always trains
+    exactly.  See :doc:`/performance` for its speed and measured error.
+"""
+
 docdict["patience"] = """
 patience : int
     Stop when the training (soft) Spearman has not improved by more than ``tol`` for this

@@ -317,7 +317,8 @@ def _analysis_kwargs(args):
                 constraint=args.constraint, interactions=not args.no_interactions,
                 n_jobs=args.n_jobs, device=args.device, random_state=args.seed,
                 lr=args.lr, max_steps=args.max_steps, patience=args.patience, tol=args.tol,
-                batch_size=args.batch_size, chunk_size=args.chunk_size, verbose="INFO")
+                batch_size=args.batch_size, numeric_levels=args.numeric_levels,
+                chunk_size=args.chunk_size, verbose="INFO")
 
 
 def _check_options(args):
@@ -331,6 +332,15 @@ def _check_options(args):
 
 def _batch_size(text):
     return text if text in ("auto", "full") else int(text)
+
+
+def _numeric_levels(text):
+    if text in ("auto", "none"):
+        return None if text == "none" else text
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or an int >= 2; got "
+                                         f"{text!r}")
+    return int(text)
 
 
 def _one_line_warning(message, category, filename, lineno, line=None):
@@ -617,6 +627,8 @@ def _add_analysis_options(p, what):
                                      ("--patience", "patience", int, 50),
                                      ("--tol", "tol", float, 1e-4),
                                      ("--batch-size", "batch_size", _batch_size, "auto"),
+                                     ("--numeric-levels", "numeric_levels", _numeric_levels,
+                                      "auto"),
                                      ("--chunk-size", chunk_key, int, None),
                                      ("--n-null", "n_null", int, 0)):
         p.add_argument(flag, type=kind, default=default, help=short_doc(key))

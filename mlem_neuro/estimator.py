@@ -36,8 +36,8 @@ from .utils import (
 
 #: estimator parameters that are MLEM options (validated by MLEMOptions).
 _OPTION_PARAMS = ("constraint", "interactions", "distance", "n_permutations", "max_steps",
-                  "patience", "lr", "tol", "batch_size", "feature_kinds", "feature_groups",
-                  "missing_distance", "device", "random_state")
+                  "patience", "lr", "tol", "batch_size", "numeric_levels", "feature_kinds",
+                  "feature_groups", "missing_distance", "device", "random_state")
 
 
 @fill_doc
@@ -67,6 +67,7 @@ class MLEM(BaseEstimator):
     %(lr)s
     %(tol)s
     %(batch_size)s
+    %(numeric_levels)s
     %(feature_kinds)s
     %(feature_groups)s
     %(missing_distance)s
@@ -102,7 +103,8 @@ class MLEM(BaseEstimator):
 
     def __init__(self, constraint="spd", interactions=True, distance="euclidean",
                  n_permutations=10, max_steps=1000, patience=50, lr=0.03, tol=1e-4,
-                 batch_size="auto", feature_kinds=None, feature_groups=None,
+                 batch_size="auto", numeric_levels="auto", feature_kinds=None,
+                 feature_groups=None,
                  missing_distance=0.0, device="cpu", random_state=None, verbose=None):
         self.constraint = constraint
         self.interactions = interactions
@@ -113,6 +115,7 @@ class MLEM(BaseEstimator):
         self.lr = lr
         self.tol = tol
         self.batch_size = batch_size
+        self.numeric_levels = numeric_levels
         self.feature_kinds = feature_kinds
         self.feature_groups = feature_groups
         self.missing_distance = missing_distance

@@ -53,7 +53,8 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
                      interactions=True,
                      feature_kinds=None, feature_groups=None, missing_distance=0.0,
                      distance="euclidean", max_steps=1000, patience=50, lr=0.03, tol=1e-4,
-                     batch_size="auto", chunk_size=None, n_jobs=None, device="cpu",
+                     batch_size="auto", numeric_levels="auto", chunk_size=None, n_jobs=None,
+                     device="cpu",
                      random_state=None, verbose=None):
     """Searchlight MLEM: importance maps of every feature.
 
@@ -88,6 +89,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     %(lr)s
     %(tol)s
     %(batch_size)s
+    %(numeric_levels)s
     %(chunk_size_spheres)s
     %(n_jobs)s
     %(device)s
@@ -163,7 +165,8 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
              n_permutations=10, n_null=0, level="feature",
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
              missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50, lr=0.03,
-             tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None, device="cpu",
+             tol=1e-4, batch_size="auto", numeric_levels="auto", chunk_size=None, n_jobs=None,
+             device="cpu",
              random_state=None, verbose=None):
     """ROI MLEM: one cross-validated model per region of an atlas.
 
@@ -200,6 +203,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
     %(lr)s
     %(tol)s
     %(batch_size)s
+    %(numeric_levels)s
     %(chunk_size_spheres)s
     %(n_jobs)s
     %(device)s

@@ -118,7 +118,8 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
                interactions=True,
                feature_kinds=None, feature_groups=None,
                missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
-               lr=0.03, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
+               lr=0.03, tol=1e-4, batch_size="auto", numeric_levels="auto",
+               chunk_size=None, n_jobs=None,
                device="cpu", random_state=None, verbose=None):
     """Time-resolved MLEM on an array of trials (ECoG, intracranial, any sensor array).
 
@@ -157,6 +158,7 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     %(lr)s
     %(tol)s
     %(batch_size)s
+    %(numeric_levels)s
     %(chunk_size_time)s
     %(n_jobs)s
     %(device)s
@@ -220,7 +222,8 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
                 level="feature", constraint="spd", interactions=True, feature_kinds=None,
                 feature_groups=None, missing_distance=0.0, distance="euclidean",
                 max_steps=1000, patience=50,
-                lr=0.03, tol=1e-4, batch_size="auto", chunk_size=None, n_jobs=None,
+                lr=0.03, tol=1e-4, batch_size="auto", numeric_levels="auto",
+                chunk_size=None, n_jobs=None,
                 device="cpu", random_state=None, verbose=None):
     """Time-resolved MLEM on MEG/EEG epochs: feature-importance time courses.
 
@@ -260,6 +263,7 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     %(lr)s
     %(tol)s
     %(batch_size)s
+    %(numeric_levels)s
     %(chunk_size_time)s
     %(n_jobs)s
     %(device)s

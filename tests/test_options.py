@@ -33,6 +33,8 @@ BAD = [
     ("distance", "manhattan", ValueError, r"distance must be one of \['euclidean'"),
     ("batch_size", 1, ValueError, r"batch_size must be 'auto', 'full' or an int >= 2"),
     ("batch_size", "all", ValueError, r"batch_size must be 'auto', 'full' or an int >= 2"),
+    ("numeric_levels", 1, ValueError, r"numeric_levels must be 'auto', None or an int >= 2"),
+    ("numeric_levels", "fine", TypeError, r"numeric_levels must be 'auto', None or an int"),
     ("feature_kinds", {"a": "nominal"}, ValueError, r"feature_kinds\['a'\] must be one of"),
     ("feature_groups", {"pos": "x"}, TypeError, r"feature_groups\['pos'\] must be a list"),
     ("missing_distance", -1.0, ValueError, r"missing_distance must be a finite number >= 0"),

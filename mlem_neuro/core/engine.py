@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..utils import check_device, check_random_state, logger
-from . import tied
+from . import quantise, tied
 from .batch_size import select_batch_size
 from .memory import memory_budget
 from .metric import init_params, make_W, predict, term_index, term_matrix, term_weights
@@ -161,6 +161,11 @@ class PairSetup:
             groups = tied.distinct_rows(self.terms.all) if self.terms.all is not None else None
         if groups is None:
             self.terms.build()
+        self.levels = None
+        if groups is None and self.terms.all is not None:
+            # numeric features: group pairs on a grid of distances (training only)
+            groups, self.levels = quantise.training_groups(
+                enc.to_torch(dev, dtype), self.n, self.k, self.l, fit_kw["numeric_levels"])
         self.groups = groups
         self.b = resolve_batch_size(fit_kw["batch_size"], self.terms, self.n, rng, groups)
         self.rng_state = rng.bit_generator.state
@@ -191,6 +196,7 @@ class _StepTargets:
         self.rng, self.dev, self.dtype, self.targets = rng, dev, dtype, targets
         self.k, self.l, self.terms = setup.k, setup.l, setup.terms
         groups = setup.groups
+        self.levels = setup.levels
         self.grouped = groups is not None
         self.b = setup.b
         self.full = self.b >= self.total
@@ -221,7 +227,8 @@ class _StepTargets:
 
     def describe(self):
         return (f"{'full' if self.full else 'mini'} batches of {self.b} pairs, "
-                + (f"{self.n_groups} distinct term rows" if self.grouped else "expanded"))
+                + (f"{self.n_groups} distinct term rows" if self.grouped else "expanded")
+                + (f" (numeric distances on {self.levels} levels)" if self.levels else ""))
 
     def next_batch(self, idx):
         """Draw the step's batch (mini-batch mode) for the active models ``idx``."""

@@ -186,6 +186,18 @@ def _n_jobs(name, value):
     return int(value)
 
 
+def _numeric_levels(name, value):
+    if value is None or (isinstance(value, str) and value == "auto"):
+        return value
+    hint = (" It is the grid of numeric feature distances in training: 'auto' (default), "
+            "an int >= 2, or None for exact per-pair training.")
+    if not _is_int(value):
+        raise TypeError(f"{name} must be 'auto', None or an int >= 2; got {value!r}.{hint}")
+    if value < 2:
+        raise ValueError(f"{name} must be 'auto', None or an int >= 2; got {value}.{hint}")
+    return int(value)
+
+
 #: one check per parameter name: ``check(name, value) -> normalised value``.
 CHECKS = {
     "batch_size": _batch_size,
@@ -206,6 +218,7 @@ CHECKS = {
     "n_null": _int_at_least(0, " (null permutations for the single-subject tests; 0 runs "
                                "none)"),
     "n_permutations": _int_at_least(1),
+    "numeric_levels": _numeric_levels,
     "patience": _int_at_least(1),
     "random_state": _random_state,
     "tol": _tol,
@@ -250,6 +263,7 @@ class MLEMOptions:
     lr: float = 0.03
     tol: float = 1e-4
     batch_size: object = "auto"
+    numeric_levels: object = "auto"
     feature_kinds: object = None
     feature_groups: object = None
     missing_distance: object = 0.0
@@ -289,7 +303,8 @@ class MLEMOptions:
         """The training options as :func:`~mlem_neuro.core.engine.fit_stack` uses them."""
         return dict(constraint=self.constraint, interactions=self.model_interactions,
                     max_steps=self.max_steps, patience=self.patience, lr=self.lr,
-                    tol=self.tol, batch_size=self.batch_size)
+                    tol=self.tol, batch_size=self.batch_size,
+                    numeric_levels=self.numeric_levels)
 
     def feature_space(self):
         """A new, unfitted :class:`~mlem_neuro.core.features.FeatureSpace`."""
