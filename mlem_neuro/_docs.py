@@ -27,9 +27,11 @@ docdict: dict[str, str] = {}
 # --------------------------------------------------------------------------------- B
 docdict["batch_size"] = """
 batch_size : "auto" | "full" | int
-    Pairs per training step.  ``"auto"`` runs the batch-size selection of the MLEM paper
-    (correlation stability of feature distances across 64 batches) and uses every pair
-    when they fit in one batch; ``"full"`` always uses every pair.
+    Pairs per training step.  ``"auto"`` uses every pair when the pairs fall into groups
+    of identical term rows (categorical features, or numeric ones trained on a grid, see
+    ``numeric_levels``: a step then costs the same for any number of pairs), otherwise it
+    runs the batch-size selection of the MLEM paper (correlation stability of feature
+    distances across 64 batches); ``"full"`` always uses every pair.
 """
 
 # --------------------------------------------------------------------------------- C
