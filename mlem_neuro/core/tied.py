@@ -328,6 +328,27 @@ USE_FUSED = True
 PAV_ROWS = 1024
 
 
+def _descending_order(x):
+    """``(flat, sorted)``: flat indices (into ``x.ravel()``, row by row) sorting each row of
+    ``x`` decreasingly, and the sorted rows.
+
+    The sort runs on float32 keys (numpy sorts them about 3x faster than float64 ones,
+    measured on 2,000 rows of 256 values); where rounding to float32 leaves a row out of
+    order in float64 (values within a float32 rounding of each other) it is sorted again
+    in float64, so the order is always exact.
+    """
+    M, U = x.shape
+    off = (np.arange(M) * U)[:, None]
+    flat = np.argsort(-x.astype(np.float32), axis=-1)
+    flat += off
+    s = np.take(x, flat)
+    if (s[:, 1:] > s[:, :-1]).any():
+        bad = (s[:, 1:] > s[:, :-1]).any(axis=-1)
+        flat[bad] = np.argsort(-x[bad], axis=-1) + off[bad]
+        s[bad] = np.take(x, flat[bad])
+    return flat, s
+
+
 class _SoftSpearmanPAV(torch.autograd.Function):
     """:func:`grouped_soft_spearman` on the CPU in one pass, with its gradient by hand.
 
@@ -353,10 +374,11 @@ class _SoftSpearmanPAV(torch.autograd.Function):
         sigma = np.sqrt(np.maximum((xc * xc) @ c, _EPS ** 2))
         xhat = xc / sigma[:, None]
         kappa = math.sqrt(b) * b / math.sqrt(12.0) / strength
-        perm = np.argsort(-xhat, axis=-1)                         # θ decreasing
-        s = np.take_along_axis(xhat, perm, -1) * kappa
-        cs = c[perm]
-        y = s - (b - (np.cumsum(cs, axis=-1) - cs) - (cs - 1.0) / 2.0)
+        flat, s = _descending_order(xhat)                          # θ decreasing
+        s *= kappa
+        cs = np.take(c, flat - (np.arange(M) * U)[:, None])
+        start = torch.cumsum(torch.from_numpy(cs), dim=-1).numpy() - cs
+        y = s - (b - start - (cs - 1.0) / 2.0)
         v = np.empty_like(y)
         blocks = []
         for lo in range(0, M, PAV_ROWS):
@@ -369,18 +391,18 @@ class _SoftSpearmanPAV(torch.autograd.Function):
             v[lo:hi] = res.x.reshape(hi - lo, U) - shift
             blocks.append(res.blocks[:-1] + lo * U)
         rs = s - v                                                 # sorted soft ranks
-        t = np.take_along_axis(target_sums.detach().numpy().astype(np.float64), perm, -1)
+        t = np.take(target_sums.detach().numpy().astype(np.float64, copy=False), flat)
         rc = rs - ((rs * cs).sum(-1) / b)[:, None]
         n_r = np.sqrt(np.maximum((cs * rc * rc).sum(-1), _EPS ** 2))
         z = rc / n_r[:, None]
         rho = (z * t).sum(-1)
-        ctx.save = (perm, c, cs, np.concatenate(blocks), xhat, sigma, kappa, z, t, n_r, rho)
+        ctx.save = (flat, c, cs, np.concatenate(blocks), xhat, sigma, kappa, z, t, n_r, rho)
         ctx.dtype = pred.dtype
         return torch.from_numpy(rho).to(pred.dtype)
 
     @staticmethod
     def backward(ctx, grad):
-        perm, c, cs, blocks, xhat, sigma, kappa, z, t, n_r, rho = ctx.save
+        flat, c, cs, blocks, xhat, sigma, kappa, z, t, n_r, rho = ctx.save
         b = c.sum()
         g = grad.detach().numpy().astype(np.float64)[:, None]
         # d rho / d r (sorted order)
@@ -392,7 +414,7 @@ class _SoftSpearmanPAV(torch.autograd.Function):
         lengths = np.diff(np.append(blocks, flat_c.size))
         g_s = g_r - cs * np.repeat(block_g / block_c, lengths).reshape(g_r.shape)
         g_theta = np.empty_like(g_s)
-        np.put_along_axis(g_theta, perm, g_s, -1)                 # back to group order
+        np.put(g_theta, flat, g_s)                                 # back to group order
         gx = g_theta * kappa
         g_p = (gx - c * (gx.sum(-1) / b)[:, None]
                - c * xhat * (gx * xhat).sum(-1)[:, None]) / sigma[:, None]
