@@ -29,9 +29,9 @@ docdict["batch_size"] = """
 batch_size : "auto" | "full" | int
     Pairs per training step.  ``"auto"`` uses every pair when the pairs fall into groups
     of identical term rows (categorical features, or numeric ones trained on a grid, see
-    ``numeric_levels``: a step then costs the same for any number of pairs), otherwise it
-    runs the batch-size selection of the MLEM paper (correlation stability of feature
-    distances across 64 batches); ``"full"`` always uses every pair.
+    ``numeric_levels``: a step then costs the same for any number of pairs) and number at
+    most 2**18, otherwise it runs the batch-size selection of the MLEM paper (correlation
+    stability of feature distances across 64 batches); ``"full"`` always uses every pair.
 """
 
 # --------------------------------------------------------------------------------- C

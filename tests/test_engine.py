@@ -324,3 +324,26 @@ def test_grouped_soft_ranks_without_torchsorts_kernel_fall_back_to_the_table(mon
     monkeypatch.setattr(tied, "_pav_kernel", lambda device_type: None)
     np.testing.assert_allclose(tied.grouped_soft_rank(pred, counts, 1.0), expanded,
                                rtol=1e-10)
+
+
+def test_auto_batch_size_is_the_full_batch_for_grouped_designs_up_to_the_cap(monkeypatch):
+    """``"auto"`` trains grouped (categorical) designs on every pair up to
+    FULL_BATCH_PAIRS, and runs the paper's selection for ungrouped ones and above it."""
+    from types import SimpleNamespace
+
+    import mlem_neuro.core.engine as engine
+    calls = []
+
+    def selection(take, n, rng, groups=None):
+        calls.append(n)
+        return 4096
+    monkeypatch.setattr(engine, "select_batch_size", selection)
+    groups = (torch.zeros(3, 2), torch.zeros(10, dtype=torch.long))
+    terms = SimpleNamespace(take=None)
+    assert engine.resolve_batch_size("auto", terms, 200, None, groups) == 19900
+    assert calls == []
+    assert engine.resolve_batch_size("auto", terms, 200, None, None) == 4096
+    monkeypatch.setattr(engine, "FULL_BATCH_PAIRS", 19899)
+    assert engine.resolve_batch_size("auto", terms, 200, None, groups) == 4096
+    assert calls == [200, 200]
+    assert engine.resolve_batch_size("full", terms, 200, None, None) == 19900
