@@ -108,7 +108,7 @@ class PairTerms:
 #: training pairs up to which ``batch_size="auto"`` trains grouped designs on every pair
 #: (the cap of the paper's selection).  Above it, ranking all pairs once per model costs
 #: more than the steps save: at 6,400 trials (13 million training pairs per fold) full
-#: batches took 134 s (94 s of it ranking) against 94 s with the selected mini-batches.
+#: batches took 134 s (94 s of it ranking) against 49.5 s with the selected mini-batches.
 FULL_BATCH_PAIRS = 2**18
 
 _BETA1, _BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
