@@ -37,8 +37,8 @@ batch_size : "auto" | "full" | int
 # --------------------------------------------------------------------------------- C
 docdict["chunk_size_spheres"] = """
 chunk_size : int | None
-    Spheres (or regions) per engine call (default: bounded by memory, and split over
-    ``n_jobs``).  Results do not depend on it.
+    Spheres (or regions) per engine call (default: at most 1,000, bounded by memory, and
+    split over ``n_jobs``).  Results do not depend on it.
 """
 
 docdict["chunk_size_time"] = """

@@ -44,6 +44,11 @@ from .utils import check_device, check_random_state, logger
 #: bytes of training-pair distances (float64) allowed in one chunk of models (at most a
 #: sixteenth of the memory budget: a chunk holds several arrays of that size).
 CHUNK_BYTES = 256 * 2**20
+#: models per chunk by default: a stack's per-step arrays (models x groups) then stay in
+#: the CPU's caches.  Measured on 4,000 whole-brain spheres (one process, 2,926 training
+#: pairs, 256 groups): chunks of 1,000 took 80.9 s, of 500 83.2 s, one chunk of 4,000
+#: 95.7 s.
+MAX_CHUNK_MODELS = 1000
 
 
 @dataclass
@@ -349,6 +354,7 @@ def _chunk_slices(M, n_train, chunk_size, n_jobs, rows_per_model=1):
     if chunk_size is None:
         per_chunk = min(CHUNK_BYTES, memory_budget() // 16)
         chunk_size = max(1, int(per_chunk // (8 * rows_per_model * max(n_pairs(n_train), 1))))
+        chunk_size = min(chunk_size, MAX_CHUNK_MODELS)
         workers = effective_n_jobs(n_jobs)
         if workers > 1:
             chunk_size = min(chunk_size, -(-M // workers))
