@@ -133,3 +133,15 @@ def test_save_read_round_trip(tmp_path, monkeypatch):
     np.savez(tmp_path / "other.npz", a=np.zeros(3))
     with pytest.raises(ValueError, match="not an mlem_neuro result"):
         read_result(tmp_path / "other.npz")
+
+
+def test_default_chunks_hold_at_most_max_chunk_models(monkeypatch):
+    """Without chunk_size, chunks hold at most MAX_CHUNK_MODELS models (and fewer when the
+    memory rule or the workers ask for it); an explicit chunk_size is kept."""
+    from mlem_neuro import crossval
+    sizes = lambda sl: [s.stop - s.start for s in sl]              # noqa: E731
+    assert sizes(crossval._chunk_slices(2500, 77, None, None)) == [1000, 1000, 500]
+    assert sizes(crossval._chunk_slices(2500, 77, 2500, None)) == [2500]
+    monkeypatch.setattr(crossval, "MAX_CHUNK_MODELS", 10**6)
+    assert sizes(crossval._chunk_slices(2500, 77, None, None)) == [2500]
+    assert sizes(crossval._chunk_slices(2500, 77, None, 2)) == [1250, 1250]
