@@ -150,12 +150,13 @@ def _weighted_pav(y, c):
 
 
 @pytest.mark.parametrize("solver", ["table", "pav"])
-def test_weighted_isotonic_matches_pool_adjacent_violators(solver):
+def test_weighted_isotonic_matches_pool_adjacent_violators(solver, monkeypatch):
     """The interval table and the one-call scipy solver (rows laid end to end) equal a
     row-by-row pool-adjacent-violators reference, rows with very different scales included
     (no block pools across two rows)."""
     from mlem_neuro.core.tied import _minmax_isotonic, _pav_isotonic
     solve = _minmax_isotonic if solver == "table" else _pav_isotonic
+    monkeypatch.setattr("mlem_neuro.core.tied.PAV_ROWS", 2)      # 5 rows: 3 solver calls
     rng = np.random.default_rng(0)
     for U in (1, 2, 7, 40):
         y = rng.standard_normal((5, U)).cumsum(axis=1) * rng.choice([-1, 1], (5, 1))
@@ -194,6 +195,7 @@ def test_grouped_soft_spearman_equals_torchsort_on_the_expanded_batch(cross_ties
     monkeypatch.setattr(tied, "_isotonic_method",
                         lambda *a: "pav" if path == "fused" else path)
     monkeypatch.setattr(tied, "USE_FUSED", path == "fused")
+    monkeypatch.setattr(tied, "PAV_ROWS", 4)              # 6 models: 2 calls of the solver
     g = torch.Generator().manual_seed(1)
     M, U = 6, 24
     counts = torch.randint(1, 200, (U,), generator=g)

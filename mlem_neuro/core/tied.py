@@ -223,24 +223,42 @@ def _scipy_pav():
     return isotonic_regression
 
 
-def _pav_isotonic(y, c):
-    """The regression of :func:`_minmax_isotonic` by weighted pool-adjacent-violators on
-    the CPU, ``O(U)`` per row, all rows in one call.
+#: rows solved by one call of scipy's solver (bounds the shift that keeps rows apart,
+#: hence its rounding: about 1e-16 x rows x spread).
+PAV_ROWS = 1024
+
+
+def _pav_rows(y, c):
+    """Weighted pool-adjacent-violators (non-increasing) of every row of ``y (M, U)``
+    (numpy, float64) with weights ``c (M, U)``: ``(v, starts)``, the solution and the flat
+    index (into ``v.ravel()``) of the first element of every pooled block.
 
     Rows are laid end to end, each shifted above the next by more than the spread of the
     values, so that no block can pool across two rows: one call of scipy's solver (C++)
-    solves every row, with no loop over models and no expansion of the groups to pairs.
-    The shift costs precision: values of magnitude ``x`` are resolved to about
-    ``1e-16 × M × spread`` (``1e-9`` for 1,000 models of batches of 10,000 pairs).
+    per :data:`PAV_ROWS` rows, with no loop over models and no expansion of the groups to
+    pairs.  The shift costs precision: values are resolved to about
+    ``1e-16 × rows × spread`` (``1e-9`` for 1,000 models of batches of 10,000 pairs).
     """
     M, U = y.shape
-    yn = y.detach().cpu().numpy()
-    spread = float(yn.max() - yn.min()) if yn.size else 0.0
-    shift = (2.0 * spread + 1.0) * np.arange(M - 1, -1, -1, dtype=np.float64)[:, None]
-    cn = np.broadcast_to(c.detach().cpu().numpy(), (M, U))
-    res = _scipy_pav()((yn + shift).ravel(), weights=cn.ravel(), increasing=False)
-    v = res.x.reshape(M, U) - shift
-    return torch.as_tensor(v, dtype=y.dtype)
+    v = np.empty_like(y)
+    starts = []
+    for lo in range(0, M, PAV_ROWS):
+        hi = min(lo + PAV_ROWS, M)
+        yb = y[lo:hi]
+        shift = ((2.0 * float(yb.max() - yb.min()) + 1.0)
+                 * np.arange(hi - lo - 1, -1, -1, dtype=np.float64))[:, None]
+        res = _scipy_pav()((yb + shift).ravel(), weights=c[lo:hi].ravel(), increasing=False)
+        v[lo:hi] = res.x.reshape(hi - lo, U) - shift
+        starts.append(res.blocks[:-1] + lo * U)
+    return v, np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64)
+
+
+def _pav_isotonic(y, c):
+    """The regression of :func:`_minmax_isotonic` by weighted pool-adjacent-violators on
+    the CPU (:func:`_pav_rows`), ``O(U)`` per row."""
+    yn = y.detach().cpu().numpy().astype(np.float64, copy=False)
+    cn = np.broadcast_to(c.detach().cpu().numpy().astype(np.float64), yn.shape)
+    return torch.as_tensor(_pav_rows(yn, cn)[0], dtype=y.dtype)
 
 
 def _isotonic_method(n_groups, batch_size, n_models, device_type="cpu"):
@@ -323,9 +341,6 @@ def grouped_soft_rank(pred, counts, strength):
 
 #: whether :func:`grouped_soft_spearman` uses :class:`_SoftSpearmanPAV` on the CPU.
 USE_FUSED = True
-#: rows solved by one call of scipy's solver in :class:`_SoftSpearmanPAV` (bounds the
-#: shift that keeps rows apart, hence its rounding: about 1e-16 x rows x spread).
-PAV_ROWS = 1024
 
 
 def _descending_order(x):
@@ -379,24 +394,14 @@ class _SoftSpearmanPAV(torch.autograd.Function):
         cs = np.take(c, flat - (np.arange(M) * U)[:, None])
         start = torch.cumsum(torch.from_numpy(cs), dim=-1).numpy() - cs
         y = s - (b - start - (cs - 1.0) / 2.0)
-        v = np.empty_like(y)
-        blocks = []
-        for lo in range(0, M, PAV_ROWS):
-            hi = min(lo + PAV_ROWS, M)
-            yb = y[lo:hi]
-            shift = ((2.0 * float(yb.max() - yb.min()) + 1.0)
-                     * np.arange(hi - lo - 1, -1, -1, dtype=np.float64))[:, None]
-            res = _scipy_pav()((yb + shift).ravel(), weights=cs[lo:hi].ravel(),
-                               increasing=False)
-            v[lo:hi] = res.x.reshape(hi - lo, U) - shift
-            blocks.append(res.blocks[:-1] + lo * U)
+        v, blocks = _pav_rows(y, cs)
         rs = s - v                                                 # sorted soft ranks
         t = np.take(target_sums.detach().numpy().astype(np.float64, copy=False), flat)
         rc = rs - ((rs * cs).sum(-1) / b)[:, None]
         n_r = np.sqrt(np.maximum((cs * rc * rc).sum(-1), _EPS ** 2))
         z = rc / n_r[:, None]
         rho = (z * t).sum(-1)
-        ctx.save = (flat, c, cs, np.concatenate(blocks), xhat, sigma, kappa, z, t, n_r, rho)
+        ctx.save = (flat, c, cs, blocks, xhat, sigma, kappa, z, t, n_r, rho)
         ctx.dtype = pred.dtype
         return torch.from_numpy(rho).to(pred.dtype)
 
