@@ -4,6 +4,7 @@ CUDA kernels run asynchronously, so every clock reading on a GPU is taken after
 ``torch.cuda.synchronize()``; the first CUDA call of a process also pays for the context
 and kernel loading, so :func:`warm_up` runs a tiny fit first (not timed).
 """
+import resource
 import time
 
 import numpy as np
@@ -25,6 +26,11 @@ def add_optimiser_arguments(parser):
     parser.add_argument("--patience", type=int, default=d.patience,
                         help=f"default {d.patience}")
     parser.add_argument("--tol", type=float, default=d.tol, help=f"default {d.tol:g}")
+
+
+def peak_rss_mib():
+    """Peak resident set size of this process so far (``ru_maxrss``, MiB; monotone)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def sync(device):

@@ -33,13 +33,19 @@ Run: ``.venv/bin/python benchmarks/bench_searchlight.py`` (a few minutes on 2 CP
 ``--full-whole-brain`` runs every sphere and fold instead, a few hours on 2 cores).
 """
 import argparse
-import resource
 import warnings
 
 import nibabel as nib
 import numpy as np
 import pandas as pd
-from _common import add_device_argument, add_optimiser_arguments, clock, describe, warm_up
+from _common import (
+    add_device_argument,
+    add_optimiser_arguments,
+    clock,
+    describe,
+    peak_rss_mib,
+    warm_up,
+)
 
 import mlem_neuro
 from mlem_neuro import MLEM
@@ -61,10 +67,6 @@ AFFINE_3MM = np.diag([3.0, 3.0, 3.0, 1.0])
 def run_cv(source, table, **options):
     """The shared driver with keyword options."""
     return _run_cv(source, table, MLEMOptions(**options))
-
-
-def peak_rss_mib():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def make_data(shape, radii, n_images, n_features, seed):

@@ -15,7 +15,8 @@ The setting of issue 11's target:
 * ``mlem_searchlight`` with its defaults (``level="feature"``, interactions modelled, 5
   folds) and 10 permutations.
 
-It prints the wall time, the peak memory (``ru_maxrss`` of the process) and whether the
+It prints the wall time, the peak memory (this process and its joblib workers, sampled
+from ``/proc``) and whether the
 encoded region is recovered: the importance maps of ``f0`` and ``f1`` peak inside the region
 and the null features do not exceed them.
 
@@ -28,23 +29,18 @@ Run: ``.venv/bin/python benchmarks/bench_wholebrain.py [--compare] [--n-jobs 2]`
 2 CPU cores; ``--spheres N`` runs N random centres instead of the whole brain).
 """
 import argparse
-import resource
 import warnings
 
 import nibabel as nib
 import numpy as np
 import pandas as pd
-from _common import add_device_argument, clock, describe, warm_up
+from _common import add_device_argument, clock, describe, peak_rss_mib, warm_up
 
 import mlem_neuro
 import mlem_neuro.core.tied as tied
 
 CENTRE_MM = np.array([-42.0, -58.0, -12.0])
 REGION_MM = 12.0
-
-
-def peak_rss_mib():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 class TreeMemory:
