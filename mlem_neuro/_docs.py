@@ -252,6 +252,15 @@ n_permutations : int
 """
 
 # --------------------------------------------------------------------------------- P
+docdict["n_repeats"] = """
+n_repeats : int
+    Repeat an int ``cv`` with new random folds (default 1): ``n_repeats × cv`` folds,
+    whose means give the importance and the score (repeated K-fold; the result's fold
+    arrays hold every fold).  Each repetition costs one more analysis.  It averages out
+    which stimuli happen to be held out together, the main source of noise in importance
+    with few held-out pairs per fold (measured on the method page).
+"""
+
 docdict["numeric_levels"] = """
 numeric_levels : "auto" | int | None
     Training grid of numeric feature distances.  Numeric features (pairs rarely repeat)

@@ -312,7 +312,8 @@ def _save_figure(fig, fname):
 
 
 def _analysis_kwargs(args):
-    return dict(cv=None if args.cv == 0 else args.cv, n_permutations=args.n_permutations,
+    return dict(cv=None if args.cv == 0 else args.cv, n_repeats=args.n_repeats,
+                n_permutations=args.n_permutations,
                 n_null=args.n_null, level=args.level,
                 constraint=args.constraint, interactions=not args.no_interactions,
                 n_jobs=args.n_jobs, device=args.device, random_state=args.seed,
@@ -630,7 +631,8 @@ def _add_analysis_options(p, what):
                                      ("--numeric-levels", "numeric_levels", _numeric_levels,
                                       "auto"),
                                      ("--chunk-size", chunk_key, int, None),
-                                     ("--n-null", "n_null", int, 0)):
+                                     ("--n-null", "n_null", int, 0),
+                                     ("--n-repeats", "n_repeats", int, 1)):
         p.add_argument(flag, type=kind, default=default, help=short_doc(key))
     p.add_argument("--out", required=True, help="output folder (created if needed)")
     p.add_argument("--overwrite", action="store_true",

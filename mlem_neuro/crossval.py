@@ -148,7 +148,7 @@ def _check_fold(k, train, test, n):
     return tr, te
 
 
-def _group_kfold(n_splits, groups, rng):
+def _group_kfold(n_splits, groups, rng, repeated=False):
     from sklearn.model_selection import GroupKFold
 
     n_groups = len(np.unique(groups))
@@ -159,16 +159,22 @@ def _group_kfold(n_splits, groups, rng):
         splitter = GroupKFold(n_splits=n_splits, shuffle=True,
                               random_state=int(rng.integers(2**31 - 1)))
     except TypeError:      # scikit-learn < 1.6: no shuffling of groups
+        if repeated:
+            raise ValueError("n_repeats > 1 with groups needs shuffled group folds "
+                             "(scikit-learn >= 1.6); this scikit-learn has none, so every "
+                             "repetition would give the same folds. Upgrade scikit-learn "
+                             "or use n_repeats=1.") from None
         splitter = GroupKFold(n_splits=n_splits)
     return splitter.split(np.zeros((len(groups), 1)), groups=groups)
 
 
-def check_cv(cv, n, rng, groups=None):
+def check_cv(cv, n, rng, groups=None, n_repeats=1):
     """Folds ``[(train, test), ...]`` of ``n`` stimuli from ``cv`` (validated).
 
     With ``groups``, an int ``cv`` gives :class:`~sklearn.model_selection.GroupKFold`
     folds, a splitter receives the groups, and every fold is checked to keep each group
-    on one side.
+    on one side.  ``n_repeats > 1`` (an int ``cv`` only) draws that many independent
+    K-fold splits, one after the other: ``n_repeats × cv`` folds.
     """
     groups = check_groups(groups, n)
     if cv is None:
@@ -176,8 +182,9 @@ def check_cv(cv, n, rng, groups=None):
         return [(idx, idx)]
     if isinstance(cv, (numbers.Integral, np.integer)) and not isinstance(cv, bool):
         if groups is None:
-            return kfold_stimuli(n, int(cv), rng)
-        folds = _group_kfold(int(cv), groups, rng)
+            return [fold for _ in range(n_repeats) for fold in kfold_stimuli(n, int(cv), rng)]
+        folds = [fold for _ in range(n_repeats)
+                 for fold in _group_kfold(int(cv), groups, rng, n_repeats > 1)]
     elif hasattr(cv, "split"):
         folds = cv.split(np.zeros((n, 1)), None, groups)
     else:
@@ -405,7 +412,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
         raise ValueError(f"the feature table has {len(table)} rows but the data have {n} "
                          "stimuli; they must match one-to-one.")
     rng = check_random_state(opts.random_state)
-    folds = check_cv(opts.cv, n, rng, groups)
+    folds = check_cv(opts.cv, n, rng, groups, opts.n_repeats)
     layout, names, flat = [], None, {}
     for f, (train, test) in enumerate(folds):
         space = _fold_space(opts, table, train, f, len(folds))

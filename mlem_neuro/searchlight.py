@@ -48,7 +48,7 @@ def _prepare(imgs, features, mask_img, name="mask_img"):
 @verbose
 @fill_doc
 def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0, *,
-                     groups=None, cv=5,
+                     groups=None, cv=5, n_repeats=1,
                      n_permutations=10, n_null=0, level="feature", constraint="spd",
                      interactions=True,
                      feature_kinds=None, feature_groups=None, missing_distance=0.0,
@@ -75,6 +75,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     %(radius)s
     %(groups_images)s
     %(cv_images)s
+    %(n_repeats)s
     %(n_permutations)s
     %(n_null)s
     %(level)s
@@ -162,7 +163,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
 @verbose
 @fill_doc
 def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
-             n_permutations=10, n_null=0, level="feature",
+             n_repeats=1, n_permutations=10, n_null=0, level="feature",
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
              missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50, lr=0.03,
              tol=1e-4, batch_size="auto", numeric_levels="auto", chunk_size=None, n_jobs=None,
@@ -189,6 +190,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
         with a warning.
     %(groups_images)s
     %(cv_images)s
+    %(n_repeats)s
     %(n_permutations)s
     %(n_null)s
     %(level)s

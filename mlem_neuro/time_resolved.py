@@ -114,7 +114,7 @@ def _fit(data, table, times, ch_names, *, settings, options, groups):
 @fill_doc
 def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=None,
                tmax=None, decim=1, window=None, scale=True, groups=None, cv=5,
-               n_permutations=10, n_null=0, level="feature", constraint="spd",
+               n_repeats=1, n_permutations=10, n_null=0, level="feature", constraint="spd",
                interactions=True,
                feature_kinds=None, feature_groups=None,
                missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
@@ -144,6 +144,7 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     %(scale)s
     %(groups_trials)s
     %(cv_trials)s
+    %(n_repeats)s
     %(n_permutations)s
     %(n_null)s
     %(level)s
@@ -218,8 +219,9 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
 @verbose
 @fill_doc
 def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1, *,
-                window=None, scale=True, groups=None, cv=5, n_permutations=10, n_null=0,
-                level="feature", constraint="spd", interactions=True, feature_kinds=None,
+                window=None, scale=True, groups=None, cv=5, n_repeats=1, n_permutations=10,
+                n_null=0, level="feature", constraint="spd", interactions=True,
+                feature_kinds=None,
                 feature_groups=None, missing_distance=0.0, distance="euclidean",
                 max_steps=1000, patience=50,
                 lr=0.03, tol=1e-4, batch_size="auto", numeric_levels="auto",
@@ -249,6 +251,7 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     %(scale)s
     %(groups_epochs)s
     %(cv_trials)s
+    %(n_repeats)s
     %(n_permutations)s
     %(n_null)s
     %(level)s

@@ -25,6 +25,7 @@ BAD = [
     ("n_permutations", 0, ValueError, r"n_permutations must be an int >= 1; got 0"),
     ("n_null", -1, ValueError, r"n_null must be an int >= 0; got -1"),
     ("n_null", 2.0, TypeError, r"n_null must be an int >= 0; got 2.0"),
+    ("n_repeats", 0, ValueError, r"n_repeats must be an int >= 1; got 0"),
     ("max_steps", 0, ValueError, r"max_steps must be an int >= 1; got 0"),
     ("max_steps", True, TypeError, r"max_steps must be an int >= 1; got True"),
     ("constraint", "psd", ValueError, r"constraint must be one of \['spd', 'diagonal', "
@@ -48,7 +49,7 @@ BAD = [
 #: options an entry point does not take (the estimator has no folds, chunks or jobs;
 #: the brain-map analyses report term-level importance).
 NOT_TAKEN = {
-    "MLEM": {"cv", "chunk_size", "n_jobs", "level", "n_null"},
+    "MLEM": {"cv", "chunk_size", "n_jobs", "level", "n_null", "n_repeats"},
     "mlem_searchlight": {"level"},
     "mlem_roi": {"level"},
 }

@@ -259,7 +259,8 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     space = _check_inputs(source, table, options, n_null)
     n, M = source.n_stimuli, source.n_models
     rng = check_random_state(random_state)
-    folds = check_cv(options.cv, n, check_random_state(options.random_state), groups)
+    folds = check_cv(options.cv, n, check_random_state(options.random_state), groups,
+                     options.n_repeats)
     seed = (options.random_state if _is_int(options.random_state)
             else int(rng.integers(2**31 - 1)))
     basis = residual_basis(main_effects_design(space, table))
@@ -268,7 +269,7 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     logger.info("interaction test: %d model(s) x %d null permutations", M, n_null)
     null_source = PatternNullSource(source, basis, perms)
     # the same folds for both fits (cv=None: both in-sample, on all stimuli)
-    common = dict(cv=None if options.cv is None else folds, random_state=seed,
+    common = dict(cv=None if options.cv is None else folds, n_repeats=1, random_state=seed,
                   level="feature", n_permutations=1, n_null=0)
     scores = []
     for constraint in (options.constraint, "diagonal"):

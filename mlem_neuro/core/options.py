@@ -218,6 +218,7 @@ CHECKS = {
     "n_null": _int_at_least(0, " (null permutations for the single-subject tests; 0 runs "
                                "none)"),
     "n_permutations": _int_at_least(1),
+    "n_repeats": _int_at_least(1, " (repetitions of an int cv with new random folds)"),
     "numeric_levels": _numeric_levels,
     "patience": _int_at_least(1),
     "random_state": _random_state,
@@ -268,6 +269,7 @@ class MLEMOptions:
     feature_groups: object = None
     missing_distance: object = 0.0
     cv: object = 5
+    n_repeats: int = 1
     chunk_size: object = None
     n_jobs: object = None
     device: str = "cpu"
@@ -281,6 +283,12 @@ class MLEMOptions:
                   if f.name != "allow_precomputed"}
         for name, value in check_params(values, distances=distances).items():
             object.__setattr__(self, name, value)
+        if self.n_repeats > 1 and (self.cv is None or not _is_int(self.cv)):
+            raise ValueError(
+                f"n_repeats={self.n_repeats} repeats an int cv with new random folds; got "
+                f"cv={cv_description(self.cv)!r}. Use an int cv (e.g. cv=5), or build the "
+                "repeated folds yourself (e.g. scikit-learn's RepeatedKFold) and pass them "
+                "as cv with n_repeats=1.")
 
     @classmethod
     def names(cls):
