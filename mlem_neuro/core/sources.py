@@ -69,7 +69,8 @@ from .distances import get_metric
 from .neural import rdm_all_pairs
 from .pairs import pair_indices
 
-__all__ = ["BLOCK_BYTES", "DenseRDMSource", "RDMSource", "SphereRDMSource"]
+__all__ = ["BLOCK_BYTES", "CondensedRDMSource", "DenseRDMSource", "RDMSource",
+           "SphereRDMSource"]
 
 #: bytes of one block of per-pair unit products (units × pairs, float64) in
 #: :meth:`SphereRDMSource.rdm`.
@@ -236,3 +237,48 @@ class SphereRDMSource:
                 f"voxels in some image (e.g. one-voxel spheres; smallest size "
                 f"{int(self.sizes.min())} voxel(s)). Increase radius, restrict the "
                 "centres, or use distance='euclidean'.")
+
+
+class CondensedRDMSource:
+    """Distances of ``M`` models computed elsewhere, one condensed RDM per model.
+
+    Parameters
+    ----------
+    d : ndarray, shape (n_models, n_pairs)
+        Distances of every pair of the ``n`` stimuli, in
+        :func:`~mlem_neuro.core.pairs.pair_indices` order (``n_pairs = n (n − 1) / 2``;
+        e.g. the cross-validated distances of :mod:`mlem_neuro.core.crossnobis`, which
+        can be negative).
+    """
+
+    def __init__(self, d):
+        d = np.asarray(d, dtype=np.float64)
+        if d.ndim != 2:
+            raise ValueError(f"d must be (n_models, n_pairs); got shape {d.shape}.")
+        n = int(round((1 + np.sqrt(1 + 8 * d.shape[1])) / 2))
+        if n * (n - 1) // 2 != d.shape[1] or n < 2:
+            raise ValueError(f"{d.shape[1]} is not a number of pairs n (n - 1) / 2.")
+        if not np.isfinite(d).all():
+            raise ValueError("the distances hold NaN or infinite values.")
+        self.d, self._n = d, n
+
+    @property
+    def n_models(self):
+        return self.d.shape[0]
+
+    @property
+    def n_stimuli(self):
+        return self._n
+
+    def subset(self, models):
+        """The source of ``models`` only."""
+        return CondensedRDMSource(self.d[models])
+
+    def rdm(self, stimuli, device="cpu"):
+        """Distances ``(n_models, n_pairs)`` between ``stimuli`` (see :class:`RDMSource`)."""
+        s = np.asarray(stimuli)
+        i, j = pair_indices(len(s))
+        a, b = s[i], s[j]
+        lo, hi = np.minimum(a, b), np.maximum(a, b)
+        lin = lo * self._n - lo * (lo + 1) // 2 + (hi - lo - 1)
+        return torch.as_tensor(self.d[:, lin], device=device)
