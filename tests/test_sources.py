@@ -260,3 +260,22 @@ def test_a_custom_source_runs_through_run_cv_like_the_dense_one():
     np.testing.assert_allclose(custom.score, dense.score, atol=1e-9)
     np.testing.assert_allclose(custom.W, dense.W, atol=1e-6)
     assert custom.score[:, 0].mean() > 0.5 > abs(custom.score[:, 1].mean())
+
+
+def test_condensed_source_serves_any_subset_of_stimuli():
+    from mlem_neuro.core.sources import CondensedRDMSource, RDMSource
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((3, 7, 4))
+    full = np.stack([np.linalg.norm(x[:, None] - x[None], axis=-1) for x in X])
+    i, j = pair_indices(7)
+    source = CondensedRDMSource(full[:, i, j])
+    assert isinstance(source, RDMSource) and source.n_stimuli == 7 and source.n_models == 3
+    stim = np.array([5, 1, 3])
+    a, b = pair_indices(3)
+    np.testing.assert_array_equal(source.subset([0, 2]).rdm(stim).numpy(),
+                                  full[[0, 2]][:, stim[a], stim[b]])
+    for bad, match in ((np.zeros((2, 4)), "number of pairs"), (np.zeros(3), "n_models"),
+                       (np.full((1, 3), np.nan), "NaN")):
+        with pytest.raises(ValueError, match=match):
+            CondensedRDMSource(bad)
