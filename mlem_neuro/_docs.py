@@ -60,8 +60,10 @@ cv : None | int | scikit-learn splitter | iterable of (train, test)
     seeded by ``random_state`` (:class:`~sklearn.model_selection.GroupKFold` folds with
     ``groups``); a splitter receives ``groups``.  ``None`` trains and scores on all
     images: **optimistic** (in-sample).  With trial-wise betas from several runs, pass
-    the runs as ``groups`` (or a splitter over runs, e.g.
-    ``LeaveOneGroupOut().split(X, groups=runs)`` as a list).
+    the runs as ``groups`` and an int ``cv`` smaller than the number of runs (grouped
+    k-fold, several runs held out per fold).  Not leave-one-run-out when every condition
+    occurs once per run: every held-out pair then differs in the condition, whose
+    importance is 0 by construction (a warning says so).
 """
 
 docdict["cv_trials"] = """
