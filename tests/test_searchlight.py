@@ -343,8 +343,8 @@ def test_roi_bad_labels(small):
 
 
 # ------------------------------------------------------------- standardize="run"
-def _runs_table(small):
-    imgs, table, mask, _ = small
+def _runs_table():
+    imgs, table, mask, _ = simulate(n=12, shape=(4, 4, 4))   # not the shared fixture
     index = pd.MultiIndex.from_product([range(3), range(4)], names=["run", "trial"])
     return imgs, table.set_index(index), mask, index.get_level_values("run").to_numpy()
 
@@ -362,10 +362,10 @@ def _by_hand(imgs, runs):
 
 
 @pytest.mark.parametrize("analysis", ["searchlight", "roi"])
-def test_standardize_run_is_z_scoring_by_hand(small, analysis):
+def test_standardize_run_is_z_scoring_by_hand(analysis):
     """standardize="run" gives the same result as images z-scored within run by hand,
     with the runs from the (run, trial) index or from groups; settings record it."""
-    imgs, table, mask, runs = _runs_table(small)
+    imgs, table, mask, runs = _runs_table()
     # a run effect far larger than the images' spread: z-scoring within run removes it
     shifted = nib.Nifti1Image(imgs.get_fdata() + 50.0 * runs, imgs.affine)
     kw = dict(cv=[(np.arange(4, 12), np.arange(4)), (np.arange(8), np.arange(8, 12))],
@@ -397,8 +397,8 @@ def test_standardize_run_is_z_scoring_by_hand(small, analysis):
     assert not np.allclose(raw.fold_score, expected.fold_score, atol=1e-3)
 
 
-def test_standardize_run_refusals(small):
-    imgs, table, mask, runs = _runs_table(small)
+def test_standardize_run_refusals():
+    imgs, table, mask, runs = _runs_table()
     plain = table.reset_index(drop=True)
     with pytest.raises(ValueError, match="needs the run of each image.*groups="):
         mlem_neuro.mlem_searchlight(imgs, plain, mask, standardize="run")
@@ -412,13 +412,13 @@ def test_standardize_run_refusals(small):
 
 
 # -------------------------------------------------------------------- backgrounds
-def test_native_space_maps_plot_on_the_mean_image(small, monkeypatch, tmp_path):
+def test_native_space_maps_plot_on_the_mean_image(monkeypatch, tmp_path):
     """Images in scanner space: the result keeps the mean image (before z-scoring) and
     plots over it; images whose header says MNI152 keep nilearn's template."""
     import matplotlib.pyplot as plt
     import nilearn.plotting
 
-    imgs, table, mask, runs = _runs_table(small)
+    imgs, table, mask, runs = _runs_table()
     seen = []
     real = nilearn.plotting.plot_stat_map
 
