@@ -288,7 +288,10 @@ def _condition_regressors(evs, condition_col, feature_cols, explicit, columns):
 
 
 def _trial_standardize(standardize, model):
-    """``standardize`` of :func:`trial_images` resolved to ``"run"`` or ``None``."""
+    """``standardize`` of :func:`trial_images` resolved to ``"run"`` or ``None`` (betas);
+    a bool keeps its earlier meaning (``FirstLevelModel``'s, handled by the caller)."""
+    if isinstance(standardize, (bool, np.bool_)):
+        return None
     if isinstance(standardize, str) and standardize == "auto":
         return "run" if model == "trial" else None
     standardize = check_standardize(standardize, ("auto", *STANDARDIZE))
@@ -418,7 +421,7 @@ def trial_images(bold_imgs, events, t_r, mask_img=None, *, model="trial",
     feature_cols : list of str | None
         Columns of the events that form the feature table.  Default: every column except
         ``onset`` and ``duration``.
-    standardize : "auto" | "run" | None
+    standardize : "auto" | "run" | None | bool
         ``"run"``: z-score each voxel's betas across the images of each run (mean 0,
         standard deviation 1 with ``ddof=1``; a voxel constant over a run becomes 0), so
         that what differs between runs (scanner drift, global signal, head position) does
@@ -427,9 +430,9 @@ def trial_images(bold_imgs, events, t_r, mask_img=None, *, model="trial",
         (default): ``"run"`` with ``model="trial"``, ``None`` with ``model="condition"``
         (its images average over runs).  On the Haxby data the held-out Spearman of a
         whole-brain region rises from about 0 with raw betas to about 0.09 with betas
-        z-scored within run (``standardize`` in :doc:`/options`).
-        Earlier versions passed ``standardize`` on to ``FirstLevelModel`` (which
-        standardises the BOLD time series); that is no longer reachable from here.
+        z-scored within run (``standardize`` in :doc:`/options`).  ``True`` / ``False``
+        keep their earlier meaning: passed on to ``FirstLevelModel`` (``True``
+        standardises each voxel's BOLD time series before the GLM), betas not z-scored.
     hrf_model, drift_model, high_pass, noise_model, smoothing_fwhm, n_jobs
         Passed to ``FirstLevelModel``.
     confounds : DataFrame | list of DataFrame | None
@@ -478,6 +481,8 @@ def trial_images(bold_imgs, events, t_r, mask_img=None, *, model="trial",
     from nilearn.image import concat_imgs
 
     check_option("model", model, ("trial", "condition"))
+    if isinstance(standardize, (bool, np.bool_)):      # FirstLevelModel's, as before
+        glm_kwargs["standardize"] = bool(standardize)
     standardize = _trial_standardize(standardize, model)
     runs = _as_list(bold_imgs)
     evs = [_read_events(ev, k) for k, ev in enumerate(_as_list(events))]

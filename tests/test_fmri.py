@@ -150,13 +150,39 @@ def test_trial_images_standardize_refusals(sim, monkeypatch):
     _no_fit(monkeypatch)           # every refusal comes before the GLM is fitted
     with pytest.raises(ValueError, match="standardize='run' needs model='trial'"):
         trial_images(runs, events, T_R, mask_img=mask, model="condition", standardize="run")
-    with pytest.raises(ValueError, match="True is ambiguous"):
-        trial_images(runs, events, T_R, mask_img=mask, standardize=True)
     with pytest.raises(ValueError, match="standardize must be one of"):
         trial_images(runs, events, T_R, mask_img=mask, standardize="zscore")
     one = [events[0], events[1].iloc[:1]]
     with pytest.raises(ValueError, match=r"events\[1\] hold a single trial.*standardize=None"):
         trial_images(runs, one, T_R, mask_img=mask)
+
+
+def test_trial_images_bool_standardize_is_first_level_models(sim, monkeypatch):
+    """standardize=True / False keep their earlier meaning: FirstLevelModel's
+    (time-series) standardize, with betas not z-scored within run."""
+    import nilearn.glm.first_level as first_level
+
+    seen = []
+
+    class Spy(first_level.FirstLevelModel):
+        def fit(self, *args, **kwargs):
+            seen.append(self.standardize)
+            return super().fit(*args, **kwargs)
+
+    monkeypatch.setattr(first_level, "FirstLevelModel", Spy)
+    runs, events, _, _, mask = sim
+    kw = dict(mask_img=mask, noise_model="ols")
+    plain, _ = trial_images(runs, events, T_R, standardize=False, **kw)
+    raw, _ = trial_images(runs, events, T_R, standardize=None, **kw)
+    ts, table = trial_images(runs, events, T_R, standardize=True, **kw)
+    default, _ = trial_images(runs, events, T_R, **kw)
+    assert seen == [False, False, True, False]
+    np.testing.assert_array_equal(plain.get_fdata(), raw.get_fdata())
+    run = table.index.get_level_values("run").to_numpy()
+    means = np.stack([ts.get_fdata()[..., run == r].mean(-1) for r in (0, 1)])
+    # not z-scored within run: per-run means up to 0.71 (measured; 0 when z-scored)
+    assert np.abs(means).max() > 0.3
+    assert np.abs(ts.get_fdata() - default.get_fdata()).max() > 0.5    # measured 1.08
 
 
 def test_zscore_runs_constant_voxel_and_bad_labels():

@@ -409,6 +409,8 @@ def test_standardize_run_refusals():
         mlem_neuro.mlem_roi(imgs, plain, mask, standardize="run", groups=runs[:-1])
     with pytest.raises(ValueError, match="standardize must be one of 'run'"):
         mlem_neuro.mlem_roi(imgs, table, mask, standardize="auto")
+    with pytest.raises(ValueError, match="True is ambiguous"):
+        mlem_neuro.mlem_searchlight(imgs, table, mask, standardize=True)
 
 
 # -------------------------------------------------------------------- backgrounds
