@@ -328,7 +328,9 @@ standardize : "run" | None
     goes from about 0 (raw betas) to about 0.09 (:doc:`/options`).
     :func:`~mlem_neuro.fmri.trial_images` already z-scores its trial betas within run
     by default (z-scoring them again changes nothing).  ``None`` (default): the images
-    as given.  The transform ignores the features, so it leaks nothing across folds.
+    as given.  The transform uses no feature values, so it carries no feature
+    information across folds; with folds grouped by run, each run's mean and standard
+    deviation come from one side of the fold only.
 """
 
 # --------------------------------------------------------------------------------- T
