@@ -683,3 +683,31 @@ def test_searchlight_truncated_nifti(tmp_path, capsys):
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
         assert err.startswith("mlem-neuro searchlight: error: ") and bad.name in err
     assert not (tmp_path / "out").exists()
+
+
+@needs_haxby
+@pytest.mark.parametrize("option, z_scored", [(None, True), ("run", True), ("none", False)])
+def test_searchlight_standardize_option(monkeypatch, tmp_path, option, z_scored):
+    """Trial betas reach the searchlight z-scored within run unless --standardize none."""
+    import mlem_neuro.searchlight
+
+    seen = {}
+    real = mlem_neuro.searchlight.mlem_searchlight
+
+    def spy(imgs, table, *args, **kwargs):
+        seen["data"] = imgs.get_fdata()
+        seen["runs"] = table.index.get_level_values("run").to_numpy()
+        return real(imgs, table, *args, **kwargs)
+
+    monkeypatch.setattr(mlem_neuro.searchlight, "mlem_searchlight", spy)
+    argv = _haxby_args(range(1, 4), tmp_path / "out", mask="vt") + [
+        "--cv", "2", "--n-permutations", "1", "--radius", "30"]
+    if option is not None:
+        argv += ["--standardize", option]
+    assert main(argv) == 0
+    vt = nib.load(HAXBY / "masks/25mm/vt.nii.gz").get_fdata() > 0
+    values = seen["data"][vt][0]
+    sd = [values[seen["runs"] == r].std(ddof=1) for r in range(3)]
+    assert np.allclose(sd, 1.0, atol=1e-5) == z_scored
+    res = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
+    assert (res.settings.get("standardize") == "run") == z_scored
