@@ -66,16 +66,27 @@ _TEMPLATE_CODES = (3, 4, 5)
 
 
 def mean_background(img4d, shape, affine):
-    """Mean of the images (before any standardisation) on the map grid, as the default
-    background of native-space maps; ``None`` for images in a standard space (their
-    header's sform or qform code says Talairach, MNI152 or template), where nilearn's
-    MNI template is the right background."""
+    """Mean absolute value of the images (before any standardisation) on the map grid,
+    the default background of native-space maps; ``None`` for images in a standard
+    space (their header's sform or qform code says Talairach, MNI152 or template), where
+    nilearn's MNI template is the right background.
+
+    For positive images (BOLD volumes) this is their mean image; betas average to about
+    0 (exactly 0 once z-scored within run), but their mean absolute value still draws
+    the brain they were estimated in.
+    """
+    import nibabel as nib
+
     codes = (int(img4d.header["sform_code"]), int(img4d.header["qform_code"]))
     if any(code in _TEMPLATE_CODES for code in codes):
         return None
-    from nilearn.image import mean_img, resample_img
+    from nilearn.image import resample_img
 
-    mean = mean_img(img4d, copy_header=True)
+    data = np.asanyarray(img4d.dataobj)
+    total = np.zeros(data.shape[:3])
+    for k in range(data.shape[3]):            # one volume at a time: no 4D copy
+        total += np.abs(np.nan_to_num(data[..., k].astype(np.float64)))
+    mean = nib.Nifti1Image(total / data.shape[3], img4d.affine)
     if mean.shape != tuple(shape) or not np.allclose(mean.affine, affine, atol=1e-4):
         mean = resample_img(mean, target_affine=affine, target_shape=tuple(shape),
                             force_resample=True, copy_header=True)

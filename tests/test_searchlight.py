@@ -415,8 +415,9 @@ def test_standardize_run_refusals():
 
 # -------------------------------------------------------------------- backgrounds
 def test_native_space_maps_plot_on_the_mean_image(monkeypatch, tmp_path):
-    """Images in scanner space: the result keeps the mean image (before z-scoring) and
-    plots over it; images whose header says MNI152 keep nilearn's template."""
+    """Images in scanner space: the result keeps their mean absolute value (before
+    z-scoring, which leaves a mean of 0) and plots over it; images whose header says
+    MNI152 keep nilearn's template."""
     import matplotlib.pyplot as plt
     import nilearn.plotting
 
@@ -433,7 +434,8 @@ def test_native_space_maps_plot_on_the_mean_image(monkeypatch, tmp_path):
     native = nib.Nifti1Image(imgs.get_fdata(), AFFINE)
     native.header.set_sform(AFFINE, code="scanner")
     res = mlem_neuro.mlem_searchlight(native, table, mask, standardize="run", **kw)
-    np.testing.assert_allclose(res.background, imgs.get_fdata().mean(-1), rtol=1e-5)
+    np.testing.assert_allclose(res.background, np.abs(imgs.get_fdata()).mean(-1),
+                               rtol=1e-5)
     res.plot("a")
     np.testing.assert_array_equal(seen[-1].get_fdata(), res.background)
     np.testing.assert_array_equal(seen[-1].affine, AFFINE)

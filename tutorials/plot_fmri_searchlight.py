@@ -149,8 +149,9 @@ frame.groupby("term")[["importance", "score"]].describe().round(3).T
 # 2 permutations per term, the importances are noisier than a real analysis would
 # give).  Plot the importance maps and the held-out Spearman over the mean EPI image of
 # the first run, on one colour scale (±0.15 here, ±0.4 for the positive control below).
-# Without ``bg_img``, ``plot`` uses the mean of the analysed images: these maps are in
-# the subject's native space, where nilearn's MNI template would not line up.
+# Without ``bg_img``, ``plot`` uses the mean absolute value of the analysed images (the
+# brain they come from): these maps are in the subject's native space, where nilearn's
+# MNI template would not line up.
 CUTS = [-37.5, -12.5, 12.5, 37.5]
 
 

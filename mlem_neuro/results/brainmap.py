@@ -48,7 +48,8 @@ class BrainMapResult(BaseResult):
         Atlas label of each model (``kind="roi"``).
     background : ndarray (X, Y, Z) | None
         Image on the map grid that :meth:`plot` shows the maps over by default: the
-        analyses store the mean of the input images for images in native space, and
+        analyses store the mean absolute value of the input images (their mean image for
+        positive images; the brain's outline for betas) for images in native space, and
         ``None`` for images in a standard space (header sform/qform code Talairach,
         MNI152 or template), where nilearn's MNI template is the background.
     %(tests)s
@@ -341,9 +342,9 @@ class BrainMapResult(BaseResult):
         **kwargs
             Passed to :func:`nilearn.plotting.plot_stat_map` (``bg_img``,
             ``display_mode``, ``threshold``, ``axes``...).  ``bg_img`` defaults to
-            :attr:`background_img`: the mean of the analysed images for maps in native
-            space (where the MNI template would not line up with the brain), nilearn's
-            MNI template for maps in a standard space.
+            :attr:`background_img`: the mean absolute value of the analysed images for
+            maps in native space (where the MNI template would not line up with the
+            brain), nilearn's MNI template for maps in a standard space.
 
         Returns
         -------
