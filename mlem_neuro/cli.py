@@ -5,8 +5,10 @@
   analysis of simulated epochs; figures, a CSV table and an HTML report go to ``--out``.
 * ``mlem-neuro epochs FILE-epo.fif --features a,b --out DIR``: time-resolved MLEM.
 * ``mlem-neuro searchlight --imgs RUN... --events TSV... --t-r 2.5 --mask MASK --out DIR``:
-  per-trial beta maps with nilearn's GLM, then a searchlight; ``--group-runs`` keeps each
-  run's trials in one fold.
+  per-trial beta maps with nilearn's GLM (z-scored within run: ``--standardize``), then a
+  searchlight; ``--group-runs`` keeps each run's trials in one fold.  Writes the importance
+  maps (``importance.nii.gz``, one volume per term), the held-out Spearman map
+  (``score.nii.gz``), a table and a figure.
 
 ``--out`` is checked before any data are read: it must be writable, and results already
 there are replaced only with ``--overwrite``.  Bad paths, unreadable inputs and bad options
@@ -200,7 +202,7 @@ def run_demo(out, paper=False, seed=0, n_seeds=10, log=print):
 
 # --------------------------------------------------------------------- shared helpers
 #: files that mark an --out folder as holding the results of ``epochs`` / ``searchlight``
-RESULT_PATTERNS = ("mlem.npz", "importance.*")
+RESULT_PATTERNS = ("mlem.npz", "importance.*", "score.*")
 #: the files ``demo`` writes
 DEMO_OUTPUTS = ("simulation.csv", "simulation.png", "time_resolved_mlem.npz",
                 "time_resolved.png", "report.html")
@@ -453,6 +455,9 @@ def _searchlight_inputs(args):
         raise CLIError(f"give one events file per run: {len(imgs)} images, "
                        f"{len(event_files)} events files")
     _name_list(args.features, "--features")
+    if args.standardize == "run" and args.model != "trial":
+        raise CLIError("--standardize run needs --model trial (condition images average "
+                       "over runs, so no run is left to z-score within)")
     if args.group_runs:
         if args.model != "trial":
             raise CLIError("--group-runs needs --model trial (condition images average "
@@ -490,18 +495,25 @@ def _searchlight_features(args, events):
     return _default_features(table, "events", ()) if table.shape[1] else None
 
 
+def _standardize(args):
+    """``--standardize`` as :func:`~mlem_neuro.fmri.trial_images` takes it."""
+    return None if args.standardize == "none" else args.standardize
+
+
 def _brain_map_figure(res, bg_img):
-    """One row per term (importance) and a last row with the score."""
+    """One row per term whose importance map is not 0 everywhere, and a last row with the
+    score, all cut through the sphere with the best score; also the terms left out."""
     import matplotlib.pyplot as plt
 
-    rows = [*res.terms, None]
+    empty = [t for k, t in enumerate(res.terms) if not np.any(res.importance[:, k])]
+    rows = [t for t in res.terms if t not in empty] + [None]
+    score = np.nan_to_num(res.score, nan=-np.inf)
+    cut = tuple(float(v) for v in res.model_coords()[int(np.argmax(score))])
     fig, axes = plt.subplots(len(rows), 1, figsize=(8, 2.6 * len(rows)), squeeze=False)
     for ax, term in zip(axes[:, 0], rows):
-        with warnings.catch_warnings():   # an all-zero map is a result, not a problem
-            warnings.filterwarnings("ignore", message="(Given img is )?empty")
-            res.plot(term, bg_img=bg_img, axes=ax, figure=fig, draw_cross=False,
-                     cmap="RdBu_r")
-    return fig
+        res.plot(term, bg_img=bg_img, axes=ax, figure=fig, draw_cross=False,
+                 cmap="RdBu_r", cut_coords=cut)
+    return fig, empty
 
 
 def _image_error(err, paths):
@@ -530,7 +542,8 @@ def _fit_searchlight(args, imgs, events, mask):
     feature_cols = _searchlight_features(args, events)
     try:
         betas, table = fmri.trial_images(imgs, events, t_r=args.t_r, mask_img=mask,
-                                         model=args.model, feature_cols=feature_cols)
+                                         model=args.model, feature_cols=feature_cols,
+                                         standardize=_standardize(args))
         groups = (table.index.get_level_values("run").to_numpy() if args.group_runs
                   else None)
         res = searchlight.mlem_searchlight(betas, table, mask, radius=args.radius,
@@ -545,6 +558,8 @@ def _fit_searchlight(args, imgs, events, mask):
         raise
     if args.group_runs:
         res.settings.update(groups="run", cv=f"GroupKFold({args.cv}) over runs")
+    if _standardize(args) == "run" or (args.standardize == "auto" and args.model == "trial"):
+        res.settings.update(standardize="run", standardize_runs="trial_images")
     return res, bg_img
 
 
@@ -561,10 +576,15 @@ def run_searchlight(args):
     out.mkdir(parents=True, exist_ok=True)
     res.save(out / "mlem.npz", overwrite=True)
     res.to_nifti().to_filename(out / "importance.nii.gz")
+    res.score_img.to_filename(out / "score.nii.gz")
     res.to_data_frame().to_csv(out / "importance.csv", index=False)
-    _save_figure(_brain_map_figure(res, bg_img), out / "importance.png")
+    fig, empty = _brain_map_figure(res, bg_img)
+    _save_figure(fig, out / "importance.png")
     print(f"Wrote {out / 'mlem.npz'}, {out / 'importance.nii.gz'} (one volume per term: "
-          f"{', '.join(res.terms)}), {out / 'importance.csv'}, {out / 'importance.png'}")
+          f"{', '.join(res.terms)}), {out / 'score.nii.gz'} (held-out Spearman rho), "
+          f"{out / 'importance.csv'}, {out / 'importance.png'}")
+    if empty:
+        _note(f"importance.png leaves out {empty}: importance 0 in every sphere")
     score = res.score
     summary = (f"best sphere {np.nanmax(score):.3f}, median {np.nanmedian(score):.3f} over "
                f"{len(score)} spheres" if np.isfinite(score).any() else "no finite score")
@@ -636,7 +656,8 @@ def _add_analysis_options(p, what):
         p.add_argument(flag, type=kind, default=default, help=short_doc(key))
     p.add_argument("--out", required=True, help="output folder (created if needed)")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace the results already in --out (mlem.npz, importance.*)")
+                   help="replace the results already in --out (mlem.npz, importance.*, "
+                        "score.*)")
 
 
 def _add_demo_parser(sub, kw):
@@ -689,9 +710,9 @@ def _add_epochs_parser(sub, kw):
 def _add_searchlight_parser(sub, kw):
     s = sub.add_parser("searchlight", help="fMRI searchlight MLEM from BOLD runs + events",
                        description="Beta images per trial (or condition) with nilearn's "
-                                   "GLM, then a searchlight MLEM; writes mlem.npz, "
-                                   "importance.nii.gz, importance.csv and importance.png "
-                                   "to --out.", **kw)
+                                   "GLM, z-scored within run, then a searchlight MLEM; "
+                                   "writes mlem.npz, importance.nii.gz, score.nii.gz, "
+                                   "importance.csv and importance.png to --out.", **kw)
     s.add_argument("--imgs", nargs="+", required=True, help="BOLD runs (4D NIfTI)")
     s.add_argument("--events", nargs="+", required=True, help="BIDS events.tsv, one per run")
     s.add_argument("--mask", required=True, help="brain mask image")
@@ -704,9 +725,17 @@ def _add_searchlight_parser(sub, kw):
                    help="comma-separated events columns (default: every column but onset "
                         "and duration, leaving out columns with one value per trial such "
                         "as stimulus file names)")
+    s.add_argument("--standardize", choices=("auto", "run", "none"), default="auto",
+                   help="run: z-score each voxel's betas across the trials of each run (run "
+                        "effects otherwise dominate the distances); none: raw betas; auto: "
+                        "run with --model trial, none with --model condition (its images "
+                        "average over runs)")
     s.add_argument("--group-runs", action="store_true",
                    help="with --model trial: the runs are groups of GroupKFold, so that a "
-                        "run's trials are never split between training and test")
+                        "run's trials are never split between training and test; keep "
+                        "--cv below the number of runs when each condition occurs once "
+                        "per run (a fold holding out one run has no pair of the same "
+                        "condition)")
     _add_analysis_options(s, "images")
 
 

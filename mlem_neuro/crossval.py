@@ -501,23 +501,42 @@ def _add_tests(out):
 
 
 def _check_fold_scorable(f, enc_test, names, flat):
-    """Record features flat over fold ``f``'s held-out pairs; refuse a fold flat on all."""
-    for name in _flat_features(enc_test, names):
-        flat.setdefault(name, []).append(f + 1)
-    if len(names) and all(f + 1 in flat.get(name, ()) for name in names):
+    """Record features flat over fold ``f``'s held-out pairs (with whether every pair
+    differs in them); refuse a fold flat on all."""
+    differ = []
+    for name, distance in _flat_features(enc_test, names):
+        flat.setdefault(name, []).append((f + 1, distance > 0))
+        if distance > 0:      # every held-out stimulus has its own value
+            differ.append(name)
+    if len(names) and all(any(k == f + 1 for k, _ in flat.get(name, ())) for name in names):
         raise ValueError(
             f"every held-out pair of fold {f + 1} has the same distance on every feature "
             f"({list(names)}), so the fold cannot be scored: choose folds whose held-out "
-            "stimuli differ in some features and agree in others (e.g. fewer folds).")
+            "stimuli differ in some features and agree in others (e.g. fewer folds)."
+            + _differ_advice(differ))
+
+
+def _differ_advice(names):
+    """Why a feature distinct at every held-out stimulus is unscorable, and what to do."""
+    if not names:
+        return ""
+    return (f" Every held-out stimulus has its own value of {names}, so every held-out "
+            "pair differs in it, as with leave-one-run-out when each condition occurs once "
+            "per run: use a grouped k-fold that holds out several runs per fold (an int cv "
+            "with groups=runs gives GroupKFold), so that held-out pairs include pairs of "
+            "the same condition from different runs.")
 
 
 def _warn_flat(flat):
     if flat:
-        where = "; ".join(f"{name!r} in fold(s) {', '.join(map(str, k))}"
-                          for name, k in flat.items())
+        where = "; ".join(f"{name!r} in fold(s) {', '.join(str(k) for k, _ in folds)}"
+                          for name, folds in flat.items())
+        # distinct at every held-out stimulus in every fold where they are flat
+        differ = [name for name, folds in flat.items() if all(d for _, d in folds)]
         warnings.warn(f"every held-out pair has the same distance on {list(flat)} ({where}): "
                       "importance there is 0 by construction. Choose folds whose held-out "
-                      "stimuli vary in these features (e.g. fewer folds).", UserWarning,
+                      "stimuli vary in these features (e.g. fewer folds)."
+                      + _differ_advice(differ), UserWarning,
                       stacklevel=6)   # user > verbose wrapper > public > _fit > run_cv > here
 
 
@@ -572,11 +591,12 @@ def cv_settings(cv, folds):
 
 
 def _flat_features(enc, names):
-    """Features whose distance is the same on every pair of the encoded stimuli."""
+    """``(name, distance)`` of the features whose distance is the same on every pair of
+    the encoded stimuli."""
     if enc.n_stimuli < 2:
         return []
     D = np.asarray(enc.pair_distances(*pair_indices(enc.n_stimuli)))
-    return [name for name, col in zip(names, D.T) if np.ptp(col) == 0]
+    return [(name, float(col[0])) for name, col in zip(names, D.T) if np.ptp(col) == 0]
 
 
 def _run_jobs(Parallel, jobs, n_total, n_jobs, desc):

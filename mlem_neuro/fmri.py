@@ -17,6 +17,71 @@ from .utils import check_option, logger, verbose
 __all__ = ["trial_images"]
 
 _TIMING = ("onset", "duration")
+#: values of ``standardize`` besides ``None`` / ``False`` (no standardisation)
+STANDARDIZE = ("run",)
+
+
+def check_standardize(standardize, allowed=STANDARDIZE):
+    """``standardize`` normalised to ``"run"`` or ``None``; refuse anything else."""
+    if standardize is None or standardize is False:
+        return None
+    if isinstance(standardize, str) and standardize in allowed:
+        return standardize
+    choices = ", ".join(repr(v) for v in allowed)
+    hint = (" (True is ambiguous: 'run' z-scores each voxel across the images of each run)"
+            if standardize is True else "")
+    raise ValueError(f"standardize must be one of {choices} or None (no standardisation); "
+                     f"got {standardize!r}{hint}.")
+
+
+def zscore_runs(X, runs, name="imgs"):
+    """Z-score each column of ``X`` (images x voxels) across the images of each run.
+
+    Mean 0 and standard deviation 1 (``ddof=1``) per voxel within every run; a voxel that
+    is constant over a run's images becomes 0 there.
+
+    Parameters
+    ----------
+    X : ndarray (n_images, n_voxels)
+    runs : array-like (n_images,)
+        Run label of each image.
+    name : str
+        What the images are called in error messages.
+
+    Returns
+    -------
+    Z : ndarray (n_images, n_voxels)
+        A new float64 array.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    runs = np.asarray(runs)
+    if runs.ndim != 1 or len(runs) != len(X):
+        raise ValueError(f"standardize='run' needs one run label per image: {len(X)} "
+                         f"image(s) in {name} but {runs.size} run label(s).")
+    if pd.isna(runs).any():
+        raise ValueError("standardize='run': the run labels hold missing values; every "
+                         "image needs a run.")
+    labels, inverse, counts = np.unique(runs, return_inverse=True, return_counts=True)
+    if (counts < 2).any():
+        single = labels[counts < 2].tolist()
+        raise ValueError(f"standardize='run' z-scores each voxel across the images of a "
+                         f"run, but run(s) {single} hold a single image of {name}: its "
+                         "standard deviation is undefined. Drop those images, merge the "
+                         "run with another, or pass standardize=None.")
+    Z = np.empty_like(X)
+    n_flat = 0
+    for k in range(len(labels)):
+        rows = inverse == k
+        block = X[rows]
+        mean = block.mean(axis=0)
+        sd = block.std(axis=0, ddof=1)
+        flat = ~(sd > 1e-12 * np.maximum(np.abs(mean), 1.0))
+        n_flat += int(flat.sum())
+        Z[rows] = np.where(flat, 0.0, (block - mean) / np.where(flat, 1.0, sd))
+    if n_flat:
+        logger.info("standardize='run': %d (voxel, run) pair(s) constant over the run's "
+                    "images set to 0", n_flat)
+    return Z
 
 
 def _as_list(x):
@@ -222,6 +287,42 @@ def _condition_regressors(evs, condition_col, feature_cols, explicit, columns):
     return nl_events, table, [code[c] for c in conds], labels
 
 
+def _trial_standardize(standardize, model):
+    """``standardize`` of :func:`trial_images` resolved to ``"run"`` or ``None`` (betas);
+    a bool keeps its earlier meaning (``FirstLevelModel``'s, handled by the caller)."""
+    if isinstance(standardize, (bool, np.bool_)):
+        return None
+    if isinstance(standardize, str) and standardize == "auto":
+        return "run" if model == "trial" else None
+    standardize = check_standardize(standardize, ("auto", *STANDARDIZE))
+    if standardize == "run" and model != "trial":
+        raise ValueError("standardize='run' needs model='trial': model='condition' gives "
+                         "one image per condition averaged over the runs, so no run is left "
+                         "to z-score within.  With model='trial' each event (e.g. each "
+                         "block of a condition) has its own image per run.")
+    return standardize
+
+
+def _check_run_sizes(sizes):
+    """Refuse, before any GLM is fitted, runs with a single trial to z-score."""
+    single = [r for r, n in enumerate(sizes) if n < 2]
+    if single:
+        raise ValueError(f"standardize='run' z-scores each voxel across the trials of a "
+                         f"run, but events{single} hold a single trial: its standard "
+                         "deviation is undefined.  Pass standardize=None (raw betas), or "
+                         "drop or merge those runs.")
+
+
+def _zscore_img(imgs, runs):
+    """The 4D image ``imgs`` z-scored within run along its 4th axis (see zscore_runs)."""
+    import nibabel as nib
+
+    data = np.asanyarray(imgs.dataobj)
+    dtype = data.dtype if np.issubdtype(data.dtype, np.floating) else np.float64
+    Z = zscore_runs(data.reshape(-1, data.shape[3]).T, np.asarray(runs), "the beta images")
+    return nib.Nifti1Image(Z.T.reshape(data.shape).astype(dtype), imgs.affine, imgs.header)
+
+
 #: a regressor whose largest |value| is below this fraction of the run's largest regressor
 #: of interest is refused (measured: a 0 s event beside a 30 s block is at 0.008)
 _NULL_REGRESSOR = 1e-4
@@ -284,7 +385,8 @@ def _fit_maps(glm, runs, nl_events, confounds, regressors):
 
 @verbose
 def trial_images(bold_imgs, events, t_r, mask_img=None, *, model="trial",
-                 condition_col="trial_type", feature_cols=None, hrf_model="glover",
+                 condition_col="trial_type", feature_cols=None, standardize="auto",
+                 hrf_model="glover",
                  drift_model="cosine", high_pass=0.01, noise_model="ar1", smoothing_fwhm=None,
                  confounds=None, n_jobs=1, verbose=None, **glm_kwargs):
     """Beta images per trial or per condition from BOLD runs, with their feature table.
@@ -319,6 +421,18 @@ def trial_images(bold_imgs, events, t_r, mask_img=None, *, model="trial",
     feature_cols : list of str | None
         Columns of the events that form the feature table.  Default: every column except
         ``onset`` and ``duration``.
+    standardize : "auto" | "run" | None | bool
+        ``"run"``: z-score each voxel's betas across the images of each run (mean 0,
+        standard deviation 1 with ``ddof=1``; a voxel constant over a run becomes 0), so
+        that what differs between runs (scanner drift, global signal, head position) does
+        not dominate the distances between images.  Needs ``model="trial"`` and at least
+        two images per run.  ``None``: the GLM's betas as they are.  ``"auto"``
+        (default): ``"run"`` with ``model="trial"``, ``None`` with ``model="condition"``
+        (its images average over runs).  On the Haxby data the held-out Spearman of a
+        whole-brain region rises from about 0 with raw betas to about 0.09 with betas
+        z-scored within run (``standardize`` in :doc:`/options`).  ``True`` / ``False``
+        keep their earlier meaning: passed on to ``FirstLevelModel`` (``True``
+        standardises each voxel's BOLD time series before the GLM), betas not z-scored.
     hrf_model, drift_model, high_pass, noise_model, smoothing_fwhm, n_jobs
         Passed to ``FirstLevelModel``.
     confounds : DataFrame | list of DataFrame | None
@@ -326,20 +440,23 @@ def trial_images(bold_imgs, events, t_r, mask_img=None, *, model="trial",
     verbose : bool | str | int | None
         Logging level for this call.
     **glm_kwargs
-        Other ``FirstLevelModel`` parameters (``slice_time_ref``, ``standardize``,
-        ``signal_scaling``, ``minimize_memory``...).
+        Other ``FirstLevelModel`` parameters (``slice_time_ref``, ``signal_scaling``,
+        ``minimize_memory``...).
 
     Returns
     -------
     imgs : Nifti1Image
-        4D, one beta map per trial or condition.
+        4D, one beta map per trial or condition (z-scored within run with
+        ``standardize="run"``).
     table : DataFrame
         One row per image, in the same order: the feature columns.  Its index says where
         each image comes from: a ``(run, trial)`` MultiIndex (0-based run in
         ``bold_imgs``, row in that run's events) for ``model="trial"``, the condition
-        (index named ``"condition"``) for ``model="condition"``.  For leave-one-run-out
-        cross-validation of trial images, pass ``cv=list(LeaveOneGroupOut().split(table,
-        groups=table.index.get_level_values("run")))``.
+        (index named ``"condition"``) for ``model="condition"``.  To keep each run's
+        images in one fold, pass ``groups=table.index.get_level_values("run")`` with an
+        int ``cv`` (grouped k-fold, several runs held out per fold).  Avoid
+        leave-one-run-out when every condition occurs once per run: all held-out pairs
+        then differ in the condition, whose importance is 0 by construction.
 
     Raises
     ------
@@ -364,6 +481,9 @@ def trial_images(bold_imgs, events, t_r, mask_img=None, *, model="trial",
     from nilearn.image import concat_imgs
 
     check_option("model", model, ("trial", "condition"))
+    if isinstance(standardize, (bool, np.bool_)):      # FirstLevelModel's, as before
+        glm_kwargs["standardize"] = bool(standardize)
+    standardize = _trial_standardize(standardize, model)
     runs = _as_list(bold_imgs)
     evs = [_read_events(ev, k) for k, ev in enumerate(_as_list(events))]
     confounds = None if confounds is None else _as_list(confounds)
@@ -372,6 +492,8 @@ def trial_images(bold_imgs, events, t_r, mask_img=None, *, model="trial",
         onset, duration = _check_timing(ev, k, n, float(t_r))
         evs[k] = ev.assign(onset=onset, duration=duration)
     feature_cols, explicit, columns = _feature_columns(evs, feature_cols)
+    if standardize == "run":
+        _check_run_sizes([len(ev) for ev in evs])
     if model == "trial":
         nl_events, table, regressors, labels = _trial_regressors(evs, feature_cols)
     else:
@@ -385,4 +507,7 @@ def trial_images(bold_imgs, events, t_r, mask_img=None, *, model="trial",
     logger.info("trial_images: first-level GLM, %d run(s), %d regressor(s) of interest (%s)",
                 len(runs), len(regressors), model)
     maps = _fit_maps(glm, runs, nl_events, confounds, regressors)
-    return concat_imgs(maps), table
+    imgs = concat_imgs(maps)
+    if standardize == "run":
+        imgs = _zscore_img(imgs, table.index.get_level_values("run"))
+    return imgs, table

@@ -28,10 +28,69 @@ from .core.features import as_feature_table
 from .core.options import MLEMOptions
 from .core.sources import SphereRDMSource
 from .crossval import result_settings, result_tests, run_cv
+from .fmri import check_standardize, zscore_runs
 from .results.brainmap import BrainMapResult
 from .utils import logger, verbose
 
 __all__ = ["mlem_roi", "mlem_searchlight"]
+
+
+def _standardize_runs(standardize, features, groups):
+    """Run labels for ``standardize="run"`` and where they come from (``None, None``
+    without standardisation)."""
+    import pandas as pd
+
+    if check_standardize(standardize) is None:
+        return None, None
+    index = getattr(features, "index", None)
+    if isinstance(index, pd.Index) and "run" in index.names:
+        return index.get_level_values("run").to_numpy(), "features index"
+    if groups is not None:
+        return np.asarray(groups), "groups"
+    raise ValueError("standardize='run' needs the run of each image: pass the feature "
+                     "table returned by mlem_neuro.fmri.trial_images (its (run, trial) "
+                     "index names the runs), or groups=<run label of each image>.")
+
+
+def _standardize(X, runs, runs_from):
+    """``X`` (images x voxels) z-scored within run when ``runs`` is given."""
+    if runs is None:
+        return X
+    logger.info("standardize='run': each voxel z-scored across the images of each of %d "
+                "runs (runs from the %s)", len(np.unique(runs)), runs_from)
+    return zscore_runs(X, runs)
+
+
+#: NIfTI sform/qform codes of standard spaces (Talairach, MNI152, other template)
+_TEMPLATE_CODES = (3, 4, 5)
+
+
+def mean_background(img4d, shape, affine):
+    """Mean absolute value of the images (before any standardisation) on the map grid,
+    the default background of native-space maps; ``None`` for images in a standard
+    space (their header's sform or qform code says Talairach, MNI152 or template), where
+    nilearn's MNI template is the right background.
+
+    For positive images (BOLD volumes) this is their mean image; betas average to about
+    0 (exactly 0 once z-scored within run), but their mean absolute value still draws
+    the brain they were estimated in.
+    """
+    import nibabel as nib
+
+    codes = (int(img4d.header["sform_code"]), int(img4d.header["qform_code"]))
+    if any(code in _TEMPLATE_CODES for code in codes):
+        return None
+    from nilearn.image import resample_img
+
+    data = np.asanyarray(img4d.dataobj)
+    total = np.zeros(data.shape[:3])
+    for k in range(data.shape[3]):            # one volume at a time: no 4D copy
+        total += np.abs(np.nan_to_num(data[..., k].astype(np.float64)))
+    mean = nib.Nifti1Image(total / data.shape[3], img4d.affine)
+    if mean.shape != tuple(shape) or not np.allclose(mean.affine, affine, atol=1e-4):
+        mean = resample_img(mean, target_affine=affine, target_shape=tuple(shape),
+                            force_resample=True, copy_header=True)
+    return np.asarray(mean.dataobj, dtype=np.float32)
 
 
 def _prepare(imgs, features, mask_img, name="mask_img"):
@@ -48,7 +107,7 @@ def _prepare(imgs, features, mask_img, name="mask_img"):
 @verbose
 @fill_doc
 def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0, *,
-                     groups=None, cv=5, n_repeats=1,
+                     groups=None, cv=5, n_repeats=1, standardize=None,
                      n_permutations=10, n_null=0, level="feature", constraint="spd",
                      interactions=True,
                      feature_kinds=None, feature_groups=None, missing_distance=0.0,
@@ -76,6 +135,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     %(groups_images)s
     %(cv_images)s
     %(n_repeats)s
+    %(standardize_images)s
     %(n_permutations)s
     %(n_null)s
     %(level)s
@@ -128,6 +188,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
         raise ValueError("mask_img is required: pass a brain mask, e.g. "
                          "nilearn.masking.compute_brain_mask(imgs), so that only brain "
                          "voxels enter the spheres.")
+    runs, runs_from = _standardize_runs(standardize, features, groups)
     img4d, table, mask = _prepare(imgs, features, mask_img)
     if process_mask_img is None:
         centres_mask, centres_affine = mask, img4d.affine
@@ -144,7 +205,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
             f"of mask_img within radius={radius} mm (e.g. centre voxel "
             f"{tuple(int(v) for v in centre_ijk[bad[0]])}); restrict process_mask_img to "
             "the mask (nilearn.masking.intersect_masks) or increase radius.")
-    X = mask_data(img4d, mask)
+    X = _standardize(mask_data(img4d, mask), runs, runs_from)
     logger.info("MLEM searchlight: %d images, %d voxels in mask, %d spheres of %d voxels "
                 "(median; %d-%d)", X.shape[0], X.shape[1], len(sizes), int(np.median(sizes)),
                 sizes.min(), sizes.max())
@@ -153,17 +214,22 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     out = run_cv(source, table, options, groups=groups, desc="spheres")
     settings = result_settings(options, out, groups, analysis="searchlight", radius=radius,
                                n_images=X.shape[0], n_mask_voxels=X.shape[1],
-                               median_sphere_size=float(np.median(sizes)))
+                               median_sphere_size=float(np.median(sizes)),
+                               standardize=runs_from and "run", standardize_runs=runs_from)
     return BrainMapResult(out.importance, out.score, out.W, out.n_iter, out.terms,
                           out.feature_names, settings, affine=centres_affine,
                           shape=centres_mask.shape, voxel_indices=centre_ijk,
-                          kind="searchlight", **result_tests(out))
+                          kind="searchlight",
+                          background=mean_background(img4d, centres_mask.shape,
+                                                     centres_affine),
+                          **result_tests(out))
 
 
 @verbose
 @fill_doc
 def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
-             n_repeats=1, n_permutations=10, n_null=0, level="feature",
+             n_repeats=1, standardize=None, n_permutations=10, n_null=0,
+             level="feature",
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
              missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50, lr=0.03,
              tol=1e-4, batch_size="auto", numeric_levels="auto", chunk_size=None, n_jobs=None,
@@ -191,6 +257,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
     %(groups_images)s
     %(cv_images)s
     %(n_repeats)s
+    %(standardize_images)s
     %(n_permutations)s
     %(n_null)s
     %(level)s
@@ -228,6 +295,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
     from nilearn.image import resample_to_img
 
     options = MLEMOptions.from_call(locals())
+    runs, runs_from = _standardize_runs(standardize, features, groups)
     img4d, table, mask = _prepare(imgs, features, mask_img)
     limg = _check_3d(labels_img, "labels_img")
     if limg.shape != img4d.shape[:3] or not np.allclose(limg.affine, img4d.affine, atol=1e-4):
@@ -251,14 +319,15 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
 
         warnings.warn(f"{len(lost)} region(s) of labels_img have no voxel inside mask_img and "
                       f"are left out: labels {lost.tolist()}", UserWarning, stacklevel=3)
-    X = mask_data(img4d, voxel_mask)
+    X = _standardize(mask_data(img4d, voxel_mask), runs, runs_from)
     logger.info("MLEM ROI: %d images, %d regions, %d voxels", X.shape[0], A.shape[0],
                 X.shape[1])
     source = SphereRDMSource(X, A, options.distance)
     source.check_patterns()
     out = run_cv(source, table, options, groups=groups, desc="regions")
     settings = result_settings(options, out, groups, analysis="roi", n_images=X.shape[0],
-                               n_mask_voxels=X.shape[1])
+                               n_mask_voxels=X.shape[1], standardize=runs_from and "run",
+                               standardize_runs=runs_from)
     ijk = np.argwhere(voxel_mask)
     voxel_model = A.tocsc().indices if A.shape[0] else np.zeros(0, dtype=int)
     labels_out = [int(v) if float(v).is_integer() else float(v) for v in region_labels]
@@ -266,5 +335,6 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
                           out.feature_names, settings, affine=img4d.affine,
                           shape=img4d.shape[:3], voxel_indices=ijk,
                           voxel_model=voxel_model, kind="roi", region_labels=labels_out,
+                          background=mean_background(img4d, img4d.shape[:3], img4d.affine),
                           **result_tests(out))
 

@@ -135,7 +135,8 @@ def test_searchlight_haxby_end_to_end(tmp_path, capsys):
     assert main(argv) == 0
     assert "importance.png" in capsys.readouterr().out
     out = tmp_path / "out"
-    for name in ("mlem.npz", "importance.nii.gz", "importance.csv", "importance.png"):
+    for name in ("mlem.npz", "importance.nii.gz", "score.nii.gz", "importance.csv",
+                 "importance.png"):
         assert (out / name).stat().st_size > 0
 
     res = mlem_neuro.read_result(out / "mlem.npz")
@@ -147,6 +148,10 @@ def test_searchlight_haxby_end_to_end(tmp_path, capsys):
     assert np.isfinite(res.importance).all() and np.all(np.abs(res.score) <= 1)
     assert res.settings["n_images"] == 32 and res.settings["radius"] == 30.0
     assert res.settings["cv"] == "GroupKFold(2) over runs"
+    assert res.settings["standardize"] == "run"          # the default for trial betas
+    score = nib.load(out / "score.nii.gz")
+    np.testing.assert_allclose(score.get_fdata(), res.score_img.get_fdata(), rtol=1e-6)
+    np.testing.assert_array_equal(score.affine, res.affine)
 
     img = nib.load(out / "importance.nii.gz")
     assert img.shape == (6, 10, 10, 2) and nifti_terms(img) == res.terms
@@ -205,9 +210,13 @@ def test_searchlight_group_runs_flat_test_folds(tmp_path, capsys):
         events.append(str(tmp_path / f"run{r}_events.tsv"))
         ev.to_csv(events[-1], sep="\t", index=False)
     argv[argv.index("--events") + 1:argv.index("--mask")] = events
-    with pytest.warns(UserWarning, match=r"same distance on \['trial_type'\]"):
+    with pytest.warns(UserWarning, match=r"same distance on \['trial_type'\].*own value "
+                      r"of \['trial_type'\].*leave-one-run-out.*grouped k-fold"):
         assert main(argv) == 0
-    assert mlem_neuro.read_result(tmp_path / "out" / "mlem.npz").n_folds == 3
+    res = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
+    assert res.n_folds == 3 and not res.importance[:, 0].any()
+    # the figure leaves out the map that is 0 everywhere, and says so
+    assert "importance.png leaves out ['trial_type']" in capsys.readouterr().err
 
 
 @needs_haxby
@@ -219,6 +228,9 @@ def test_searchlight_bad_options(tmp_path, capsys):
     _one_line_error(capsys, "--group-runs needs cross-validation")
     assert main(_haxby_args([1, 2], out) + ["--model", "condition", "--group-runs"]) == 2
     _one_line_error(capsys, "--group-runs needs --model trial")
+    assert main(_haxby_args([1, 2], out) + ["--model", "condition",
+                                            "--standardize", "run"]) == 2
+    _one_line_error(capsys, "--standardize run needs --model trial")
     assert main(_haxby_args([1, 2], out) + ["--features", "colour"]) == 2
     _one_line_error(capsys, "['colour']", "not feature columns")
     argv = _haxby_args([1, 2], out)
@@ -671,3 +683,31 @@ def test_searchlight_truncated_nifti(tmp_path, capsys):
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
         assert err.startswith("mlem-neuro searchlight: error: ") and bad.name in err
     assert not (tmp_path / "out").exists()
+
+
+@needs_haxby
+@pytest.mark.parametrize("option, z_scored", [(None, True), ("run", True), ("none", False)])
+def test_searchlight_standardize_option(monkeypatch, tmp_path, option, z_scored):
+    """Trial betas reach the searchlight z-scored within run unless --standardize none."""
+    import mlem_neuro.searchlight
+
+    seen = {}
+    real = mlem_neuro.searchlight.mlem_searchlight
+
+    def spy(imgs, table, *args, **kwargs):
+        seen["data"] = imgs.get_fdata()
+        seen["runs"] = table.index.get_level_values("run").to_numpy()
+        return real(imgs, table, *args, **kwargs)
+
+    monkeypatch.setattr(mlem_neuro.searchlight, "mlem_searchlight", spy)
+    argv = _haxby_args(range(1, 4), tmp_path / "out", mask="vt") + [
+        "--cv", "2", "--n-permutations", "1", "--radius", "30"]
+    if option is not None:
+        argv += ["--standardize", option]
+    assert main(argv) == 0
+    vt = nib.load(HAXBY / "masks/25mm/vt.nii.gz").get_fdata() > 0
+    values = seen["data"][vt][0]
+    sd = [values[seen["runs"] == r].std(ddof=1) for r in range(3)]
+    assert np.allclose(sd, 1.0, atol=1e-5) == z_scored
+    res = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
+    assert (res.settings.get("standardize") == "run") == z_scored

@@ -340,3 +340,114 @@ def test_roi_bad_labels(small):
     with pytest.raises(ValueError, match="no region of labels_img has a voxel inside"):
         mlem_neuro.mlem_roi(imgs, table, nib.Nifti1Image(labels, AFFINE),
                             nib.Nifti1Image(m, AFFINE))
+
+
+# ------------------------------------------------------------- standardize="run"
+def _runs_table():
+    imgs, table, mask, _ = simulate(n=12, shape=(4, 4, 4))   # not the shared fixture
+    index = pd.MultiIndex.from_product([range(3), range(4)], names=["run", "trial"])
+    return imgs, table.set_index(index), mask, index.get_level_values("run").to_numpy()
+
+
+def _by_hand(imgs, runs):
+    """Each voxel z-scored (ddof=1) over the images of each run, with numpy."""
+    data = imgs.get_fdata()
+    out = np.empty_like(data)
+    for r in np.unique(runs):
+        sel = runs == r
+        block = data[..., sel]
+        out[..., sel] = ((block - block.mean(-1, keepdims=True))
+                         / block.std(-1, ddof=1, keepdims=True))
+    return nib.Nifti1Image(out, imgs.affine)
+
+
+@pytest.mark.parametrize("analysis", ["searchlight", "roi"])
+def test_standardize_run_is_z_scoring_by_hand(analysis):
+    """standardize="run" gives the same result as images z-scored within run by hand,
+    with the runs from the (run, trial) index or from groups; settings record it."""
+    imgs, table, mask, runs = _runs_table()
+    # a run effect far larger than the images' spread: z-scoring within run removes it
+    shifted = nib.Nifti1Image(imgs.get_fdata() + 50.0 * runs, imgs.affine)
+    kw = dict(cv=[(np.arange(4, 12), np.arange(4)), (np.arange(8), np.arange(8, 12))],
+              max_steps=20, n_permutations=2, random_state=0)
+    if analysis == "searchlight":
+        def fit(images, features, **extra):
+            return mlem_neuro.mlem_searchlight(images, features, mask, radius=3.0,
+                                               **kw, **extra)
+    else:
+        labels = nib.Nifti1Image((np.indices((4, 4, 4))[0] // 2 + 1).astype(np.int16),
+                                 AFFINE)
+
+        def fit(images, features, **extra):
+            return mlem_neuro.mlem_roi(images, features, labels, **kw, **extra)
+    expected = fit(_by_hand(shifted, runs), table.reset_index(drop=True))
+    from_index = fit(shifted, table, standardize="run")
+    from_groups = fit(shifted, table.reset_index(drop=True), groups=runs,
+                      standardize="run")
+    for res in (from_index, from_groups):
+        np.testing.assert_allclose(res.fold_score, expected.fold_score, atol=1e-6)
+        np.testing.assert_allclose(res.fold_importance, expected.fold_importance,
+                                   atol=1e-6)
+        assert res.settings["standardize"] == "run"
+    assert from_index.settings["standardize_runs"] == "features index"
+    assert from_groups.settings["standardize_runs"] == "groups"
+    assert expected.settings["standardize"] is None
+    # without it the run effect is the distance: a different fit
+    raw = fit(shifted, table)
+    assert not np.allclose(raw.fold_score, expected.fold_score, atol=1e-3)
+
+
+def test_standardize_run_refusals():
+    imgs, table, mask, runs = _runs_table()
+    plain = table.reset_index(drop=True)
+    with pytest.raises(ValueError, match="needs the run of each image.*groups="):
+        mlem_neuro.mlem_searchlight(imgs, plain, mask, standardize="run")
+    with pytest.raises(ValueError, match=r"run\(s\) \[7\] hold a single image"):
+        mlem_neuro.mlem_searchlight(imgs, plain, mask, standardize="run",
+                                    groups=np.r_[runs[:-1], 7])
+    with pytest.raises(ValueError, match="one run label per image"):
+        mlem_neuro.mlem_roi(imgs, plain, mask, standardize="run", groups=runs[:-1])
+    with pytest.raises(ValueError, match="standardize must be one of 'run'"):
+        mlem_neuro.mlem_roi(imgs, table, mask, standardize="auto")
+    with pytest.raises(ValueError, match="True is ambiguous"):
+        mlem_neuro.mlem_searchlight(imgs, table, mask, standardize=True)
+
+
+# -------------------------------------------------------------------- backgrounds
+def test_native_space_maps_plot_on_the_mean_image(monkeypatch, tmp_path):
+    """Images in scanner space: the result keeps their mean absolute value (before
+    z-scoring, which leaves a mean of 0) and plots over it; images whose header says
+    MNI152 keep nilearn's template."""
+    import matplotlib.pyplot as plt
+    import nilearn.plotting
+
+    imgs, table, mask, runs = _runs_table()
+    seen = []
+    real = nilearn.plotting.plot_stat_map
+
+    def spy(img, **kwargs):
+        seen.append(kwargs.get("bg_img", "nilearn default"))
+        return real(img, **kwargs)
+
+    monkeypatch.setattr(nilearn.plotting, "plot_stat_map", spy)
+    kw = dict(radius=3.0, cv=2, max_steps=5, n_permutations=1, random_state=0)
+    native = nib.Nifti1Image(imgs.get_fdata(), AFFINE)
+    native.header.set_sform(AFFINE, code="scanner")
+    res = mlem_neuro.mlem_searchlight(native, table, mask, standardize="run", **kw)
+    np.testing.assert_allclose(res.background, np.abs(imgs.get_fdata()).mean(-1),
+                               rtol=1e-5)
+    res.plot("a")
+    np.testing.assert_array_equal(seen[-1].get_fdata(), res.background)
+    np.testing.assert_array_equal(seen[-1].affine, AFFINE)
+    back = mlem_neuro.read_result(res.save(tmp_path / "r.npz"))
+    np.testing.assert_array_equal(back.background, res.background)
+    back.plot(None, bg_img=None)                 # an explicit bg_img wins
+    assert seen[-1] is None
+
+    mni = nib.Nifti1Image(imgs.get_fdata(), AFFINE)
+    mni.header.set_sform(AFFINE, code="mni")
+    res = mlem_neuro.mlem_searchlight(mni, table, mask, **kw)
+    assert res.background is None
+    res.plot("a")
+    assert seen[-1] == "nilearn default"
+    plt.close("all")

@@ -536,3 +536,30 @@ def test_mlem_array_crops_and_decimates_like_mlem_epochs():
         mlem_array(X, y, times=times, tmin=5.0, **kw)
     with pytest.raises(ValueError, match="decim must be an int"):
         mlem_array(X, y, times=times, decim=0, **kw)
+
+
+def test_folds_with_each_condition_once_explain_leave_one_run_out():
+    """Held-out folds with one trial per condition (leave-one-run-out, each condition
+    once per run): every held-out pair differs in the condition, so its importance is 0
+    by construction; the warning (or error, when no feature varies) says so and
+    recommends a grouped k-fold."""
+    rng = np.random.default_rng(0)
+    run = np.repeat(np.arange(4), 4)
+    table = pd.DataFrame({"cond": np.tile(list("abcd"), 4),
+                          "animate": np.tile([1, 1, 0, 0], 4)})
+    data = rng.standard_normal((16, 4, 3))
+    folds = [(np.flatnonzero(run != r), np.flatnonzero(run == r)) for r in range(4)]
+    advice = r"own value of \['cond'\].*leave-one-run-out.*grouped k-fold"
+    with pytest.warns(UserWarning, match=advice):
+        res = mlem_array(data, table, sfreq=10.0, cv=folds, n_permutations=2, max_steps=20)
+    assert np.all(res.importance[:, res.terms.index("cond")] == 0)
+    with pytest.raises(ValueError, match=advice):
+        mlem_array(data, table[["cond"]], sfreq=10.0, cv=folds, n_permutations=2,
+                   max_steps=20)
+    # two runs per held-out fold (grouped k-fold): pairs of one condition across runs
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        mlem_array(data, table[["cond"]], sfreq=10.0, cv=2, groups=run, n_permutations=2,
+                   max_steps=20, random_state=0)

@@ -46,6 +46,12 @@ class BrainMapResult(BaseResult):
         region (its value over the region's voxels).
     region_labels : list | None
         Atlas label of each model (``kind="roi"``).
+    background : ndarray (X, Y, Z) | None
+        Image on the map grid that :meth:`plot` shows the maps over by default: the
+        analyses store the mean absolute value of the input images (their mean image for
+        positive images; the brain's outline for betas) for images in native space, and
+        ``None`` for images in a standard space (header sform/qform code Talairach,
+        MNI152 or template), where nilearn's MNI template is the background.
     %(tests)s
     %(pvalues)s
     %(pvalues_fwe)s
@@ -71,8 +77,8 @@ class BrainMapResult(BaseResult):
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, affine, shape, voxel_indices,
-                 voxel_model=None, kind="searchlight", region_labels=None, tests=None,
-                 pvalues=None, pvalues_fwe=None):
+                 voxel_model=None, kind="searchlight", region_labels=None, background=None,
+                 tests=None, pvalues=None, pvalues_fwe=None):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, tests=tests, pvalues=pvalues,
                          pvalues_fwe=pvalues_fwe)
@@ -99,6 +105,26 @@ class BrainMapResult(BaseResult):
             raise ValueError(f"voxel_indices fall outside the grid of shape {self.shape}")
         if self.region_labels is not None and len(self.region_labels) != M:
             raise ValueError(f"{len(self.region_labels)} region labels for {M} models")
+        if background is not None:
+            background = np.asarray(background, dtype=np.float32)
+            if background.shape != self.shape:
+                raise ValueError(f"background has shape {background.shape}; it must be on "
+                                 f"the map grid, of shape {self.shape}")
+        self.background = background
+
+    def _state(self):
+        arrays, meta = super()._state()
+        if self.background is not None:
+            arrays["background"] = self.background
+        return arrays, meta
+
+    @classmethod
+    def _from_state(cls, arrays, meta):
+        res = super()._from_state(arrays, meta)
+        # files written before backgrounds were stored have none
+        background = arrays.get("background")
+        res.background = None if background is None else np.asarray(background)
+        return res
 
     def _extra_meta(self):
         return dict(kind=self.kind, region_labels=self.region_labels)
@@ -196,6 +222,16 @@ class BrainMapResult(BaseResult):
         warnings.warn("importance_std_img is deprecated and will be removed: use "
                       "importance_fold_std_img.", FutureWarning, stacklevel=2)
         return self.importance_fold_std_img(term)
+
+    @property
+    def background_img(self):
+        """The default background of :meth:`plot` (:attr:`background` as an image), or
+        ``None`` (nilearn's MNI template)."""
+        import nibabel as nib
+
+        if self.background is None:
+            return None
+        return nib.Nifti1Image(self.background, self.affine)
 
     @property
     def score_img(self):
@@ -305,7 +341,10 @@ class BrainMapResult(BaseResult):
             Level of the corrected tests that are outlined.
         **kwargs
             Passed to :func:`nilearn.plotting.plot_stat_map` (``bg_img``,
-            ``display_mode``, ``threshold``, ``axes``...).
+            ``display_mode``, ``threshold``, ``axes``...).  ``bg_img`` defaults to
+            :attr:`background_img`: the mean absolute value of the analysed images for
+            maps in native space (where the MNI template would not line up with the
+            brain), nilearn's MNI template for maps in a standard space.
 
         Returns
         -------
@@ -318,6 +357,8 @@ class BrainMapResult(BaseResult):
         else:
             img, title = self.importance_img(term), f"importance: {term}"
         kwargs.setdefault("title", title)
+        if self.background is not None:
+            kwargs.setdefault("bg_img", self.background_img)
         display = plot_stat_map(img, **kwargs)
         test = "score" if term is None else term
         if self.tests is not None and test in self.tests:
