@@ -28,27 +28,39 @@ from .core.features import as_feature_table
 from .core.options import MLEMOptions
 from .core.sources import SphereRDMSource
 from .crossval import result_settings, result_tests, run_cv
+from .items import check_items
 from .results.brainmap import BrainMapResult
 from .utils import logger, verbose
 
 __all__ = ["mlem_roi", "mlem_searchlight"]
 
 
-def _prepare(imgs, features, mask_img, name="mask_img"):
+def _prepare(imgs, features, mask_img, items, groups, name="mask_img"):
     img4d = load_images(imgs)
     n = img4d.shape[3]
     table = as_feature_table(features, name="features")
     if len(table) != n:
         raise ValueError(f"features has {len(table)} rows but imgs holds {n} images; the "
                          "table needs one row per image, in the same order.")
+    items = check_items(items, n, table)
+    if items is not None:          # checked before any image is masked
+        table = items.reduce_table(items.drop_from(table))
+        groups = items.reduce_groups(groups)
     mask = load_mask(mask_img, img4d, name) if mask_img is not None else None
-    return img4d, table, mask
+    return img4d, table, mask, items, groups
+
+
+def _average_items(X, items):
+    """The items' mean images (rows of the masked data) and the items' settings."""
+    if items is None:
+        return X, {}
+    return items.average(X), items.settings()
 
 
 @verbose
 @fill_doc
 def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0, *,
-                     groups=None, cv=5,
+                     groups=None, items=None, cv=5,
                      n_permutations=10, n_null=0, level="feature", constraint="spd",
                      interactions=True,
                      feature_kinds=None, feature_groups=None, missing_distance=0.0,
@@ -74,6 +86,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
         the grid of the maps).  Default: every voxel of ``mask_img``.
     %(radius)s
     %(groups_images)s
+    %(items)s
     %(cv_images)s
     %(n_permutations)s
     %(n_null)s
@@ -127,7 +140,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
         raise ValueError("mask_img is required: pass a brain mask, e.g. "
                          "nilearn.masking.compute_brain_mask(imgs), so that only brain "
                          "voxels enter the spheres.")
-    img4d, table, mask = _prepare(imgs, features, mask_img)
+    img4d, table, mask, items, groups = _prepare(imgs, features, mask_img, items, groups)
     if process_mask_img is None:
         centres_mask, centres_affine = mask, img4d.affine
     else:
@@ -143,7 +156,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
             f"of mask_img within radius={radius} mm (e.g. centre voxel "
             f"{tuple(int(v) for v in centre_ijk[bad[0]])}); restrict process_mask_img to "
             "the mask (nilearn.masking.intersect_masks) or increase radius.")
-    X = mask_data(img4d, mask)
+    X, item_settings = _average_items(mask_data(img4d, mask), items)
     logger.info("MLEM searchlight: %d images, %d voxels in mask, %d spheres of %d voxels "
                 "(median; %d-%d)", X.shape[0], X.shape[1], len(sizes), int(np.median(sizes)),
                 sizes.min(), sizes.max())
@@ -151,8 +164,8 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     source.check_patterns()
     out = run_cv(source, table, options, groups=groups, desc="spheres")
     settings = result_settings(options, out, groups, analysis="searchlight", radius=radius,
-                               n_images=X.shape[0], n_mask_voxels=X.shape[1],
-                               median_sphere_size=float(np.median(sizes)))
+                               n_images=img4d.shape[3], n_mask_voxels=X.shape[1],
+                               median_sphere_size=float(np.median(sizes)), **item_settings)
     return BrainMapResult(out.importance, out.score, out.W, out.n_iter, out.terms,
                           out.feature_names, settings, affine=centres_affine,
                           shape=centres_mask.shape, voxel_indices=centre_ijk,
@@ -161,7 +174,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
 
 @verbose
 @fill_doc
-def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
+def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=None, cv=5,
              n_permutations=10, n_null=0, level="feature",
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
              missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50, lr=0.03,
@@ -188,6 +201,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
         Restrict the regions to these voxels.  Regions left without voxels are dropped
         with a warning.
     %(groups_images)s
+    %(items)s
     %(cv_images)s
     %(n_permutations)s
     %(n_null)s
@@ -226,7 +240,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
     from nilearn.image import resample_to_img
 
     options = MLEMOptions.from_call(locals())
-    img4d, table, mask = _prepare(imgs, features, mask_img)
+    img4d, table, mask, items, groups = _prepare(imgs, features, mask_img, items, groups)
     limg = _check_3d(labels_img, "labels_img")
     if limg.shape != img4d.shape[:3] or not np.allclose(limg.affine, img4d.affine, atol=1e-4):
         limg = resample_to_img(limg, img4d.slicer[..., 0], interpolation="nearest",
@@ -249,14 +263,15 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
 
         warnings.warn(f"{len(lost)} region(s) of labels_img have no voxel inside mask_img and "
                       f"are left out: labels {lost.tolist()}", UserWarning, stacklevel=3)
-    X = mask_data(img4d, voxel_mask)
+    X, item_settings = _average_items(mask_data(img4d, voxel_mask), items)
     logger.info("MLEM ROI: %d images, %d regions, %d voxels", X.shape[0], A.shape[0],
                 X.shape[1])
     source = SphereRDMSource(X, A, options.distance)
     source.check_patterns()
     out = run_cv(source, table, options, groups=groups, desc="regions")
-    settings = result_settings(options, out, groups, analysis="roi", n_images=X.shape[0],
-                               n_mask_voxels=X.shape[1])
+    settings = result_settings(options, out, groups, analysis="roi",
+                               n_images=img4d.shape[3], n_mask_voxels=X.shape[1],
+                               **item_settings)
     ijk = np.argwhere(voxel_mask)
     voxel_model = A.tocsc().indices if A.shape[0] else np.zeros(0, dtype=int)
     labels_out = [int(v) if float(v).is_integer() else float(v) for v in region_labels]
