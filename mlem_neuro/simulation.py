@@ -256,7 +256,16 @@ def simulate_item_trials(n_items=40, n_trials=8, n_units=16, n_times=1, n_condit
 
     Parameters
     ----------
-    n_items, n_trials, n_units, n_times, n_conditions : int
+    n_items : int
+        Number of items (split evenly between the conditions).
+    n_trials : int
+        Trials per item.
+    n_units : int
+        Units (channels, voxels).
+    n_times : int
+        Time points (the responses do not change over time; the noise does).
+    n_conditions : int
+        Number of conditions (>= 2).
     amplitude : float
         Condition pattern amplitude.
     item_sd : float
@@ -265,10 +274,12 @@ def simulate_item_trials(n_items=40, n_trials=8, n_units=16, n_times=1, n_condit
     noise : float
         Trial noise std.
     random_state : None | int | Generator
+        Seed or generator.
 
     Returns
     -------
     data : ndarray (n_items * n_trials, n_units, n_times)
+        The trials.
     table : DataFrame
         ``"condition"`` (categorical ``"c0"``, ``"c1"``...) and ``"item"`` (``"i00"``...),
         one row per trial.

@@ -210,3 +210,19 @@ def test_cli_items(trials, tmp_path, capsys):
     assert main(["epochs", str(fname), "--items", "word", "--out",
                  str(tmp_path / "o2")]) == 2
     assert "--items 'word' is not a metadata column" in capsys.readouterr().err
+
+
+def test_cli_searchlight_items_checked_before_any_glm(tmp_path, capsys):
+    from mlem_neuro.cli import main
+
+    bold = tmp_path / "bold.nii.gz"                # never read: the errors come first
+    bold.write_bytes(b"")
+    events = tmp_path / "events.tsv"
+    pd.DataFrame({"onset": [0, 10], "duration": [1, 1], "trial_type": ["a", "b"],
+                  "word": ["x", "y"]}).to_csv(events, sep="\t", index=False)
+    args = ["searchlight", "--imgs", str(bold), "--events", str(events), "--mask",
+            str(bold), "--t-r", "2", "--out", str(tmp_path / "out")]
+    assert main([*args, "--items", "word", "--model", "condition"]) == 2
+    assert "--items needs --model trial" in capsys.readouterr().err
+    assert main([*args, "--items", "stimulus"]) == 2
+    assert "--items 'stimulus' is not a column of the events" in capsys.readouterr().err
