@@ -505,18 +505,19 @@ def _read_events(event_files):
 def _searchlight_features(args, events):
     """The events columns of the trial table: the features, and the --items column."""
     names = _name_list(args.features, "--features")
+    items = getattr(args, "items", None)
     if names is None and args.model == "trial":     # condition tables drop such columns
         import pandas as pd
 
         table = pd.concat(events, ignore_index=True)
         table = table[[c for c in table.columns if c not in ("onset", "duration")]]
-        if args.items is not None and args.items not in table.columns:
-            raise CLIError(f"--items {args.items!r} is not a column of the events files "
+        if items is not None and items not in table.columns:
+            raise CLIError(f"--items {items!r} is not a column of the events files "
                            f"(columns: {list(table.columns)})")
-        exclude = [args.items] if args.items else []
+        exclude = [items] if items else []
         names = _default_features(table, "events", exclude) if table.shape[1] else None
-    if names is not None and args.items is not None and args.items not in names:
-        names = [*names, args.items]                # trial_images keeps it; not a feature
+    if names is not None and items is not None and items not in names:
+        names = [*names, items]                     # trial_images keeps it; not a feature
     return names
 
 
