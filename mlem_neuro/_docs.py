@@ -330,7 +330,8 @@ random_state : None | int | numpy Generator
 docdict["scale"] = """
 scale : bool
     Standardise each channel (zero mean, unit variance over all trials and time
-    samples analysed) before distances.  On by default, so that channels of different
+    samples analysed; with ``items``, before the trials of each item are averaged)
+    before distances.  On by default, so that channels of different
     types and units (MEG T and T/m, EEG V) weigh alike in the Euclidean distance; the
     transform ignores the features, so it leaks nothing across folds.  ``False`` keeps
     the data's own units (channels with larger variance then dominate).

