@@ -163,7 +163,7 @@ fig = res_items.plot()
 
 # %%
 # On the IT recordings the held-out ρ between conditions peaks far higher than between
-# pseudo-trials (0.30 against 0.13 here; 0.37 against 0.19 with ``random_state=1``): the
+# pseudo-trials (0.27 against 0.13 here; 0.35 against 0.19 with ``random_state=1``): the
 # averaged responses are much less noisy, and no pair ties at feature distance 0.  The
 # importance curves are not smoother, though: 21 conditions in 2 folds leave 45 or 55
 # held-out pairs per fold, against about 140 pairs of the 17 held-out pseudo-trials of a
