@@ -479,12 +479,12 @@ def _searchlight_inputs(args):
                            "over runs)")
         if args.cv == 0:
             raise CLIError("--group-runs needs cross-validation: pass --cv 2 or more, not 0")
-    if args.items is not None and args.model != "trial":
-        raise CLIError("--items needs --model trial (condition images already average the "
-                       "trials of each condition)")
         if len(imgs) < args.cv:
             raise CLIError(f"--group-runs with --cv {args.cv} needs at least {args.cv} runs; "
                            f"got {len(imgs)}. Lower --cv or give more runs.")
+    if args.items is not None and args.model != "trial":
+        raise CLIError("--items needs --model trial (condition images already average the "
+                       "trials of each condition)")
     return imgs, event_files, mask
 
 
