@@ -61,7 +61,8 @@ class Items:
         self.labels_ = np.asarray(uniques, dtype=object)
         self.inverse_ = np.asarray(codes, dtype=np.intp)
         self.counts_ = np.bincount(self.inverse_, minlength=len(self.labels_))
-        self._members = [np.flatnonzero(self.inverse_ == k) for k in range(self.n_items)]
+        order = np.argsort(self.inverse_, kind="stable")      # trials of item 0, 1, ...
+        self._members = np.split(order, np.cumsum(self.counts_)[:-1])
 
     @property
     def n_trials(self):
