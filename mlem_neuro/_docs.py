@@ -177,6 +177,35 @@ interactions : bool
     restricts ``W`` to its diagonal; importance then has one row per feature.
 """
 
+docdict["items"] = """
+items : None | str | array-like (n_trials,)
+    The item (stimulus) of each trial or image: a column name of ``features``, or one
+    label per row.  The trials of an item are averaged into one stimulus before the
+    analysis (per unit and per time point / voxel), the feature table keeps one row per
+    item (the column named here is an identifier and is dropped from the features; a
+    ValueError names the item and the column when trials of an item disagree on a
+    feature), folds and pairs are over items, ``groups`` given per trial are reduced to
+    one label per item (they must be constant within an item), and explicit ``cv`` folds
+    index items (in the order of their first trial).  The result records ``n_items``,
+    ``item_labels`` and ``trials_per_item`` in ``settings``.  ``None``: every trial is
+    its own stimulus; trials of one stimulus then form pairs at feature distance 0 and
+    single-trial noise inflates every neural distance.
+"""
+
+docdict["items_epochs"] = """
+items : None | str | array-like (n_epochs,)
+    The item (stimulus) of each epoch: a column of the feature table or of
+    ``epochs.metadata``, or one label per epoch.  The epochs of an item are averaged into
+    one stimulus before the analysis (per channel and time point), the feature table
+    keeps one row per item (the column named here is an identifier and is dropped from
+    the features; a ValueError names the item and the column when epochs of an item
+    disagree on a feature), folds and pairs are over items, ``groups`` are reduced to one
+    label per item (they must be constant within an item), and explicit ``cv`` folds
+    index items (in the order of their first epoch).  The result records ``n_items``,
+    ``item_labels`` and ``trials_per_item`` in ``settings``.  ``None``: every epoch is
+    its own stimulus.
+"""
+
 # --------------------------------------------------------------------------------- L
 docdict["level"] = """
 level : {"feature", "term"}
@@ -312,7 +341,8 @@ random_state : None | int | numpy Generator
 docdict["scale"] = """
 scale : bool
     Standardise each channel (zero mean, unit variance over all trials and time
-    samples analysed) before distances.  On by default, so that channels of different
+    samples analysed; with ``items``, before the trials of each item are averaged)
+    before distances.  On by default, so that channels of different
     types and units (MEG T and T/m, EEG V) weigh alike in the Euclidean distance; the
     transform ignores the features, so it leaks nothing across folds.  ``False`` keeps
     the data's own units (channels with larger variance then dominate).

@@ -306,6 +306,14 @@ def _score_kind(args, groups=None):
     return f"held-out, {args.cv}-fold cross-validation{over}"
 
 
+def _items_note(res):
+    """``", 12 items of 5-10 trials"`` for a result on items, else ``""``."""
+    counts = res.settings.get("trials_per_item")
+    if not counts:
+        return ""
+    return f", {len(counts)} items of {min(counts)}-{max(counts)} trials"
+
+
 def _save_figure(fig, fname):
     import matplotlib.pyplot as plt
 
@@ -371,12 +379,24 @@ def _epochs_features(args, epochs):
     names = _name_list(args.features, "--features")
     if names is not None:
         return names
-    exclude = [args.groups] if args.groups else []
+    exclude = [c for c in (args.groups, args.items) if c]
     if epochs.metadata is not None:
         return _default_features(epochs.metadata, "metadata", exclude)
     from .adapters.epochs import features_from_events
 
     return _default_features(features_from_events(epochs), "event-name", exclude)
+
+
+def _epochs_items(args, epochs):
+    """The --items column, checked against the metadata before any work."""
+    if args.items is None:
+        return None
+    meta = epochs.metadata
+    if meta is None or args.items not in meta.columns:
+        have = [] if meta is None else list(meta.columns)
+        raise CLIError(f"--items {args.items!r} is not a metadata column of {args.fname} "
+                       f"(columns: {have})")
+    return args.items
 
 
 def _epochs_groups(args, epochs):
@@ -429,10 +449,11 @@ def run_epochs(args):
 
     epochs = _read_epochs(fname)
     groups = _epochs_groups(args, epochs)
+    items = _epochs_items(args, epochs)
     features = _epochs_features(args, epochs)
     res = time_resolved.mlem_epochs(epochs, features=features, picks=picks, tmin=args.tmin,
                                     tmax=args.tmax, decim=args.decim, window=args.window,
-                                    groups=groups, **_analysis_kwargs(args))
+                                    groups=groups, items=items, **_analysis_kwargs(args))
     if groups is not None:
         res.settings.update(groups=groups, cv=f"GroupKFold({args.cv}) over {groups}")
     out.mkdir(parents=True, exist_ok=True)
@@ -441,7 +462,7 @@ def run_epochs(args):
     _save_figure(res.plot(show=False), out / "importance.png")
     print(f"Wrote {out / 'mlem.npz'}, {out / 'importance.csv'}, {out / 'importance.png'}")
     summary = _peak_summary(res, lambda k: f"at {res.times[k]:.3f} s")
-    print(f"Spearman rho ({_score_kind(args, groups)}): {summary}")
+    print(f"Spearman rho ({_score_kind(args, groups)}{_items_note(res)}): {summary}")
     _print_tests(res, "time points")
 
 
@@ -467,6 +488,9 @@ def _searchlight_inputs(args):
         if len(imgs) < args.cv:
             raise CLIError(f"--group-runs with --cv {args.cv} needs at least {args.cv} runs; "
                            f"got {len(imgs)}. Lower --cv or give more runs.")
+    if args.items is not None and args.model != "trial":
+        raise CLIError("--items needs --model trial (condition images already average the "
+                       "trials of each condition)")
     return imgs, event_files, mask
 
 
@@ -485,14 +509,22 @@ def _read_events(event_files):
 
 
 def _searchlight_features(args, events):
+    """The events columns of the trial table: the features, and the --items column."""
     names = _name_list(args.features, "--features")
-    if names is not None or args.model != "trial":   # condition tables drop such columns
-        return names
-    import pandas as pd
+    items = getattr(args, "items", None)
+    if names is None and args.model == "trial":     # condition tables drop such columns
+        import pandas as pd
 
-    table = pd.concat(events, ignore_index=True)
-    table = table[[c for c in table.columns if c not in ("onset", "duration")]]
-    return _default_features(table, "events", ()) if table.shape[1] else None
+        table = pd.concat(events, ignore_index=True)
+        table = table[[c for c in table.columns if c not in ("onset", "duration")]]
+        if items is not None and items not in table.columns:
+            raise CLIError(f"--items {items!r} is not a column of the events files "
+                           f"(columns: {list(table.columns)})")
+        exclude = [items] if items else []
+        names = _default_features(table, "events", exclude) if table.shape[1] else None
+    if names is not None and items is not None and items not in names:
+        names = [*names, items]                     # trial_images keeps it; not a feature
+    return names
 
 
 def _standardize(args):
@@ -547,7 +579,8 @@ def _fit_searchlight(args, imgs, events, mask):
         groups = (table.index.get_level_values("run").to_numpy() if args.group_runs
                   else None)
         res = searchlight.mlem_searchlight(betas, table, mask, radius=args.radius,
-                                           groups=groups, **_analysis_kwargs(args))
+                                           groups=groups, items=args.items,
+                                           **_analysis_kwargs(args))
         bg_img = mean_img(imgs[0], copy_header=True)
     except (ImageFileError, EOFError, zlib.error) as err:
         raise _image_error(err, [*imgs, mask]) from None
@@ -588,8 +621,8 @@ def run_searchlight(args):
     score = res.score
     summary = (f"best sphere {np.nanmax(score):.3f}, median {np.nanmedian(score):.3f} over "
                f"{len(score)} spheres" if np.isfinite(score).any() else "no finite score")
-    print(f"Spearman rho ({_score_kind(args, 'run' if args.group_runs else None)}): "
-          f"{summary}")
+    print(f"Spearman rho ({_score_kind(args, 'run' if args.group_runs else None)}"
+          f"{_items_note(res)}): {summary}")
     _print_tests(res, "spheres")
 
 
@@ -695,6 +728,10 @@ def _add_epochs_parser(sub, kw):
                    help="metadata column (run, session, item...) whose trials stay in one "
                         "fold: the folds become GroupKFold over its values (default: trials "
                         "are split freely)")
+    e.add_argument("--items", metavar="COLUMN",
+                   help="metadata column naming the stimulus (item) of each trial: the "
+                        "trials of an item are averaged into one stimulus, folds and pairs "
+                        "are over items (default: every trial is a stimulus)")
     e.add_argument("--tmin", type=float, help="first time in seconds (default: the epochs' "
                                               "first sample)")
     e.add_argument("--tmax", type=float, help="last time in seconds (default: the epochs' "
@@ -736,6 +773,11 @@ def _add_searchlight_parser(sub, kw):
                         "--cv below the number of runs when each condition occurs once "
                         "per run (a fold holding out one run has no pair of the same "
                         "condition)")
+    s.add_argument("--items", metavar="COLUMN",
+                   help="with --model trial: events column naming the stimulus (item) of "
+                        "each trial; the beta images of an item are averaged into one "
+                        "stimulus, folds and pairs are over items (default: every trial "
+                        "is a stimulus)")
     _add_analysis_options(s, "images")
 
 

@@ -29,6 +29,7 @@ from .core.options import MLEMOptions
 from .core.sources import SphereRDMSource
 from .crossval import result_settings, result_tests, run_cv
 from .fmri import check_standardize, zscore_runs
+from .items import check_items
 from .results.brainmap import BrainMapResult
 from .utils import logger, verbose
 
@@ -93,21 +94,32 @@ def mean_background(img4d, shape, affine):
     return np.asarray(mean.dataobj, dtype=np.float32)
 
 
-def _prepare(imgs, features, mask_img, name="mask_img"):
+def _prepare(imgs, features, mask_img, items, groups, name="mask_img"):
     img4d = load_images(imgs)
     n = img4d.shape[3]
     table = as_feature_table(features, name="features")
     if len(table) != n:
         raise ValueError(f"features has {len(table)} rows but imgs holds {n} images; the "
                          "table needs one row per image, in the same order.")
+    items = check_items(items, n, table)
+    if items is not None:          # checked before any image is masked
+        table = items.reduce_table(items.drop_from(table))
+        groups = items.reduce_groups(groups)
     mask = load_mask(mask_img, img4d, name) if mask_img is not None else None
-    return img4d, table, mask
+    return img4d, table, mask, items, groups
+
+
+def _average_items(X, items):
+    """The items' mean images (rows of the masked data) and the items' settings."""
+    if items is None:
+        return X, {}
+    return items.average(X), items.settings()
 
 
 @verbose
 @fill_doc
 def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0, *,
-                     groups=None, cv=5, n_repeats=1, standardize=None,
+                     groups=None, items=None, cv=5, n_repeats=1, standardize=None,
                      n_permutations=10, n_null=0, level="feature", constraint="spd",
                      interactions=True,
                      feature_kinds=None, feature_groups=None, missing_distance=0.0,
@@ -133,6 +145,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
         the grid of the maps).  Default: every voxel of ``mask_img``.
     %(radius)s
     %(groups_images)s
+    %(items)s
     %(cv_images)s
     %(n_repeats)s
     %(standardize_images)s
@@ -189,7 +202,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
                          "nilearn.masking.compute_brain_mask(imgs), so that only brain "
                          "voxels enter the spheres.")
     runs, runs_from = _standardize_runs(standardize, features, groups)
-    img4d, table, mask = _prepare(imgs, features, mask_img)
+    img4d, table, mask, items, groups = _prepare(imgs, features, mask_img, items, groups)
     if process_mask_img is None:
         centres_mask, centres_affine = mask, img4d.affine
     else:
@@ -205,7 +218,8 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
             f"of mask_img within radius={radius} mm (e.g. centre voxel "
             f"{tuple(int(v) for v in centre_ijk[bad[0]])}); restrict process_mask_img to "
             "the mask (nilearn.masking.intersect_masks) or increase radius.")
-    X = _standardize(mask_data(img4d, mask), runs, runs_from)
+    X, item_settings = _average_items(_standardize(mask_data(img4d, mask), runs, runs_from),
+                                      items)
     logger.info("MLEM searchlight: %d images, %d voxels in mask, %d spheres of %d voxels "
                 "(median; %d-%d)", X.shape[0], X.shape[1], len(sizes), int(np.median(sizes)),
                 sizes.min(), sizes.max())
@@ -213,9 +227,10 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     source.check_patterns()
     out = run_cv(source, table, options, groups=groups, desc="spheres")
     settings = result_settings(options, out, groups, analysis="searchlight", radius=radius,
-                               n_images=X.shape[0], n_mask_voxels=X.shape[1],
+                               n_images=img4d.shape[3], n_mask_voxels=X.shape[1],
                                median_sphere_size=float(np.median(sizes)),
-                               standardize=runs_from and "run", standardize_runs=runs_from)
+                               standardize=runs_from and "run", standardize_runs=runs_from,
+                               **item_settings)
     return BrainMapResult(out.importance, out.score, out.W, out.n_iter, out.terms,
                           out.feature_names, settings, affine=centres_affine,
                           shape=centres_mask.shape, voxel_indices=centre_ijk,
@@ -227,7 +242,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
 
 @verbose
 @fill_doc
-def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
+def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=None, cv=5,
              n_repeats=1, standardize=None, n_permutations=10, n_null=0,
              level="feature",
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
@@ -255,6 +270,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
         Restrict the regions to these voxels.  Regions left without voxels are dropped
         with a warning.
     %(groups_images)s
+    %(items)s
     %(cv_images)s
     %(n_repeats)s
     %(standardize_images)s
@@ -296,7 +312,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
 
     options = MLEMOptions.from_call(locals())
     runs, runs_from = _standardize_runs(standardize, features, groups)
-    img4d, table, mask = _prepare(imgs, features, mask_img)
+    img4d, table, mask, items, groups = _prepare(imgs, features, mask_img, items, groups)
     limg = _check_3d(labels_img, "labels_img")
     if limg.shape != img4d.shape[:3] or not np.allclose(limg.affine, img4d.affine, atol=1e-4):
         limg = resample_to_img(limg, img4d.slicer[..., 0], interpolation="nearest",
@@ -319,15 +335,17 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, cv=5,
 
         warnings.warn(f"{len(lost)} region(s) of labels_img have no voxel inside mask_img and "
                       f"are left out: labels {lost.tolist()}", UserWarning, stacklevel=3)
-    X = _standardize(mask_data(img4d, voxel_mask), runs, runs_from)
+    X, item_settings = _average_items(
+        _standardize(mask_data(img4d, voxel_mask), runs, runs_from), items)
     logger.info("MLEM ROI: %d images, %d regions, %d voxels", X.shape[0], A.shape[0],
                 X.shape[1])
     source = SphereRDMSource(X, A, options.distance)
     source.check_patterns()
     out = run_cv(source, table, options, groups=groups, desc="regions")
-    settings = result_settings(options, out, groups, analysis="roi", n_images=X.shape[0],
-                               n_mask_voxels=X.shape[1], standardize=runs_from and "run",
-                               standardize_runs=runs_from)
+    settings = result_settings(options, out, groups, analysis="roi",
+                               n_images=img4d.shape[3], n_mask_voxels=X.shape[1],
+                               standardize=runs_from and "run", standardize_runs=runs_from,
+                               **item_settings)
     ijk = np.argwhere(voxel_mask)
     voxel_model = A.tocsc().indices if A.shape[0] else np.zeros(0, dtype=int)
     labels_out = [int(v) if float(v).is_integer() else float(v) for v in region_labels]

@@ -243,6 +243,69 @@ def simulate_epochs(n_trials=120, n_channels=32, n_times=90, sfreq=100.0, tmin=-
     return data, pd.DataFrame(table), times
 
 
+def simulate_item_trials(n_items=40, n_trials=8, n_units=16, n_times=1, n_conditions=2,
+                         amplitude=0.5, item_sd=0.0, noise=1.0, random_state=None):
+    """Repeated trials of items that belong to conditions: the setting of ``items=``.
+
+    Each of ``n_conditions`` conditions owns a random pattern over units (unit RMS); the
+    items are split evenly between the conditions; an item's response is ``amplitude``
+    times its condition's pattern plus ``item_sd`` times a pattern of its own (unit RMS),
+    the same at every time point; each of its ``n_trials`` trials adds independent
+    Gaussian noise (std ``noise``) on every unit and time point.  Trials come in a random
+    order.
+
+    Parameters
+    ----------
+    n_items : int
+        Number of items (split evenly between the conditions).
+    n_trials : int
+        Trials per item.
+    n_units : int
+        Units (channels, voxels).
+    n_times : int
+        Time points (the responses do not change over time; the noise does).
+    n_conditions : int
+        Number of conditions (>= 2).
+    amplitude : float
+        Condition pattern amplitude.
+    item_sd : float
+        Amplitude of each item's own pattern (0: items of a condition differ only by
+        trial noise).
+    noise : float
+        Trial noise std.
+    random_state : None | int | Generator
+        Seed or generator.
+
+    Returns
+    -------
+    data : ndarray (n_items * n_trials, n_units, n_times)
+        The trials.
+    table : DataFrame
+        ``"condition"`` (categorical ``"c0"``, ``"c1"``...) and ``"item"`` (``"i00"``...),
+        one row per trial.
+    """
+    rng = check_random_state(random_state)
+    if n_items < n_conditions or n_conditions < 2:
+        raise ValueError(f"need n_conditions >= 2 and n_items >= n_conditions; got "
+                         f"{n_conditions} conditions, {n_items} items")
+
+    def unit_rms(x):
+        return x / np.sqrt((x ** 2).mean(axis=-1, keepdims=True))
+
+    condition = np.arange(n_items) % n_conditions
+    centre = (amplitude * unit_rms(rng.standard_normal((n_conditions, n_units)))[condition]
+              + item_sd * unit_rms(rng.standard_normal((n_items, n_units))))
+    item = rng.permutation(np.repeat(np.arange(n_items), n_trials))
+    data = centre[item][:, :, None] + noise * rng.standard_normal(
+        (len(item), n_units, n_times))
+    width = len(str(n_items - 1))
+    table = pd.DataFrame({
+        "condition": pd.Categorical([f"c{c}" for c in condition[item]],
+                                    categories=[f"c{c}" for c in range(n_conditions)]),
+        "item": [f"i{k:0{width}d}" for k in item]})
+    return data, table
+
+
 CODE_KINDS = ("binary", "categorical", "numeric")
 
 

@@ -1,0 +1,216 @@
+"""Items and trials: average the trials of each stimulus before an analysis.
+
+A recording often holds several trials of one stimulus (an *item*: a word, an image, an
+object at a position).  MLEM compares stimuli, so the analyses accept ``items=`` (a column
+of the feature table, or one label per trial) and work on items instead of trials:
+
+- the trials of each item are averaged, per unit and per time point / voxel (the neural
+  distance between two items is then that of their mean responses, far less inflated by
+  trial noise than the distance between two single trials);
+- the feature table keeps one row per item (the trials of an item must agree on every
+  feature);
+- ``groups`` given per trial are reduced to one label per item (they must be constant
+  within an item), and folds split items, so no item has trials on both sides of a fold;
+- pairs are formed between items only.
+
+:class:`Items` holds the grouping, built and validated by :func:`check_items` at the
+public boundary of every analysis; the analyses call :meth:`Items.average`,
+:meth:`Items.reduce_table` and :meth:`Items.reduce_groups` before the neural RDMs are
+built, and record :meth:`Items.settings` on their result (``n_items``,
+``trials_per_item``...).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .utils import logger
+
+__all__ = ["Items", "check_items"]
+
+
+def _label(value):
+    """A label as a plain Python value (for messages and JSON settings)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+class Items:
+    """The items of a set of trials: which trials are averaged into which stimulus.
+
+    Parameters
+    ----------
+    labels : array (n_trials,)
+        The item of every trial (any hashable values, no missing value).
+    column : str | None
+        The feature-table column the labels come from (``None``: given as an array).
+
+    Attributes
+    ----------
+    labels_ : ndarray (n_items,)
+        The items, in the order of their first trial (the order of the averaged stimuli).
+    inverse_ : ndarray (n_trials,)
+        The position in ``labels_`` of each trial's item.
+    counts_ : ndarray (n_items,)
+        Trials per item.
+    """
+
+    def __init__(self, labels, column=None):
+        codes, uniques = pd.factorize(pd.Series(np.asarray(labels, dtype=object)),
+                                      sort=False)
+        self.column = column
+        self.labels_ = np.asarray(uniques, dtype=object)
+        self.inverse_ = np.asarray(codes, dtype=np.intp)
+        self.counts_ = np.bincount(self.inverse_, minlength=len(self.labels_))
+        order = np.argsort(self.inverse_, kind="stable")      # trials of item 0, 1, ...
+        self._members = np.split(order, np.cumsum(self.counts_)[:-1])
+
+    @property
+    def n_trials(self):
+        """Number of trials."""
+        return len(self.inverse_)
+
+    @property
+    def n_items(self):
+        """Number of items (stimuli after averaging)."""
+        return len(self.labels_)
+
+    def average(self, data):
+        """Mean over the trials of each item along the first axis.
+
+        Parameters
+        ----------
+        data : array (n_trials, ...)
+
+        Returns
+        -------
+        ndarray (n_items, ...)
+            Row ``k`` is ``data[trials of item k].mean(axis=0)``.
+        """
+        data = np.asarray(data)
+        if data.shape[0] != self.n_trials:
+            raise ValueError(f"items label {self.n_trials} trials but the data have "
+                             f"{data.shape[0]}.")
+        return np.stack([data[rows].mean(axis=0) for rows in self._members])
+
+    def reduce_table(self, table):
+        """One row per item: the feature values its trials share.
+
+        Raises a ValueError naming the item and the column when the trials of an item
+        disagree on a feature (missing values agree with each other only).
+        """
+        if len(table) != self.n_trials:
+            raise ValueError(f"items label {self.n_trials} trials but the feature table has "
+                             f"{len(table)} rows.")
+        for col in table.columns:
+            codes = pd.factorize(table[col], use_na_sentinel=False)[0]
+            self._check_constant(codes, lambda t, col=col: table[col].iloc[t],
+                                 f"the feature {col!r}",
+                                 "Every trial of an item must have the same features: fix "
+                                 "the table, or give distinct items to trials that differ.")
+        first = [rows[0] for rows in self._members]
+        return table.iloc[first].reset_index(drop=True)
+
+    def reduce_groups(self, groups):
+        """One group label per item (``None`` stays ``None``).
+
+        Raises a ValueError when the trials of an item are in different groups: folds
+        split items, so an item cannot belong to two groups.
+        """
+        if groups is None or isinstance(groups, str):   # a str is refused by check_cv
+            return groups
+        groups = np.asarray(groups)
+        if groups.ndim != 1 or len(groups) != self.n_trials:
+            raise ValueError(f"groups must hold one label per trial ({self.n_trials}) when "
+                             f"items are given; got shape {groups.shape}.")
+        codes = pd.factorize(pd.Series(groups, dtype=object), use_na_sentinel=False)[0]
+        self._check_constant(codes, lambda t: groups[t], "groups",
+                             "Folds split items, so all trials of an item must share one "
+                             "group (e.g. an item presented in several runs cannot be "
+                             "grouped by run): drop groups or make them constant per item.")
+        return groups[[rows[0] for rows in self._members]]
+
+    def _check_constant(self, codes, value, what, hint):
+        first = codes[[rows[0] for rows in self._members]]
+        bad = np.flatnonzero(codes != first[self.inverse_])
+        if bad.size:
+            t = int(bad[0])
+            k = int(self.inverse_[t])
+            t0 = int(self._members[k][0])
+            raise ValueError(
+                f"the trials of item {_label(self.labels_[k])!r} disagree on {what}: trial "
+                f"{t0} has {_label(value(t0))!r}, trial {t} has {_label(value(t))!r} "
+                f"({len(np.unique(self.inverse_[bad]))} item(s) disagree). {hint}")
+
+    def drop_from(self, table):
+        """``table`` without the items column (an identifier, not a feature)."""
+        if self.column is not None and self.column in table.columns:
+            logger.info("items: the column %r names the items and is not a feature",
+                        self.column)
+            return table.drop(columns=self.column)
+        return table
+
+    def settings(self):
+        """What a result records: the column, the items and their numbers of trials."""
+        return dict(items=self.column, n_items=self.n_items,
+                    item_labels=[_label(v) for v in self.labels_],
+                    trials_per_item=[int(c) for c in self.counts_])
+
+
+def check_items(items, n_trials, table=None, metadata=None):
+    """Validate ``items`` at a public boundary and return an :class:`Items` (or ``None``).
+
+    Parameters
+    ----------
+    items : None | str | array-like (n_trials,)
+        A column name of ``table`` (then also of ``metadata``), or one label per trial.
+    n_trials : int
+        Number of trials of the data.
+    table : DataFrame | None
+        The feature table; a column named by ``items`` is looked up here first (and is
+        then an identifier, not a feature: the caller drops it).
+    metadata : DataFrame | None
+        A second table to look the column up in (``epochs.metadata``).
+
+    Returns
+    -------
+    Items | None
+    """
+    if items is None:
+        return None
+    column = None
+    if isinstance(items, str):
+        column = items
+        sources = [t for t in (table, metadata) if t is not None]
+        found = [t for t in sources if items in t.columns]
+        if not found:
+            have = sorted({str(c) for t in sources for c in t.columns})
+            raise ValueError(f"items={items!r} names no column of the feature table"
+                             f"{' or of epochs.metadata' if metadata is not None else ''} "
+                             f"(columns: {have}); pass a column name or one label per "
+                             "trial.")
+        items = found[0][items].to_numpy()
+    elif isinstance(items, (bytes, dict)) or np.ndim(items) == 0:
+        raise TypeError(f"items must be None, a column name or one label per trial; got "
+                        f"{type(items).__name__}.")
+    labels = np.asarray(items, dtype=object)
+    if labels.ndim != 1 or len(labels) != n_trials:
+        raise ValueError(f"items must hold one label per trial ({n_trials}); got shape "
+                         f"{np.shape(items)}.")
+    missing = pd.isna(pd.Series(labels, dtype=object)).to_numpy()
+    if missing.any():
+        raise ValueError(f"items{f' (column {column!r})' if column else ''} has "
+                         f"{int(missing.sum())} missing label(s) (NaN/None), e.g. trial "
+                         f"{int(np.flatnonzero(missing)[0])}: give every trial an item.")
+    try:
+        out = Items(labels, column)
+    except TypeError as err:
+        raise TypeError(f"items labels must be hashable values (str, int...); {err}") \
+            from None
+    if out.n_items < 3:
+        raise ValueError(f"items{f' (column {column!r})' if column else ''} names "
+                         f"{out.n_items} item(s) ({[_label(v) for v in out.labels_]}): MLEM "
+                         "compares pairs of items and needs at least 3; items names the "
+                         "stimulus of each trial, not its condition.")
+    logger.info("items: %d trials averaged into %d items (%d to %d trials per item)",
+                n_trials, out.n_items, out.counts_.min(), out.counts_.max())
+    return out
