@@ -92,14 +92,25 @@ device : str
 """
 
 docdict["distance_images"] = """
-distance : {"euclidean", "correlation", "cosine"}
+distance : {"euclidean", "correlation", "cosine", "cv_euclidean"}
     Neural distance between the images' patterns within a sphere / region
-    (``"correlation"``: ``1 - r`` across the sphere's voxels).
+    (``"correlation"``: ``1 - r`` across the sphere's voxels).  ``"cv_euclidean"`` needs
+    ``items``: the cross-validated squared Euclidean distance between items, from
+    independent partitions of their images (``partitions``), unbiased by the images'
+    noise (see ``distance`` of :func:`~mlem_neuro.mlem_array`); ``"crossnobis"`` is
+    refused here (no per-sphere noise covariance yet).
 """
 
 docdict["distance_trials"] = """
-distance : {"euclidean", "correlation", "cosine"}
-    Neural distance between trials at a time point (across channels).
+distance : {"euclidean", "correlation", "cosine", "crossnobis", "cv_euclidean"}
+    Neural distance between trials (items, with ``items``) at a time point, across
+    channels.  ``"cv_euclidean"`` and ``"crossnobis"`` need ``items``: the distance
+    between two items is the product of their pattern differences measured in two
+    independent partitions of their trials (``partitions``), averaged over pairs of
+    partitions, so trial noise adds nothing to it on average (unbiased; 0 for identical
+    items; it can be negative); crossnobis first whitens the channels by the noise
+    covariance, estimated per time point from the trials' residuals and shrunk
+    (Ledoit-Wolf).  See :mod:`mlem_neuro.core.crossdist`.
 """
 
 # --------------------------------------------------------------------------------- F
@@ -305,6 +316,15 @@ numeric_levels : "auto" | int | None
     that would leave fewer than 4 levels (6 or more numeric features) or when the cells
     are not at least 4 times fewer than the training pairs; ``None`` always trains
     exactly.  See :doc:`/performance` for its speed and measured error.
+"""
+
+docdict["partitions"] = """
+partitions : None | str | array-like
+    With ``distance="crossnobis"`` or ``"cv_euclidean"`` (which need ``items``): the
+    independent partition of each trial (runs, sessions: a column name or one label per
+    trial; every item needs trials in every partition).  ``None`` deals each item's trials
+    in turn (shuffled by ``random_state``) into as many parts as the rarest item has
+    trials (half as many for crossnobis, which also needs residuals within each part).
 """
 
 docdict["patience"] = """

@@ -379,7 +379,7 @@ def _epochs_features(args, epochs):
     names = _name_list(args.features, "--features")
     if names is not None:
         return names
-    exclude = [c for c in (args.groups, args.items) if c]
+    exclude = [c for c in (args.groups, args.items, getattr(args, "partitions", None)) if c]
     if epochs.metadata is not None:
         return _default_features(epochs.metadata, "metadata", exclude)
     from .adapters.epochs import features_from_events
@@ -397,6 +397,25 @@ def _epochs_items(args, epochs):
         raise CLIError(f"--items {args.items!r} is not a metadata column of {args.fname} "
                        f"(columns: {have})")
     return args.items
+
+
+def _epochs_partitions(args, epochs):
+    """The --partitions column (with --distance crossnobis / cv_euclidean and --items)."""
+    if args.partitions is None and args.distance not in ("crossnobis", "cv_euclidean"):
+        return None
+    if args.items is None:
+        raise CLIError(f"--distance {args.distance} compares the trials of each item: pass "
+                       "--items COLUMN (and optionally --partitions COLUMN, e.g. the run)")
+    if args.partitions is None:
+        return None
+    if args.distance not in ("crossnobis", "cv_euclidean"):
+        raise CLIError("--partitions is used by --distance crossnobis or cv_euclidean")
+    meta = epochs.metadata
+    if meta is None or args.partitions not in meta.columns:
+        have = [] if meta is None else list(meta.columns)
+        raise CLIError(f"--partitions {args.partitions!r} is not a metadata column of "
+                       f"{args.fname} (columns: {have})")
+    return args.partitions
 
 
 def _epochs_groups(args, epochs):
@@ -450,10 +469,12 @@ def run_epochs(args):
     epochs = _read_epochs(fname)
     groups = _epochs_groups(args, epochs)
     items = _epochs_items(args, epochs)
+    partitions = _epochs_partitions(args, epochs)
     features = _epochs_features(args, epochs)
     res = time_resolved.mlem_epochs(epochs, features=features, picks=picks, tmin=args.tmin,
                                     tmax=args.tmax, decim=args.decim, window=args.window,
-                                    groups=groups, items=items, **_analysis_kwargs(args))
+                                    groups=groups, items=items, partitions=partitions,
+                                    distance=args.distance, **_analysis_kwargs(args))
     if groups is not None:
         res.settings.update(groups=groups, cv=f"GroupKFold({args.cv}) over {groups}")
     out.mkdir(parents=True, exist_ok=True)
@@ -732,6 +753,16 @@ def _add_epochs_parser(sub, kw):
                    help="metadata column naming the stimulus (item) of each trial: the "
                         "trials of an item are averaged into one stimulus, folds and pairs "
                         "are over items (default: every trial is a stimulus)")
+    e.add_argument("--distance", default="euclidean",
+                   choices=["euclidean", "correlation", "cosine", "crossnobis",
+                            "cv_euclidean"],
+                   help="neural distance between trials (items); crossnobis and "
+                        "cv_euclidean are cross-validated over partitions of each item's "
+                        "trials and need --items")
+    e.add_argument("--partitions", metavar="COLUMN",
+                   help="with --distance crossnobis / cv_euclidean: metadata column of "
+                        "independent partitions of the trials (e.g. run; default: each "
+                        "item's trials dealt into parts)")
     e.add_argument("--tmin", type=float, help="first time in seconds (default: the epochs' "
                                               "first sample)")
     e.add_argument("--tmax", type=float, help="last time in seconds (default: the epochs' "

@@ -214,3 +214,91 @@ def check_items(items, n_trials, table=None, metadata=None):
     logger.info("items: %d trials averaged into %d items (%d to %d trials per item)",
                 n_trials, out.n_items, out.counts_.min(), out.counts_.max())
     return out
+
+
+def check_partitions(partitions, distance, items, n_trials, table=None, metadata=None):
+    """Validate ``partitions`` (and a cross-validated ``distance``) at a public boundary.
+
+    Parameters
+    ----------
+    partitions : None | str | array-like (n_trials,)
+        A column name of ``table`` (or of ``metadata``) or one label per trial: the
+        independent partitions (runs, sessions) of a cross-validated distance.
+    distance : str
+        The analysis's neural distance.
+    items : Items | None
+        The validated items (a cross-validated distance compares their trials).
+    n_trials : int
+    table, metadata : DataFrame | None
+        Where a column name is looked up (``table`` first).
+
+    Returns
+    -------
+    labels : ndarray (n_trials,) | None
+        The partition of each trial, or ``None`` (default partitions, or a plain distance).
+    column : str | None
+        The column the labels come from (the caller drops it from the features).
+    """
+    from .core.options import CROSSVALIDATED_DISTANCES
+
+    crossvalidated = distance in CROSSVALIDATED_DISTANCES
+    if crossvalidated and items is None:
+        raise ValueError(f"distance={distance!r} compares the trials of each item across "
+                         "independent partitions of the trials: pass items= (the stimulus "
+                         "of each trial), and optionally partitions= (e.g. the run of each "
+                         "trial).")
+    if partitions is None:
+        return None, None
+    if not crossvalidated:
+        raise ValueError(f"partitions= is used by the cross-validated distances "
+                         f"{list(CROSSVALIDATED_DISTANCES)}; got distance={distance!r}. "
+                         "Drop partitions, or choose one of those distances.")
+    column = None
+    if isinstance(partitions, str):
+        column = partitions
+        found = [t for t in (table, metadata) if t is not None and partitions in t.columns]
+        if not found:
+            raise ValueError(f"partitions={partitions!r} names no column of the feature "
+                             f"table{' or of epochs.metadata' if metadata is not None else ''}"
+                             "; pass a column name or one label per trial.")
+        partitions = found[0][partitions].to_numpy()
+    elif isinstance(partitions, (bytes, dict)) or np.ndim(partitions) == 0:
+        raise TypeError(f"partitions must be None, a column name or one label per trial; "
+                        f"got {type(partitions).__name__}.")
+    labels = np.asarray(partitions, dtype=object)
+    if labels.ndim != 1 or len(labels) != n_trials:
+        raise ValueError(f"partitions must hold one label per trial ({n_trials}); got shape "
+                         f"{np.shape(partitions)}.")
+    if pd.isna(pd.Series(labels, dtype=object)).any():
+        raise ValueError("partitions has missing labels (NaN/None): give every trial one.")
+    codes = pd.factorize(pd.Series(labels, dtype=object))[0]
+    present = np.zeros((items.n_items, codes.max() + 1), dtype=bool)
+    present[items.inverse_, codes] = True
+    if codes.max() < 1:
+        raise ValueError("partitions holds a single partition; cross-validated distances "
+                         "need at least 2 (e.g. runs, sessions).")
+    lacking = np.flatnonzero(~present.all(axis=1))
+    if lacking.size:
+        raise ValueError(f"item {_label(items.labels_[lacking[0]])!r} has no trial in some "
+                         f"partition ({int((~present[lacking[0]]).sum())} of "
+                         f"{present.shape[1]}): every item needs trials in every partition.")
+    return codes.astype(np.intp), column
+
+
+def trial_partitions(partitions, items, distance, random_state=None):
+    """The partition of each trial for a cross-validated ``distance``: ``partitions`` as
+    validated by :func:`check_partitions`, or by default each item's trials dealt in turn
+    (shuffled by ``random_state``) into as many parts as the rarest item has trials (half
+    as many for crossnobis, which also needs residuals within each part)."""
+    from .core.crossdist import default_partitions
+
+    if partitions is not None:
+        return partitions
+    fewest = int(items.counts_.min())
+    if fewest < 2:
+        raise ValueError(f"distance={distance!r} needs at least 2 trials of every item; "
+                         f"item {_label(items.labels_[int(np.argmin(items.counts_))])!r} has "
+                         f"{fewest}.")
+    K = max(2, fewest // 2) if distance == "crossnobis" else fewest
+    seed = None if random_state is None else int(random_state)
+    return default_partitions(items.inverse_, K, random_state=seed)

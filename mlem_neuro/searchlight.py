@@ -25,11 +25,11 @@ from .adapters.nifti import (
     sphere_membership,
 )
 from .core.features import as_feature_table
-from .core.options import MLEMOptions
-from .core.sources import SphereRDMSource
+from .core.options import CROSSVALIDATED_DISTANCES, MLEMOptions
+from .core.sources import CondensedRDMSource, SphereRDMSource
 from .crossval import result_settings, result_tests, run_cv
 from .fmri import check_standardize, zscore_runs
-from .items import check_items
+from .items import check_items, check_partitions, trial_partitions
 from .results.brainmap import BrainMapResult
 from .utils import logger, verbose
 
@@ -94,7 +94,8 @@ def mean_background(img4d, shape, affine):
     return np.asarray(mean.dataobj, dtype=np.float32)
 
 
-def _prepare(imgs, features, mask_img, items, groups, name="mask_img"):
+def _prepare(imgs, features, mask_img, items, groups, name="mask_img", partitions=None,
+             distance="euclidean"):
     img4d = load_images(imgs)
     n = img4d.shape[3]
     table = as_feature_table(features, name="features")
@@ -102,11 +103,37 @@ def _prepare(imgs, features, mask_img, items, groups, name="mask_img"):
         raise ValueError(f"features has {len(table)} rows but imgs holds {n} images; the "
                          "table needs one row per image, in the same order.")
     items = check_items(items, n, table)
+    if distance == "crossnobis":
+        raise ValueError("distance='crossnobis' needs a noise covariance per sphere or "
+                         "region, which is not implemented: use distance='cv_euclidean' "
+                         "(cross-validated, without noise normalisation) or the "
+                         "time-resolved analyses (mlem_array, mlem_epochs).")
+    partitions, part_col = check_partitions(partitions, distance, items, n, table)
+    if part_col is not None:
+        table = table.drop(columns=part_col)       # an identifier, not a feature
     if items is not None:          # checked before any image is masked
         table = items.reduce_table(items.drop_from(table))
         groups = items.reduce_groups(groups)
     mask = load_mask(mask_img, img4d, name) if mask_img is not None else None
-    return img4d, table, mask, items, groups
+    return img4d, table, mask, items, groups, partitions, part_col
+
+
+def _image_source(X, A, items, partitions, options):
+    """The source of the spheres / regions ``A`` over the images ``X`` (rows: trials),
+    and the settings it adds: the items' mean images, or their cross-validated
+    distances."""
+    if options.distance in CROSSVALIDATED_DISTANCES:
+        from .core.crossdist import crossval_sq_distances_membership
+
+        partitions = trial_partitions(partitions, items, options.distance,
+                                      options.random_state)
+        d2 = crossval_sq_distances_membership(X, A, items.inverse_, partitions)
+        return CondensedRDMSource(d2), dict(items.settings(),
+                                            n_partitions=int(len(np.unique(partitions))))
+    X, extra = _average_items(X, items)
+    source = SphereRDMSource(X, A, options.distance)
+    source.check_patterns()
+    return source, extra
 
 
 def _average_items(X, items):
@@ -119,7 +146,8 @@ def _average_items(X, items):
 @verbose
 @fill_doc
 def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0, *,
-                     groups=None, items=None, cv=5, n_repeats=1, standardize=None,
+                     groups=None, items=None, partitions=None, cv=5, n_repeats=1,
+                     standardize=None,
                      n_permutations=10, n_null=0, level="feature", constraint="spd",
                      interactions=True,
                      feature_kinds=None, feature_groups=None, missing_distance=0.0,
@@ -146,6 +174,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     %(radius)s
     %(groups_images)s
     %(items)s
+    %(partitions)s
     %(cv_images)s
     %(n_repeats)s
     %(standardize_images)s
@@ -202,7 +231,9 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
                          "nilearn.masking.compute_brain_mask(imgs), so that only brain "
                          "voxels enter the spheres.")
     runs, runs_from = _standardize_runs(standardize, features, groups)
-    img4d, table, mask, items, groups = _prepare(imgs, features, mask_img, items, groups)
+    img4d, table, mask, items, groups, partitions, part_col = _prepare(
+        imgs, features, mask_img, items, groups, partitions=partitions,
+        distance=options.distance)
     if process_mask_img is None:
         centres_mask, centres_affine = mask, img4d.affine
     else:
@@ -218,19 +249,17 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
             f"of mask_img within radius={radius} mm (e.g. centre voxel "
             f"{tuple(int(v) for v in centre_ijk[bad[0]])}); restrict process_mask_img to "
             "the mask (nilearn.masking.intersect_masks) or increase radius.")
-    X, item_settings = _average_items(_standardize(mask_data(img4d, mask), runs, runs_from),
-                                      items)
+    X = _standardize(mask_data(img4d, mask), runs, runs_from)
     logger.info("MLEM searchlight: %d images, %d voxels in mask, %d spheres of %d voxels "
                 "(median; %d-%d)", X.shape[0], X.shape[1], len(sizes), int(np.median(sizes)),
                 sizes.min(), sizes.max())
-    source = SphereRDMSource(X, A, options.distance)
-    source.check_patterns()
+    source, item_settings = _image_source(X, A, items, partitions, options)
     out = run_cv(source, table, options, groups=groups, desc="spheres")
     settings = result_settings(options, out, groups, analysis="searchlight", radius=radius,
                                n_images=img4d.shape[3], n_mask_voxels=X.shape[1],
                                median_sphere_size=float(np.median(sizes)),
                                standardize=runs_from and "run", standardize_runs=runs_from,
-                               **item_settings)
+                               partitions=part_col, **item_settings)
     return BrainMapResult(out.importance, out.score, out.W, out.n_iter, out.terms,
                           out.feature_names, settings, affine=centres_affine,
                           shape=centres_mask.shape, voxel_indices=centre_ijk,
@@ -242,8 +271,8 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
 
 @verbose
 @fill_doc
-def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=None, cv=5,
-             n_repeats=1, standardize=None, n_permutations=10, n_null=0,
+def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=None,
+             partitions=None, cv=5, n_repeats=1, standardize=None, n_permutations=10, n_null=0,
              level="feature",
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
              missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50, lr=0.03,
@@ -271,6 +300,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=No
         with a warning.
     %(groups_images)s
     %(items)s
+    %(partitions)s
     %(cv_images)s
     %(n_repeats)s
     %(standardize_images)s
@@ -312,7 +342,9 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=No
 
     options = MLEMOptions.from_call(locals())
     runs, runs_from = _standardize_runs(standardize, features, groups)
-    img4d, table, mask, items, groups = _prepare(imgs, features, mask_img, items, groups)
+    img4d, table, mask, items, groups, partitions, part_col = _prepare(
+        imgs, features, mask_img, items, groups, partitions=partitions,
+        distance=options.distance)
     limg = _check_3d(labels_img, "labels_img")
     if limg.shape != img4d.shape[:3] or not np.allclose(limg.affine, img4d.affine, atol=1e-4):
         limg = resample_to_img(limg, img4d.slicer[..., 0], interpolation="nearest",
@@ -335,17 +367,15 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=No
 
         warnings.warn(f"{len(lost)} region(s) of labels_img have no voxel inside mask_img and "
                       f"are left out: labels {lost.tolist()}", UserWarning, stacklevel=3)
-    X, item_settings = _average_items(
-        _standardize(mask_data(img4d, voxel_mask), runs, runs_from), items)
+    X = _standardize(mask_data(img4d, voxel_mask), runs, runs_from)
     logger.info("MLEM ROI: %d images, %d regions, %d voxels", X.shape[0], A.shape[0],
                 X.shape[1])
-    source = SphereRDMSource(X, A, options.distance)
-    source.check_patterns()
+    source, item_settings = _image_source(X, A, items, partitions, options)
     out = run_cv(source, table, options, groups=groups, desc="regions")
     settings = result_settings(options, out, groups, analysis="roi",
                                n_images=img4d.shape[3], n_mask_voxels=X.shape[1],
                                standardize=runs_from and "run", standardize_runs=runs_from,
-                               **item_settings)
+                               partitions=part_col, **item_settings)
     ijk = np.argwhere(voxel_mask)
     voxel_model = A.tocsc().indices if A.shape[0] else np.zeros(0, dtype=int)
     labels_out = [int(v) if float(v).is_integer() else float(v) for v in region_labels]

@@ -18,10 +18,10 @@ import numpy as np
 from ._docs import fill_doc
 from .adapters.epochs import epochs_data, epochs_feature_table
 from .core.features import as_feature_table
-from .core.options import MLEMOptions
-from .core.sources import DenseRDMSource
+from .core.options import CROSSVALIDATED_DISTANCES, MLEMOptions
+from .core.sources import CondensedRDMSource, DenseRDMSource
 from .crossval import result_settings, result_tests, run_cv
-from .items import check_items
+from .items import check_items, check_partitions, trial_partitions
 from .results.timecourse import TimeCourseResult
 from .times import check_window, time_mask, window_average
 from .utils import check_float, logger, verbose
@@ -84,9 +84,11 @@ def _scale_channels(data):
     return (data - mean) / np.where(std > 0, std, 1.0)
 
 
-def _fit(data, table, times, ch_names, *, settings, options, groups, items=None):
+def _fit(data, table, times, ch_names, *, settings, options, groups, items=None,
+         partitions=None):
     """Validated data (trials, channels, times) + table → TimeCourseResult (with
-    ``items``, an :class:`~mlem_neuro.items.Items`: on the items' mean trials)."""
+    ``items``, an :class:`~mlem_neuro.items.Items`: on the items' mean trials, or with a
+    cross-validated distance on their trials' partitions)."""
     n, C, T = data.shape
     if len(table) != n:
         raise ValueError(f"the feature table has {len(table)} rows but there are {n} trials; "
@@ -100,14 +102,17 @@ def _fit(data, table, times, ch_names, *, settings, options, groups, items=None)
         # benchmarks/bench_items.py's design: held-out rho 0.756 scaled over items,
         # 0.823 over trials, 0.831 unscaled)
         data = _scale_channels(data)
-    if items is not None:
-        data = items.average(data)
-        settings = {**settings, **items.settings()}
-    Y = data.transpose(2, 0, 1)                         # (M = n_times, n_trials, n_channels)
+    if options.distance in CROSSVALIDATED_DISTANCES:
+        source, extra = _crossvalidated_source(data, items, partitions, options)
+        settings = {**settings, **items.settings(), **extra}
+    else:
+        if items is not None:
+            data = items.average(data)
+            settings = {**settings, **items.settings()}
+        source = DenseRDMSource(data.transpose(2, 0, 1), options.distance)  # (T, n, C)
     logger.info("MLEM time course: %d stimuli, %d channels, %d time points, features %s",
-                Y.shape[1], C, T, list(table.columns))
-    out = run_cv(DenseRDMSource(Y, options.distance), table, options, groups=groups,
-                 desc="time points")
+                source.n_stimuli, C, T, list(table.columns))
+    out = run_cv(source, table, options, groups=groups, desc="time points")
     settings = result_settings(options, out, groups, n_trials=n, n_channels=C, **settings)
     res = TimeCourseResult(fold_importance=out.importance, fold_score=out.score,
                            fold_weights=out.W, n_iter=out.n_iter, terms=out.terms,
@@ -124,11 +129,27 @@ def _fit(data, table, times, ch_names, *, settings, options, groups, items=None)
     return res
 
 
+def _crossvalidated_source(data, items, partitions, options):
+    """Cross-validated distances between the items, per time point, from their trials
+    ``data (n_trials, channels, times)``; the source and the settings it adds."""
+    from .core.crossdist import crossval_sq_distances
+
+    partitions = trial_partitions(partitions, items, options.distance, options.random_state)
+    noise = "ledoit-wolf" if options.distance == "crossnobis" else None
+    d2 = crossval_sq_distances(data.transpose(2, 0, 1), items.inverse_, partitions,
+                               noise=noise)
+    K = int(len(np.unique(partitions)))
+    logger.info("%s distances between %d items from %d partitions of their trials",
+                options.distance, items.n_items, K)
+    return CondensedRDMSource(d2), dict(n_partitions=K)
+
+
 @verbose
 @fill_doc
 def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=None,
-               tmax=None, decim=1, window=None, scale=True, groups=None, items=None, cv=5,
-               n_repeats=1, n_permutations=10, n_null=0, level="feature", constraint="spd",
+               tmax=None, decim=1, window=None, scale=True, groups=None, items=None,
+               partitions=None, cv=5, n_repeats=1, n_permutations=10, n_null=0,
+               level="feature", constraint="spd",
                interactions=True,
                feature_kinds=None, feature_groups=None,
                missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
@@ -158,6 +179,7 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     %(scale)s
     %(groups_trials)s
     %(items)s
+    %(partitions)s
     %(cv_trials)s
     %(n_repeats)s
     %(n_permutations)s
@@ -221,8 +243,11 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
         raise ValueError(f"the feature table has {len(table)} rows but data hold {n} trials; "
                          "pass one row per trial, in the same order.")
     items = check_items(items, n, table)
+    partitions, part_col = check_partitions(partitions, options.distance, items, n, table)
     if items is not None:
         table = items.drop_from(table)
+    if part_col is not None and part_col in table.columns:
+        table = table.drop(columns=part_col)          # an identifier, not a feature
     keep = time_mask(times, sfreq, tmin, tmax, decim, window=window)
     if window is not None:
         data = window_average(data, sfreq, window)
@@ -230,15 +255,16 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     settings = dict(window=window, scale=bool(scale),
                     sfreq=None if sfreq is None else sfreq / int(decim),
                     times_in_seconds=in_seconds, tmin=tmin, tmax=tmax, decim=int(decim))
+    settings["partitions"] = part_col
     return _fit(data, table, times, ch_names, settings=settings, options=options,
-                groups=groups, items=items)
+                groups=groups, items=items, partitions=partitions)
 
 
 @verbose
 @fill_doc
 def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1, *,
-                window=None, scale=True, groups=None, items=None, cv=5, n_repeats=1,
-                n_permutations=10, n_null=0, level="feature", constraint="spd",
+                window=None, scale=True, groups=None, items=None, partitions=None, cv=5,
+                n_repeats=1, n_permutations=10, n_null=0, level="feature", constraint="spd",
                 interactions=True, feature_kinds=None,
                 feature_groups=None, missing_distance=0.0, distance="euclidean",
                 max_steps=1000, patience=50,
@@ -270,6 +296,7 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     %(scale)s
     %(groups_epochs)s
     %(items_epochs)s
+    %(partitions)s
     %(cv_trials)s
     %(n_repeats)s
     %(n_permutations)s
@@ -324,10 +351,15 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     if isinstance(groups, str):         # a metadata column names the groups
         groups = _metadata_column(work, groups)
     items = check_items(items, len(table), table, metadata=work.metadata)
+    partitions, part_col = check_partitions(partitions, options.distance, items, len(table),
+                                            table, metadata=work.metadata)
     if items is not None:
         table = items.drop_from(table)
+    if part_col is not None and part_col in table.columns:
+        table = table.drop(columns=part_col)          # an identifier, not a feature
+    settings["partitions"] = part_col
     return _fit(_check_data(data), table, times, ch_names, settings=settings,
-                options=options, groups=groups, items=items)
+                options=options, groups=groups, items=items, partitions=partitions)
 
 
 def _metadata_column(epochs, name):

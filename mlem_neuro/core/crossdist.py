@@ -24,7 +24,8 @@ estimated per model from the residuals of the trials about the mean of their ite
 their partition, shrunk towards a multiple of the identity (Ledoit–Wolf, batched:
 :func:`shrinkage_covariance`).
 
-These functions are building blocks: the analyses do not use them yet.
+The analyses use them with ``items`` and ``distance="cv_euclidean"`` (every analysis) or
+``"crossnobis"`` (time-resolved analyses).
 """
 from __future__ import annotations
 

@@ -20,6 +20,9 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 CONSTRAINTS = ("spd", "diagonal", "none")
+#: neural distances computed from the trials of each item in independent partitions
+#: (:mod:`mlem_neuro.core.crossdist`): time-resolved analyses with ``items`` only.
+CROSSVALIDATED_DISTANCES = ("crossnobis", "cv_euclidean")
 LEVELS = ("term", "feature")
 
 
@@ -206,7 +209,8 @@ CHECKS = {
     "constraint": _choice(CONSTRAINTS),
     "cv": _cv,
     "device": _device,
-    "distance": lambda name, value: _choice(registered_distances())(name, value),
+    "distance": lambda name, value: _choice(registered_distances()
+                                            + CROSSVALIDATED_DISTANCES)(name, value),
     "feature_groups": _feature_groups,
     "feature_kinds": _feature_kinds,
     "interactions": _bool,
@@ -278,7 +282,7 @@ class MLEMOptions:
 
     def __post_init__(self):
         distances = registered_distances() + (("precomputed",) if self.allow_precomputed
-                                              else ())
+                                              else CROSSVALIDATED_DISTANCES)
         values = {f.name: getattr(self, f.name) for f in fields(self)
                   if f.name != "allow_precomputed"}
         for name, value in check_params(values, distances=distances).items():

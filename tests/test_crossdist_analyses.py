@@ -1,0 +1,158 @@
+"""Cross-validated distances in the analyses (distance="crossnobis" / "cv_euclidean" with
+items and partitions): the same as computing them by hand, better where noise is
+correlated across channels, and clear errors."""
+import warnings
+
+import mne
+import nibabel as nib
+import numpy as np
+import pandas as pd
+import pytest
+
+import mlem_neuro
+from mlem_neuro.core.crossdist import (crossval_sq_distances,
+                                       crossval_sq_distances_membership)
+from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.core.sources import CondensedRDMSource
+from mlem_neuro.crossval import run_cv
+
+FAST = dict(cv=3, max_steps=100, n_permutations=2, verbose="ERROR")
+
+
+def simulate(seed, n_items=24, r=8, C=16, T=3, amp=0.4, big=4.0):
+    """Items of two conditions (a condition pattern plus an item pattern), ``r`` trials
+    each with unit noise plus strong noise along two random channel directions (shared by
+    all channels: per-channel scaling cannot remove it, whitening can)."""
+    rng = np.random.default_rng(seed)
+    cond = np.tile([0, 1], n_items // 2)
+    pat = rng.standard_normal(C)
+    pat /= np.sqrt((pat ** 2).mean())
+    dirs = rng.standard_normal((2, C))
+    dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
+    items = np.repeat(np.arange(n_items), r)
+    mu = amp * np.outer(cond * 2 - 1, pat) / 2 + 0.3 * rng.standard_normal((n_items, C))
+    data = (mu[items][:, :, None] + rng.standard_normal((n_items * r, C, T))
+            + big * np.einsum("nkt,kc->nct", rng.standard_normal((n_items * r, 2, T)), dirs))
+    table = pd.DataFrame({"condition": np.where(cond[items], "a", "b"),
+                          "item": [f"i{k:02d}" for k in items],
+                          "run": np.tile(np.arange(r) % 4, n_items)})
+    return data, table
+
+
+def test_array_equals_the_distances_computed_by_hand():
+    data, table = simulate(0)
+    for distance, noise in (("cv_euclidean", None), ("crossnobis", "ledoit-wolf")):
+        res = mlem_neuro.mlem_array(data, table, items="item", partitions="run",
+                                    distance=distance, scale=False, random_state=0, **FAST)
+        d2 = crossval_sq_distances(data.transpose(2, 0, 1), table["item"], table["run"],
+                                   noise=noise)
+        first = table.drop_duplicates("item")[["condition"]].reset_index(drop=True)
+        opts = MLEMOptions(cv=3, max_steps=100, n_permutations=2, random_state=0)
+        ref = run_cv(CondensedRDMSource(d2), first, opts)
+        np.testing.assert_array_equal(res.fold_score, ref.score)
+        assert res.terms == ["condition"]          # items and partitions are no features
+        s = res.settings
+        assert s["distance"] == distance and s["partitions"] == "run"
+        assert s["n_partitions"] == 4 and s["n_items"] == 24
+
+
+def test_crossnobis_ranks_items_better_under_correlated_noise():
+    """Measured on 8 datasets (seeds 0-7): mean held-out ρ 0.326 with crossnobis against
+    0.267 with the Euclidean distance of the item means (crossnobis higher on 7 of 8)."""
+    scores = {"euclidean": [], "crossnobis": []}
+    for seed in range(8):
+        data, table = simulate(seed)
+        for distance in scores:
+            res = mlem_neuro.mlem_array(data, table.drop(columns="run"), items="item",
+                                        distance=distance, random_state=0,
+                                        **dict(FAST, n_repeats=2))
+            scores[distance].append(res.score.mean())
+    cn, eu = np.array(scores["crossnobis"]), np.array(scores["euclidean"])
+    assert cn.mean() - eu.mean() > 0.03
+    assert (cn > eu).sum() >= 6
+
+
+def test_epochs_take_partitions_from_the_metadata():
+    data, table = simulate(1, T=2)
+    info = mne.create_info([f"EEG{k:02d}" for k in range(data.shape[1])], 100.0, "eeg")
+    epochs = mne.EpochsArray(data * 1e-6, info, metadata=table, verbose="ERROR")
+    res = mlem_neuro.mlem_epochs(epochs, features=["condition"], items="item",
+                                 partitions="run", distance="cv_euclidean", scale=False,
+                                 random_state=0, **FAST)
+    ref = mlem_neuro.mlem_array(data * 1e-6, table, items="item", partitions="run",
+                                distance="cv_euclidean", scale=False, random_state=0, **FAST)
+    np.testing.assert_allclose(res.fold_score, ref.fold_score)
+
+
+def test_default_partitions_and_the_searchlight():
+    data, table = simulate(2, C=12, T=4)
+    res = mlem_neuro.mlem_array(data, table.drop(columns="run"), items="item",
+                                distance="crossnobis", random_state=0, **FAST)
+    assert res.settings["n_partitions"] == 4           # 8 trials: 4 parts of 2 (residuals)
+    res = mlem_neuro.mlem_array(data, table.drop(columns="run"), items="item",
+                                distance="cv_euclidean", random_state=0, **FAST)
+    assert res.settings["n_partitions"] == 8
+    # images: the (4, 4, 3) voxels hold 12 channels x 4 times
+    imgs = nib.Nifti1Image(np.moveaxis(data.reshape(len(data), 4, 4, 3), 0, -1),
+                           np.eye(4))
+    mask = nib.Nifti1Image(np.ones((4, 4, 3), np.int8), np.eye(4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        sl = mlem_neuro.mlem_searchlight(imgs, table, mask, radius=1.5, items="item",
+                                         partitions="run", distance="cv_euclidean",
+                                         random_state=0, **FAST)
+    from mlem_neuro.adapters.nifti import mask_coords, sphere_membership
+
+    _, seeds = mask_coords(np.ones((4, 4, 3), bool), np.eye(4))
+    A = sphere_membership(seeds, np.ones((4, 4, 3), bool), np.eye(4), 1.5)
+    X = data.reshape(len(data), -1)
+    d2 = crossval_sq_distances_membership(X, A, table["item"], table["run"])
+    first = table.drop_duplicates("item")[["condition"]].reset_index(drop=True)
+    ref = run_cv(CondensedRDMSource(d2), first, MLEMOptions(cv=3, max_steps=100,
+                                                            n_permutations=2,
+                                                            random_state=0))
+    np.testing.assert_array_equal(sl.fold_score, ref.score)
+    assert sl.settings["n_partitions"] == 4
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(distance="crossnobis"), "pass items="),
+    (dict(items="item", partitions="run"), "partitions= is used by"),
+    (dict(items="item", distance="cv_euclidean", partitions="nope"), "names no column"),
+    (dict(items="item", distance="cv_euclidean", partitions=np.zeros(5)),
+     "one label per trial"),
+    (dict(items="item", distance="cv_euclidean", partitions=np.zeros(192)),
+     "single partition"),
+    (dict(items="item", distance="cv_euclidean",
+          partitions=np.repeat(np.arange(2), 96)), "no trial in some partition"),
+])
+def test_bad_partitions_are_refused(kw, match):
+    data, table = simulate(3, T=2)
+    with pytest.raises(ValueError, match=match):
+        mlem_neuro.mlem_array(data, table, **kw)
+
+
+def test_where_crossnobis_is_not_available():
+    data, table = simulate(4, C=12, T=4)
+    imgs = nib.Nifti1Image(np.moveaxis(data.reshape(len(data), 4, 4, 3), 0, -1), np.eye(4))
+    mask = nib.Nifti1Image(np.ones((4, 4, 3), np.int8), np.eye(4))
+    with pytest.raises(ValueError, match="noise covariance per sphere"):
+        mlem_neuro.mlem_searchlight(imgs, table, mask, items="item", distance="crossnobis")
+    with pytest.raises(ValueError, match="distance must be one of"):
+        mlem_neuro.MLEM(distance="crossnobis").fit(np.zeros((4, 2)), table.iloc[:4])
+
+
+def test_cli_epochs_crossnobis(tmp_path):
+    from mlem_neuro.cli import main
+
+    data, table = simulate(5, C=8, T=2)
+    info = mne.create_info([f"EEG{k}" for k in range(8)], 100.0, "eeg")
+    mne.EpochsArray(data * 1e-6, info, metadata=table, verbose="ERROR").save(
+        tmp_path / "x-epo.fif", verbose="ERROR")
+    assert main(["epochs", str(tmp_path / "x-epo.fif"), "--items", "item", "--partitions",
+                 "run", "--distance", "crossnobis", "--cv", "3", "--max-steps", "20",
+                 "--n-permutations", "1", "--out", str(tmp_path / "out")]) == 0
+    back = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
+    assert back.settings["distance"] == "crossnobis" and back.terms == ["condition"]
+    assert main(["epochs", str(tmp_path / "x-epo.fif"), "--distance", "crossnobis",
+                 "--out", str(tmp_path / "bad")]) == 2
