@@ -10,8 +10,7 @@ import pandas as pd
 import pytest
 
 import mlem_neuro
-from mlem_neuro.core.crossdist import (crossval_sq_distances,
-                                       crossval_sq_distances_membership)
+from mlem_neuro.core.crossdist import crossval_sq_distances, crossval_sq_distances_membership
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.sources import CondensedRDMSource
 from mlem_neuro.crossval import run_cv
