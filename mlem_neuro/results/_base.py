@@ -20,6 +20,8 @@ from .._docs import fill_doc
 RESULT_MODULES = {
     "TimeCourseResult": "mlem_neuro.results.timecourse",
     "BrainMapResult": "mlem_neuro.results.brainmap",
+    "SensorMapResult": "mlem_neuro.results.spacetime",
+    "SourceMapResult": "mlem_neuro.results.spacetime",
 }
 _FORMAT = 1
 
