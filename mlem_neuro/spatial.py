@@ -69,7 +69,7 @@ def run_spacetime(data, neighbourhoods, table, options, groups, desc):
     source = SpaceTimeRDMSource(data.transpose(0, 2, 1), neighbourhoods, options.distance)
     source.check_patterns()
     return run_cv(source, table, options, groups=groups,
-                  desc=f"(time point, {desc[:-1]}) models"), sizes
+                  desc="(time point, neighbourhood) models"), sizes
 
 
 @verbose

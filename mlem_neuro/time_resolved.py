@@ -320,11 +320,11 @@ def _sensor_searchlight(data, epochs, ch_names, table, times, spatial_radius, op
     neighbourhood) (:func:`mlem_neuro.spatial.sensor_searchlight`)."""
     from mne import pick_info
 
-    from .results.spacetime import decimated_info
+    from .results.spacetime import _decimated_info
     from .spatial import sensor_searchlight
 
     info = pick_info(epochs.info, [epochs.ch_names.index(c) for c in ch_names])
-    info = decimated_info(info, settings["sfreq"])
+    info = _decimated_info(info, settings["sfreq"])
     if settings["scale"]:
         data = _scale_channels(data)
     return sensor_searchlight(data, info, table, times, spatial_radius, options, groups,

@@ -74,10 +74,12 @@ class SpaceTimeRDMSource(SphereRDMSource):
 
     @property
     def n_models(self):
+        """Number of models, ``n_times × n_neighbourhoods``."""
         return self.n_times * self.n_neighbourhoods
 
     @property
     def n_stimuli(self):
+        """Number of stimuli."""
         return self.data.shape[0]
 
     @property
@@ -99,8 +101,17 @@ class SpaceTimeRDMSource(SphereRDMSource):
         return np.tile(np.diff(self.neighbourhoods.indptr), self.n_times)
 
     def subset(self, models):
-        """A :class:`~mlem_neuro.core.sources.SphereRDMSource` of ``models`` only (a
-        slice or integer indices), holding just the (time, location) cells they touch."""
+        """The source of ``models`` only, holding just the (time, location) cells they touch.
+
+        Parameters
+        ----------
+        models : slice | array of int
+            Model indices (``t * n_neighbourhoods + s``).
+
+        Returns
+        -------
+        SphereRDMSource
+        """
         models = np.arange(self.n_models)[models] if isinstance(models, slice) \
             else np.asarray(models, dtype=int).ravel()
         S, L = self.n_neighbourhoods, self.data.shape[2]
@@ -114,8 +125,21 @@ class SpaceTimeRDMSource(SphereRDMSource):
         return SphereRDMSource(self.X[:, touched], A, self.metric)
 
     def rdm(self, stimuli, device="cpu"):
-        """Distances ``(n_models, n_pairs)`` between ``stimuli`` (every model at once:
-        ``n_models × n_pairs`` floats; the analyses ask for chunks via :meth:`subset`)."""
+        """Distances between ``stimuli`` for every model at once.
+
+        The analyses ask for chunks of models through :meth:`subset` instead.
+
+        Parameters
+        ----------
+        stimuli : array of int
+            Stimulus indices.
+        device : str
+            Torch device of the result.
+
+        Returns
+        -------
+        rdm : torch.Tensor, float64, ``(n_models, n_pairs)``
+        """
         return self.subset(slice(None)).rdm(stimuli, device)
 
     def check_patterns(self):

@@ -73,7 +73,12 @@ class _SpaceTimeResult(BaseResult):
         return self._grid(self.importance[:, self._one_term(term)])
 
     def score_data(self):
-        """Fold-mean held-out Spearman ρ as ``(n_locations, n_times)``."""
+        """Fold-mean held-out Spearman ρ as ``(n_locations, n_times)``.
+
+        Returns
+        -------
+        ndarray (n_locations, n_times)
+        """
         return self._grid(self.score)
 
     def peak(self, term=None):
@@ -256,7 +261,12 @@ class SourceMapResult(_SpaceTimeResult):
         return self._stc(self.importance_data(term))
 
     def score_stc(self):
-        """Fold-mean held-out Spearman ρ as a source estimate."""
+        """Fold-mean held-out Spearman ρ as a source estimate.
+
+        Returns
+        -------
+        stc : mne.SourceEstimate | mne.VolSourceEstimate
+        """
         return self._stc(self.score_data())
 
     def to_stcs(self, include_score=True):
@@ -413,7 +423,7 @@ class SensorMapResult(_SpaceTimeResult):
                                        units="Δρ", show=show, **kwargs)
 
 
-def decimated_info(info, sfreq):
+def _decimated_info(info, sfreq):
     """``info`` with its sampling rate set to ``sfreq`` (after decimation), through MNE's
     own :meth:`mne.Evoked.decimate` on a placeholder."""
     import mne
