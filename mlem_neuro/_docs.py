@@ -320,8 +320,9 @@ spatial_radius : float | None
     model per (time point, neighbourhood), and the result is a
     :class:`~mlem_neuro.results.SensorMapResult` (importance topographies over time)
     instead of a :class:`~mlem_neuro.results.TimeCourseResult`.  Pick one sensor family
-    (``picks="eeg"`` or ``"meg"``).  ``None`` (default): one model per time point over
-    all channels.
+    (``picks="eeg"`` or ``"meg"``); ``chunk_size`` then counts (time point,
+    neighbourhood) models.  ``None`` (default): one model per time point over all
+    channels.
 """
 
 docdict["spatial_radius_src"] = """

@@ -54,8 +54,10 @@ def run_spacetime(data, neighbourhoods, table, options, groups, desc):
 
     Returns
     -------
-    CVOutput
+    out : CVOutput
         Models in time-major order (``t * n_neighbourhoods + s``).
+    sizes : ndarray of int (n_neighbourhoods,)
+        Locations per neighbourhood.
     """
     n, L, T = data.shape
     if len(table) != n:
@@ -120,14 +122,18 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
     %(feature_kinds)s
     %(feature_groups)s
     %(missing_distance)s
-    %(distance_images)s
+    distance : {"euclidean", "correlation", "cosine"}
+        Neural distance between the stimuli's patterns within a patch (or label) at one
+        time point (``"correlation"``: ``1 - r`` across the patch's sources).
     %(max_steps)s
     %(patience)s
     %(lr)s
     %(tol)s
     %(batch_size)s
     %(numeric_levels)s
-    %(chunk_size_spheres)s
+    chunk_size : int | None
+        (time point, patch) models per engine call (default: at most 1,000, bounded by
+        memory, and split over ``n_jobs``).  Results do not depend on it.
     %(n_jobs)s
     %(device)s
     %(random_state)s
@@ -166,13 +172,13 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
         if src is None:
             raise ValueError("spatial_radius needs src, the mne.SourceSpaces the estimates "
                              "were computed on (e.g. inverse_operator['src']).")
-    data, vertices, times, kind, subject = stcs_data(stcs)
+    data, vertices, times, kind, subject, tstep = stcs_data(stcs)
     table = as_feature_table(features, name="features")
     if len(table) != data.shape[0]:
         raise ValueError(f"features has {len(table)} rows but stcs holds {data.shape[0]} "
                          "source estimates; the table needs one row per estimate, in the "
                          "same order.")
-    sfreq = 1.0 / float(np.diff(times).mean()) if len(times) > 1 else None
+    sfreq = 1.0 / tstep
     window = check_window(window, sfreq)
     keep = time_mask(times, sfreq, tmin, tmax, decim, window=window)
     if window is not None:
@@ -195,7 +201,7 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
         options, out, groups, analysis=f"source {desc}", spatial_radius=spatial_radius,
         n_stimuli=int(data.shape[0]), n_sources=int(data.shape[1]),
         median_patch_size=float(np.median(sizes)), tmin=tmin, tmax=tmax, decim=int(decim),
-        window=window, tstep=None if sfreq is None else float(decim) / sfreq)
+        window=window, tstep=tstep * int(decim))
     return SourceMapResult(out.importance, out.score, out.W, out.n_iter, out.terms,
                            out.feature_names, settings, times=times, vertices=out_vertices,
                            n_locations=A.shape[0], vertex_model=vertex_model, kind=kind,

@@ -74,6 +74,8 @@ def stcs_data(stcs):
     times : ndarray (n_times,)
     kind : {"surface", "volume"}
     subject : str | None
+    tstep : float
+        Seconds between samples.
     """
     if hasattr(stcs, "data") and hasattr(stcs, "vertices"):
         raise TypeError("stcs must be a list of source estimates, one per stimulus; got a "
@@ -119,7 +121,7 @@ def stcs_data(stcs):
     if not np.isfinite(data).all():
         raise ValueError(f"the source estimates hold {int((~np.isfinite(data)).sum())} NaN "
                          "or infinite values.")
-    return data, vertices, times, kind, first.subject
+    return data, vertices, times, kind, first.subject, float(first.tstep)
 
 
 def _step(times):
