@@ -23,16 +23,17 @@ import numpy as np
 from ._docs import fill_doc
 from .adapters.stcs import (
     check_spatial_radius,
+    check_stcs,
     label_neighbourhoods,
     src_neighbourhoods,
-    stcs_data,
+    stcs_array,
 )
 from .core.features import as_feature_table
 from .core.options import MLEMOptions
 from .core.spacetime import SpaceTimeRDMSource
 from .crossval import result_settings, result_tests, run_cv
 from .results.spacetime import SensorMapResult, SourceMapResult
-from .times import check_window, time_mask, window_average
+from .times import check_window, time_mask
 from .utils import logger, verbose
 
 __all__ = ["mlem_stcs"]
@@ -43,7 +44,7 @@ def run_spacetime(data, neighbourhoods, table, options, groups, desc):
 
     Parameters
     ----------
-    data : ndarray (n_stimuli, n_locations, n_times)
+    data : ndarray (n_stimuli, n_times, n_locations)
     neighbourhoods : scipy.sparse matrix (n_neighbourhoods, n_locations)
     table : DataFrame
         One row per stimulus.
@@ -59,7 +60,7 @@ def run_spacetime(data, neighbourhoods, table, options, groups, desc):
     sizes : ndarray of int (n_neighbourhoods,)
         Locations per neighbourhood.
     """
-    n, L, T = data.shape
+    n, T, L = data.shape
     if len(table) != n:
         raise ValueError(f"the feature table has {len(table)} rows but there are {n} "
                          "stimuli; pass one row per stimulus, in the same order.")
@@ -68,7 +69,7 @@ def run_spacetime(data, neighbourhoods, table, options, groups, desc):
                 "%d locations per neighbourhood (median; %d-%d)", desc, n,
                 neighbourhoods.shape[0], desc, T, neighbourhoods.shape[0] * T,
                 int(np.median(sizes)), sizes.min(), sizes.max())
-    source = SpaceTimeRDMSource(data.transpose(0, 2, 1), neighbourhoods, options.distance)
+    source = SpaceTimeRDMSource(data, neighbourhoods, options.distance)
     source.check_patterns()
     return run_cv(source, table, options, groups=groups,
                   desc="(time point, neighbourhood) models"), sizes
@@ -172,18 +173,17 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
         if src is None:
             raise ValueError("spatial_radius needs src, the mne.SourceSpaces the estimates "
                              "were computed on (e.g. inverse_operator['src']).")
-    data, vertices, times, kind, subject, tstep = stcs_data(stcs)
+    stcs, vertices, times, kind, subject, tstep = check_stcs(stcs)
     table = as_feature_table(features, name="features")
-    if len(table) != data.shape[0]:
-        raise ValueError(f"features has {len(table)} rows but stcs holds {data.shape[0]} "
-                         "source estimates; the table needs one row per estimate, in the "
-                         "same order.")
+    if len(table) != len(stcs):
+        raise ValueError(f"features has {len(table)} rows but stcs holds {len(stcs)} source "
+                         "estimates; the table needs one row per estimate, in the same "
+                         "order.")
     sfreq = 1.0 / tstep
     window = check_window(window, sfreq)
     keep = time_mask(times, sfreq, tmin, tmax, decim, window=window)
-    if window is not None:
-        data = window_average(data, sfreq, window)
-    data, times = data[..., keep], times[keep]
+    data, times = stcs_array(stcs, keep, sfreq, window), times[keep]
+    del stcs
     if labels is not None:
         A, names = label_neighbourhoods(labels, vertices, kind)
         vertex_model = np.asarray(A.argmax(axis=0)).ravel()
@@ -199,7 +199,7 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
     out, sizes = run_spacetime(data, A, table, options, groups, desc)
     settings = result_settings(
         options, out, groups, analysis=f"source {desc}", spatial_radius=spatial_radius,
-        n_stimuli=int(data.shape[0]), n_sources=int(data.shape[1]),
+        n_stimuli=int(data.shape[0]), n_sources=int(data.shape[2]),
         median_patch_size=float(np.median(sizes)), tmin=tmin, tmax=tmax, decim=int(decim),
         window=window, tstep=tstep * int(decim))
     return SourceMapResult(out.importance, out.score, out.W, out.n_iter, out.terms,
@@ -218,7 +218,8 @@ def sensor_searchlight(data, info, table, times, spatial_radius, options, groups
     from .adapters.sensors import channel_neighbourhoods
 
     A = channel_neighbourhoods(info, spatial_radius)
-    out, sizes = run_spacetime(data, A, table, options, groups, "channels")
+    out, sizes = run_spacetime(np.ascontiguousarray(data.transpose(0, 2, 1)), A, table,
+                               options, groups, "channels")
     settings = result_settings(options, out, groups, n_trials=int(data.shape[0]),
                                n_channels=int(data.shape[1]), spatial_radius=spatial_radius,
                                median_neighbourhood_size=float(np.median(sizes)),

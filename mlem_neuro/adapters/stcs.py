@@ -1,8 +1,8 @@
 """Source estimates and their neighbourhoods: ``mne.SourceEstimate`` lists → arrays + patches.
 
-* :func:`stcs_data`: a list of source estimates (one per stimulus) → data ``(n_stimuli,
-  n_sources, n_times)``, their vertices and times, after checking that every estimate
-  has the same vertices, times and subject;
+* :func:`check_stcs`: a list of source estimates (one per stimulus) with the same
+  vertices, times and subject; :func:`stcs_array` their data ``(n_stimuli, n_times,
+  n_sources)`` at the time points kept, in one copy;
 * :func:`src_neighbourhoods`: a searchlight patch around every source point, from MNE's
   own distances: geodesic distances along the cortical surface for a surface source space
   (``src[h]["dist"]``, computed by :func:`mne.add_source_space_distances` when the source
@@ -23,8 +23,8 @@ import scipy.sparse as sp
 
 from ..utils import logger
 
-__all__ = ["check_spatial_radius", "label_neighbourhoods", "src_neighbourhoods",
-           "stcs_data"]
+__all__ = ["check_spatial_radius", "check_stcs", "label_neighbourhoods",
+           "src_neighbourhoods", "stcs_array"]
 
 
 def check_spatial_radius(radius, name="spatial_radius"):
@@ -56,21 +56,22 @@ def _stc_kind(stc):
                     "the normal component (pick_ori='normal').")
 
 
-def stcs_data(stcs):
-    """Data, vertices and times of a list of source estimates (one per stimulus).
+def check_stcs(stcs):
+    """A list of source estimates (one per stimulus) with the same vertices, times and
+    subject.
 
     Parameters
     ----------
     stcs : list of SourceEstimate | list of VolSourceEstimate
         One estimate per stimulus (a generator, e.g. from
         :func:`mne.minimum_norm.apply_inverse_epochs` with ``return_generator=True``, is
-        read once).  All must have the same vertices, times and subject.
+        read once).
 
     Returns
     -------
-    data : ndarray (n_stimuli, n_sources, n_times)
+    stcs : list
     vertices : list of ndarray
-        The vertices of each hemisphere (surface) or of the volume.
+        The vertices of each hemisphere (surface) or of each volume.
     times : ndarray (n_times,)
     kind : {"surface", "volume"}
     subject : str | None
@@ -103,8 +104,8 @@ def stcs_data(stcs):
                              f"({[len(v) for v in stc.vertices]} vs "
                              f"{[len(v) for v in vertices]} per hemisphere/volume); every "
                              "estimate must come from the same source space (same inverse "
-                             "operator, or restrict them all with stc.in_label / "
-                             "stc.restrict_to_vertices... the same way).")
+                             "operator, or restricted alike, e.g. stc.in_label(label) for "
+                             "all).")
         if len(stc.times) != len(times) or not np.allclose(stc.times, times, rtol=0,
                                                            atol=1e-3 * _step(times)):
             raise ValueError(f"stcs[{k}] has other times than stcs[0] ({len(stc.times)} "
@@ -115,13 +116,41 @@ def stcs_data(stcs):
             raise ValueError(f"stcs[{k}] belongs to subject {stc.subject!r} but stcs[0] "
                              f"to {first.subject!r}; analyse one subject at a time (or "
                              "morph them to a common subject first).")
-    data = np.empty((len(stcs), first.data.shape[0], len(times)))
+    return stcs, vertices, times, kind, first.subject, float(first.tstep)
+
+
+def stcs_array(stcs, keep, sfreq=None, window=None):
+    """The estimates' data ``(n_stimuli, n_kept_times, n_sources)``, one copy.
+
+    Parameters
+    ----------
+    stcs : list of SourceEstimate | list of VolSourceEstimate
+        Checked estimates (:func:`check_stcs`).
+    keep : ndarray of bool (n_times,)
+        Time samples kept.
+    sfreq : float | None
+        Sampling rate (Hz), for ``window``.
+    window : float | None
+        Moving average over ``window`` seconds, on the full-rate data, before ``keep``
+        (:func:`mlem_neuro.times.window_average`).
+
+    Returns
+    -------
+    data : ndarray (n_stimuli, n_kept_times, n_sources)
+        Time-major per stimulus, as :class:`~mlem_neuro.core.spacetime.SpaceTimeRDMSource`
+        takes it.
+    """
+    from ..times import window_average
+
+    first = stcs[0].data
+    data = np.empty((len(stcs), int(np.sum(keep)), first.shape[0]))
     for k, stc in enumerate(stcs):
-        data[k] = stc.data
+        x = stc.data if window is None else window_average(stc.data, sfreq, window)
+        data[k] = x[:, keep].T
     if not np.isfinite(data).all():
         raise ValueError(f"the source estimates hold {int((~np.isfinite(data)).sum())} NaN "
                          "or infinite values.")
-    return data, vertices, times, kind, first.subject, float(first.tstep)
+    return data
 
 
 def _step(times):
@@ -174,7 +203,7 @@ def src_neighbourhoods(src, vertices, kind, radius, n_jobs=None):
     src : mne.SourceSpaces
         The source space the estimates were computed on.
     vertices : list of ndarray
-        The estimates' vertices (:func:`stcs_data`).
+        The estimates' vertices (:func:`check_stcs`).
     kind : {"surface", "volume"}
         Kind of the estimates.
     radius : float
