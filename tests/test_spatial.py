@@ -8,6 +8,7 @@ channels) during two time points must be found there, and not far away nor at ot
 times.
 """
 import warnings
+from pathlib import Path
 
 import mne
 import numpy as np
@@ -381,3 +382,75 @@ def test_sensor_inputs_are_validated():
         warnings.simplefilter("ignore")
         with pytest.raises(ValueError, match="channels with positions"):
             mlem_neuro.mlem_epochs(mixed, picks="all", spatial_radius=0.04, **kw)
+
+
+SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / \
+    "mne_sample_audvis_evoked" / "test-ave.fif.gz"
+
+
+@pytest.mark.skipif(not SAMPLE.exists(), reason="shared data (../shared/data) absent")
+def test_meg_sensor_searchlight_on_real_sensor_positions():
+    """Magnetometers and gradiometers of a real Neuromag recording (positions in device
+    coordinates), simulated trials: the effect planted under one sensor location is found
+    there; grad and mag topomaps draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    evoked = mne.read_evokeds(SAMPLE, verbose=False)[0]
+    info = evoked.copy().pick("meg", exclude="bads").info
+    pos = np.array([ch["loc"][:3] for ch in info["chs"]])
+    centre = pos[info["ch_names"].index("MEG 2111")]
+    dist = np.linalg.norm(pos - centre, axis=1)
+    target = np.flatnonzero(dist < 0.005)            # the 3 sensors of one location
+    rng = np.random.default_rng(0)
+    n = 30
+    a, b = rng.permutation(np.arange(n) % 2), rng.permutation(np.arange(n) // 2 % 2)
+    data = rng.standard_normal((n, len(pos), 4))
+    data[:, target[:, None], [1, 2]] += 2.0 * a[:, None, None] * \
+        rng.standard_normal(len(target))[None, :, None]
+    epochs = mne.EpochsArray(data * 1e-12, info, tmin=0.0, verbose=False)
+    epochs.metadata = pd.DataFrame({"a": a.astype(bool), "b": b.astype(bool)})
+    res = mlem_neuro.mlem_epochs(epochs, ["a", "b"], spatial_radius=0.04, cv=3,
+                                 max_steps=200, random_state=0)
+    assert res.n_locations == len(pos)
+    # measured (seeds 0-4): the peak is in the window, in a neighbourhood holding the
+    # planted sensors (centre 34-39 mm away: smaller neighbourhoods there, so less noise);
+    # mean at the planted sensors in the window 0.20-0.35, far away |mean| <= 0.013
+    loc, t = res.peak("a")
+    assert dist[loc] <= 0.04 and round(t * info["sfreq"]) in (1, 2)
+    imp = res.importance_data("a")
+    assert imp[target][:, 1:3].mean() > 5 * abs(imp[dist > 0.1][:, 1:3].mean())
+    for ch_type in ("grad", "mag"):
+        fig = res.plot_topomap("a", times=[t], ch_type=ch_type, show=False)
+        assert len(fig.axes) >= 1
+    both = evoked.copy().pick(["meg", "eeg"], exclude="bads")
+    mixed = mne.EpochsArray(np.zeros((6, both.info["nchan"], 2)), both.info, verbose=False)
+    mixed.metadata = pd.DataFrame({"a": [0, 1] * 3})
+    with pytest.raises(ValueError, match="one sensor family"):
+        mlem_neuro.mlem_epochs(mixed, ["a"], spatial_radius=0.04, cv=2)
+
+
+def test_surface_distances_recomputed_when_too_short():
+    src = sphere_src()
+    vertices = [s["vertno"] for s in src]
+    short = src.copy()
+    mne.add_source_space_distances(short, dist_limit=0.006, verbose=False)
+    A = src_neighbourhoods(short, vertices, "surface", 0.012)
+    B = src_neighbourhoods(src, vertices, "surface", 0.012)
+    assert (A != B).nnz == 0 and np.diff(A.indptr).max() > 1
+    assert float(short[0]["dist_limit"][0]) == pytest.approx(0.006)   # left as it was
+
+
+def test_stcs_time_selection_and_tests():
+    src = mne.setup_volume_source_space(pos=20.0, sphere=(0, 0, 0, 0.04), verbose=False)
+    v = src[0]["vertno"]
+    data, table = planted(len(v), np.zeros(len(v), bool), n=18, T=6)
+    stcs = [mne.VolSourceEstimate(x, [v], tmin=-0.02, tstep=0.01) for x in data]
+    res = mlem_neuro.mlem_stcs(iter(stcs), table, src, spatial_radius=0.025, tmin=0.0,
+                               decim=2, window=0.02, cv=3, max_steps=10, n_null=3,
+                               random_state=0)
+    np.testing.assert_allclose(res.times, [0.0, 0.02])
+    assert res.importance_stc("a").tstep == pytest.approx(0.02)
+    assert res.tests == ["score", "a", "b", "interactions"]
+    assert res.pvalues.shape == (2 * len(v), 4)
+    assert ((res.pvalues > 0) & (res.pvalues <= 1)).all()
