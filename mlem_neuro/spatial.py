@@ -182,8 +182,6 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
     sfreq = 1.0 / tstep
     window = check_window(window, sfreq)
     keep = time_mask(times, sfreq, tmin, tmax, decim, window=window)
-    data, times = stcs_array(stcs, keep, sfreq, window), times[keep]
-    del stcs
     if labels is not None:
         A, names = label_neighbourhoods(labels, vertices, kind)
         vertex_model = np.asarray(A.argmax(axis=0)).ravel()
@@ -196,6 +194,8 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
     else:
         A = src_neighbourhoods(src, vertices, kind, spatial_radius, n_jobs=n_jobs)
         names, out_vertices, vertex_model, desc = None, vertices, None, "patches"
+    data, times = stcs_array(stcs, keep, sfreq, window), times[keep]
+    del stcs
     out, sizes = run_spacetime(data, A, table, options, groups, desc)
     settings = result_settings(
         options, out, groups, analysis=f"source {desc}", spatial_radius=spatial_radius,
