@@ -389,7 +389,7 @@ SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / \
 
 
 @pytest.mark.skipif(not SAMPLE.exists(), reason="shared data (../shared/data) absent")
-def test_meg_sensor_searchlight_on_real_sensor_positions():
+def test_meg_sensor_searchlight_on_real_sensor_positions(tmp_path):
     """Magnetometers and gradiometers of a real Neuromag recording (positions in device
     coordinates), simulated trials: the effect planted under one sensor location is found
     there; grad and mag topomaps draw."""
@@ -423,6 +423,10 @@ def test_meg_sensor_searchlight_on_real_sensor_positions():
     for ch_type in ("grad", "mag"):
         fig = res.plot_topomap("a", times=[t], ch_type=ch_type, show=False)
         assert len(fig.axes) >= 1
+    back = mlem_neuro.read_result(res.save(tmp_path / "meg.npz"))   # the info round-trips
+    np.testing.assert_allclose([ch["loc"] for ch in back.info["chs"]],
+                               [ch["loc"] for ch in info["chs"]])
+    assert back.info["dev_head_t"] is not None
     both = evoked.copy().pick(["meg", "eeg"], exclude="bads")
     mixed = mne.EpochsArray(np.zeros((6, both.info["nchan"], 2)), both.info, verbose=False)
     mixed.metadata = pd.DataFrame({"a": [0, 1] * 3})
