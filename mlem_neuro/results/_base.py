@@ -376,7 +376,7 @@ def read_result(fname):
 
     Returns
     -------
-    result : TimeCourseResult | BrainMapResult
+    result : TimeCourseResult | BrainMapResult | SensorMapResult | SourceMapResult
         The saved object, of the class that saved it.
 
     Raises
