@@ -294,6 +294,29 @@ def test_sensor_neighbourhoods_and_decimation():
     assert set(res.to_data_frame().channel) == {"O1", "Oz", "O2", "Iz"}
 
 
+def test_sensor_topomap_marks_significant_channels(monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    epochs, _ = eeg_epochs(n=24, T=6, amp=3.0)
+    res = mlem_neuro.mlem_epochs(epochs, ["a", "b"], picks=["O1", "Oz", "O2", "Fz", "Cz"],
+                                 spatial_radius=0.045, cv=3, max_steps=30, n_null=19,
+                                 random_state=0)
+    seen = {}
+
+    def spy(self, **kwargs):
+        seen.update(kwargs)
+
+    monkeypatch.setattr(mne.Evoked, "plot_topomap", spy)
+    res.plot_topomap("a", times=[0.0], alpha=0.1)
+    expect = res._grid(res.pvalues_fwe[:, res.tests.index("a")] < 0.1)
+    np.testing.assert_array_equal(seen["mask"], expect)
+    # measured (seeds 0-11): 4-6 of the 6 planted (channel, time) models marked, none of
+    # the 24 others (Fz, Cz, other times)
+    assert expect[:3, 3:5].sum() >= 3 and not expect[3:].any()
+    assert not np.delete(expect, [3, 4], axis=1).any()
+
+
 # ------------------------------------------------------------------------ validation
 def _vol_stcs(n=5, T=3, **kw):
     src = volume_src()

@@ -392,9 +392,12 @@ class SensorMapResult(_SpaceTimeResult):
                                nave=self.n_folds, verbose=False,
                                comment="score" if term is None else term)
 
-    def plot_topomap(self, term=None, times="peaks", *, ch_type=None, show=True,
-                     **kwargs):
+    def plot_topomap(self, term=None, times="peaks", *, ch_type=None, alpha=0.05,
+                     show=True, **kwargs):
         """Topographies of a term's importance at chosen times (MNE's topomaps).
+
+        With tests (``n_null > 0``), the channels whose neighbourhood's family-wise
+        corrected p-value is below ``alpha`` at a time are marked (MNE's ``mask``).
 
         Parameters
         ----------
@@ -405,22 +408,26 @@ class SensorMapResult(_SpaceTimeResult):
         ch_type : str | None
             Sensor type to draw (MNE's default: the first of the data).  Gradiometer
             pairs are combined as MNE does (root mean square).
+        alpha : float
+            Level of the corrected tests that are marked.
         show : bool
             Show the figure.
         **kwargs
-            Passed to :meth:`mne.Evoked.plot_topomap` (``vlim``, ``cmap``, ``axes``...).
+            Passed to :meth:`mne.Evoked.plot_topomap` (``vlim``, ``cmap``, ``axes``,
+            ``mask``...).
 
         Returns
         -------
         matplotlib.figure.Figure
         """
         evoked = self.to_evoked(term)
+        test = "score" if term is None else term
+        if self.tests is not None and test in self.tests and "mask" not in kwargs:
+            kwargs["mask"] = self._grid(self.significant(test, alpha))
         kwargs.setdefault("cbar_fmt", "%0.3f")
         kwargs.setdefault("time_unit", "s")
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*[Nn]o digitization.*")
-            return evoked.plot_topomap(times=times, ch_type=ch_type, scalings=1.0,
-                                       units="Δρ", show=show, **kwargs)
+        return evoked.plot_topomap(times=times, ch_type=ch_type, scalings=1.0, units="Δρ",
+                                   show=show, **kwargs)
 
 
 def _decimated_info(info, sfreq):
