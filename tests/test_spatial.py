@@ -481,3 +481,7 @@ def test_stcs_time_selection_and_tests():
     assert res.tests == ["score", "a", "b", "interactions"]
     assert res.pvalues.shape == (2 * len(v), 4)
     assert ((res.pvalues > 0) & (res.pvalues <= 1)).all()
+    sig = res.significance_stc("a", alpha=0.5, corrected=False)
+    np.testing.assert_array_equal(sig.data, res._grid(res.pvalues[:, 1] < 0.5))
+    with pytest.raises(ValueError, match="unknown test"):
+        res.significance_stc("c")

@@ -269,6 +269,25 @@ class SourceMapResult(_SpaceTimeResult):
         """
         return self._stc(self.score_data())
 
+    def significance_stc(self, test, alpha=0.05, corrected=True):
+        """Where ``test`` is significant, as a source estimate (1 where it is, else 0).
+
+        Parameters
+        ----------
+        test : str
+            A name of :attr:`tests` (``"score"`` or a feature).
+        alpha : float
+            Level of the test.
+        corrected : bool
+            Use the family-wise corrected p-values (max statistic over every time point
+            and patch).
+
+        Returns
+        -------
+        stc : mne.SourceEstimate | mne.VolSourceEstimate
+        """
+        return self._stc(self._grid(self.significant(test, alpha, corrected)).astype(float))
+
     def to_stcs(self, include_score=True):
         """Every term's importance (and the score) as source estimates.
 
