@@ -19,6 +19,7 @@ _LAZY = {
     "features_from_events": "mlem_neuro.adapters.epochs",
     "mlem_searchlight": "mlem_neuro.searchlight",
     "mlem_roi": "mlem_neuro.searchlight",
+    "mlem_stcs": "mlem_neuro.spatial",
 }
 _SUBMODULES = ("stats", "fmri", "simulation", "results", "adapters", "crossval")
 

@@ -374,6 +374,28 @@ settings : dict | None
     recorded by the analysis.
 """
 
+docdict["spatial_radius_sensors"] = """
+spatial_radius : float | None
+    A sensor searchlight: radius in metres (e.g. ``0.04``) of the neighbourhood centred
+    on every analysed channel, from MNE's channel positions (a montage for EEG).  One
+    model per (time point, neighbourhood), and the result is a
+    :class:`~mlem_neuro.results.SensorMapResult` (importance topographies over time)
+    instead of a :class:`~mlem_neuro.results.TimeCourseResult`.  Pick one sensor family
+    (``picks="eeg"`` or ``"meg"``); ``chunk_size`` then counts (time point,
+    neighbourhood) models.  ``None`` (default): one model per time point over all
+    channels.
+"""
+
+docdict["spatial_radius_src"] = """
+spatial_radius : float | None
+    Searchlight patch radius in metres (e.g. ``0.01``): a patch holds every source
+    within ``spatial_radius`` of its centre, along the cortical surface for surface
+    source spaces (MNE's geodesic distances ``src[h]["dist"]``, computed with
+    :func:`mne.add_source_space_distances` when ``src`` lacks them up to the radius;
+    patches stay in their hemisphere) and in straight line between the grid points of
+    a volume source space.  Every source of the estimates is a centre.
+"""
+
 docdict["standardize_images"] = """
 standardize : "run" | None
     ``"run"``: z-score each voxel across the images of each run (mean 0, standard

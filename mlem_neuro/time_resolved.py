@@ -264,8 +264,8 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
 @fill_doc
 def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1, *,
                 window=None, scale=True, groups=None, items=None, partitions=None, cv=5,
-                n_repeats=1, n_permutations=10, n_null=0, level="feature", constraint="spd",
-                interactions=True, feature_kinds=None,
+                n_repeats=1, n_permutations=10, n_null=0, spatial_radius=None,
+                level="feature", constraint="spd", interactions=True, feature_kinds=None,
                 feature_groups=None, missing_distance=0.0, distance="euclidean",
                 max_steps=1000, patience=50,
                 lr=0.03, tol=1e-4, batch_size="auto", numeric_levels="auto",
@@ -301,6 +301,7 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     %(n_repeats)s
     %(n_permutations)s
     %(n_null)s
+    %(spatial_radius_sensors)s
     %(level)s
     %(constraint)s
     %(interactions)s
@@ -322,7 +323,8 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
 
     Returns
     -------
-    TimeCourseResult
+    TimeCourseResult | SensorMapResult
+        A :class:`~mlem_neuro.results.SensorMapResult` with ``spatial_radius``.
 
     See Also
     --------
@@ -336,6 +338,10 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     >>> res.plot()                                            # doctest: +SKIP
     """
     options = MLEMOptions.from_call(locals())
+    if spatial_radius is not None:
+        from .adapters.stcs import check_spatial_radius
+
+        spatial_radius = check_spatial_radius(spatial_radius)
     data, times, ch_names, work = epochs_data(epochs, picks=picks, tmin=tmin, tmax=tmax,
                                               decim=decim, window=window)
     table = epochs_feature_table(work, features)
@@ -350,6 +356,15 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
                     n_epochs=int(len(work)))
     if isinstance(groups, str):         # a metadata column names the groups
         groups = _metadata_column(work, groups)
+    if spatial_radius is not None:
+        if items is not None or partitions is not None \
+                or options.distance in CROSSVALIDATED_DISTANCES:
+            raise ValueError("spatial_radius (a sensor searchlight) does not take items, "
+                             "partitions or a cross-validated distance yet: average the "
+                             "trials of each item first (e.g. epochs[...].average() per "
+                             "item into an EpochsArray), or drop spatial_radius.")
+        return _sensor_searchlight(_check_data(data), work, ch_names, table, times,
+                                   spatial_radius, options, groups, settings)
     items = check_items(items, len(table), table, metadata=work.metadata)
     partitions, part_col = check_partitions(partitions, options.distance, items, len(table),
                                             table, metadata=work.metadata)
@@ -360,6 +375,23 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     settings["partitions"] = part_col
     return _fit(_check_data(data), table, times, ch_names, settings=settings,
                 options=options, groups=groups, items=items, partitions=partitions)
+
+
+def _sensor_searchlight(data, epochs, ch_names, table, times, spatial_radius, options,
+                        groups, settings):
+    """``mlem_epochs`` with ``spatial_radius``: models per (time point, channel
+    neighbourhood) (:func:`mlem_neuro.spatial.sensor_searchlight`)."""
+    from mne import pick_info
+
+    from .results.spacetime import _decimated_info
+    from .spatial import sensor_searchlight
+
+    info = pick_info(epochs.info, [epochs.ch_names.index(c) for c in ch_names])
+    info = _decimated_info(info, settings["sfreq"])
+    if settings["scale"]:
+        data = _scale_channels(data)
+    return sensor_searchlight(data, info, table, times, spatial_radius, options, groups,
+                              settings)
 
 
 def _metadata_column(epochs, name):

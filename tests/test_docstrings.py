@@ -60,6 +60,7 @@ KNOWN_GAPS = {
 _PUBLIC_MODULES = ("mlem_neuro.stats", "mlem_neuro.fmri", "mlem_neuro.results")
 _DEFINING_MODULES = ("mlem_neuro.stats.timecourse", "mlem_neuro.stats.maps",
                      "mlem_neuro.results.timecourse", "mlem_neuro.results.brainmap",
+                     "mlem_neuro.results.spacetime",
                      "mlem_neuro.simulation")
 
 

@@ -20,6 +20,8 @@ from .._docs import fill_doc
 RESULT_MODULES = {
     "TimeCourseResult": "mlem_neuro.results.timecourse",
     "BrainMapResult": "mlem_neuro.results.brainmap",
+    "SensorMapResult": "mlem_neuro.results.spacetime",
+    "SourceMapResult": "mlem_neuro.results.spacetime",
 }
 _FORMAT = 1
 
@@ -374,7 +376,7 @@ def read_result(fname):
 
     Returns
     -------
-    result : TimeCourseResult | BrainMapResult
+    result : TimeCourseResult | BrainMapResult | SensorMapResult | SourceMapResult
         The saved object, of the class that saved it.
 
     Raises

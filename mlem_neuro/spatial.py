@@ -1,0 +1,236 @@
+"""Spatial searchlights over time: MEG/EEG source space and sensor neighbourhoods.
+
+* :func:`mlem_stcs`: one model per (time point, source-space patch) or per (time point,
+  :class:`mne.Label`), from a list of source estimates (one per stimulus); importance as
+  :class:`mne.SourceEstimate` objects (:class:`~mlem_neuro.results.SourceMapResult`).
+* The sensor searchlight of :func:`mlem_neuro.mlem_epochs` (``spatial_radius``): one model
+  per (time point, channel neighbourhood); importance topographies over time
+  (:class:`~mlem_neuro.results.SensorMapResult`).
+
+Both reduce to data ``(n_stimuli, n_times, n_locations)`` and a sparse neighbourhood
+membership ``(n_neighbourhoods, n_locations)`` (:mod:`mlem_neuro.adapters.stcs`,
+:mod:`mlem_neuro.adapters.sensors`: MNE's source-space distances and channel
+positions), which :class:`~mlem_neuro.core.spacetime.SpaceTimeRDMSource` turns into the
+RDMs of every (time, neighbourhood) model for the shared driver
+:func:`~mlem_neuro.crossval.run_cv`: the models of a fold are trained as batched stacks in
+chunks of at most 1,000 models, each chunk holding only the (time, location) cells it
+needs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._docs import fill_doc
+from .adapters.stcs import (
+    check_spatial_radius,
+    check_stcs,
+    label_neighbourhoods,
+    src_neighbourhoods,
+    stcs_array,
+)
+from .core.features import as_feature_table
+from .core.options import CROSSVALIDATED_DISTANCES, MLEMOptions
+from .core.spacetime import SpaceTimeRDMSource
+from .crossval import result_settings, result_tests, run_cv
+from .results.spacetime import SensorMapResult, SourceMapResult
+from .times import check_window, time_mask
+from .utils import logger, verbose
+
+__all__ = ["mlem_stcs"]
+
+
+def run_spacetime(data, neighbourhoods, table, options, groups, desc):
+    """Cross-validated MLEM of every (time point, neighbourhood) model.
+
+    Parameters
+    ----------
+    data : ndarray (n_stimuli, n_times, n_locations)
+    neighbourhoods : scipy.sparse matrix (n_neighbourhoods, n_locations)
+    table : DataFrame
+        One row per stimulus.
+    options : MLEMOptions
+    groups : array-like | None
+    desc : str
+        What a neighbourhood is, for messages.
+
+    Returns
+    -------
+    out : CVOutput
+        Models in time-major order (``t * n_neighbourhoods + s``).
+    sizes : ndarray of int (n_neighbourhoods,)
+        Locations per neighbourhood.
+    """
+    n, T, L = data.shape
+    if len(table) != n:
+        raise ValueError(f"the feature table has {len(table)} rows but there are {n} "
+                         "stimuli; pass one row per stimulus, in the same order.")
+    sizes = np.diff(neighbourhoods.indptr)
+    logger.info("MLEM %s searchlight: %d stimuli, %d %s x %d time points = %d models, "
+                "%d locations per neighbourhood (median; %d-%d)", desc, n,
+                neighbourhoods.shape[0], desc, T, neighbourhoods.shape[0] * T,
+                int(np.median(sizes)), sizes.min(), sizes.max())
+    source = SpaceTimeRDMSource(data, neighbourhoods, options.distance)
+    source.check_patterns()
+    return run_cv(source, table, options, groups=groups,
+                  desc="(time point, neighbourhood) models"), sizes
+
+
+@verbose
+@fill_doc
+def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmin=None,
+              tmax=None, decim=1, window=None, groups=None, cv=5, n_repeats=1,
+              n_permutations=10, n_null=0, level="feature", constraint="spd", interactions=True,
+              feature_kinds=None, feature_groups=None, missing_distance=0.0,
+              distance="euclidean", max_steps=1000, patience=50, lr=0.03, tol=1e-4,
+              batch_size="auto", numeric_levels="auto", chunk_size=None, n_jobs=None,
+              device="cpu", random_state=None, verbose=None):
+    """MLEM over source space and time: importance maps as source estimates.
+
+    At every time point, the source estimates' patterns within a patch (a searchlight of
+    ``spatial_radius`` metres around each source point, or each label of ``labels``)
+    give the neural distances between stimuli; one cross-validated MLEM model per (time
+    point, patch) learns the metric over the feature distances, and the permutation
+    importance of each feature (or term) on held-out pairs is mapped at the patch's
+    centre (a label's value over the label's vertices).
+
+    Parameters
+    ----------
+    stcs : list of mne.SourceEstimate | list of mne.VolSourceEstimate
+        One source estimate per stimulus (e.g. the output of
+        :func:`mne.minimum_norm.apply_inverse_epochs`, or one per condition), all with
+        the same vertices, times and subject.
+    features : DataFrame | array (n_stimuli, n_features)
+        The stimuli's theoretical features, one row per estimate, in the same order (see
+        :class:`mlem_neuro.MLEM` for how columns are compared).
+    src : mne.SourceSpaces | None
+        The source space of the estimates (needed with ``spatial_radius``; e.g.
+        ``inverse_operator["src"]``).
+    %(spatial_radius_src)s
+    labels : list of mne.Label | None
+        Non-overlapping cortical labels (surface estimates): one model per label and time
+        point, over the label's vertices.  Give either ``labels`` or ``spatial_radius``.
+    %(tmin)s
+    %(tmax)s
+    %(decim)s
+    %(window)s
+    %(groups_trials)s
+    %(cv_trials)s
+    %(n_repeats)s
+    %(n_permutations)s
+    %(n_null)s
+    %(level)s
+    %(constraint)s
+    %(interactions)s
+    %(feature_kinds)s
+    %(feature_groups)s
+    %(missing_distance)s
+    distance : {"euclidean", "correlation", "cosine"}
+        Neural distance between the stimuli's patterns within a patch (or label) at one
+        time point (``"correlation"``: ``1 - r`` across the patch's sources).
+    %(max_steps)s
+    %(patience)s
+    %(lr)s
+    %(tol)s
+    %(batch_size)s
+    %(numeric_levels)s
+    chunk_size : int | None
+        (time point, patch) models per engine call (default: at most 1,000, bounded by
+        memory, and split over ``n_jobs``).  Results do not depend on it.
+    %(n_jobs)s
+    %(device)s
+    %(random_state)s
+    %(verbose)s
+
+    Returns
+    -------
+    result : SourceMapResult
+        ``importance_stc(term)``, ``score_stc()``, ``to_stcs()``, ``to_data_frame()``,
+        ``peak(term)``, ``save``.
+
+    Notes
+    -----
+    There are ``n_times × n_patches`` models (e.g. 50 time points × 8,196 sources = 409,800
+    models); they are trained as batched stacks in chunks of at most 1,000 models (memory
+    bounded by the chunk, whatever the number of time points), so the cost grows linearly
+    with both.  Use ``tmin``/``tmax``/``decim`` (or ``window``) to keep the time points
+    that matter, and a coarse source space.  The estimates are used as they are (no
+    scaling): give noise-normalised estimates (dSPM, sLORETA) so that deep and
+    superficial sources weigh alike.
+
+    Examples
+    --------
+    >>> res = mlem_neuro.mlem_stcs(stcs, table[["animacy", "size"]], inv["src"],
+    ...                            spatial_radius=0.01, tmin=0.0, tmax=0.5, decim=5,
+    ...                            random_state=0)                     # doctest: +SKIP
+    >>> res.importance_stc("animacy").plot(subjects_dir=subjects_dir)  # doctest: +SKIP
+    """
+    options = MLEMOptions.from_call(locals())
+    if options.distance in CROSSVALIDATED_DISTANCES:
+        raise ValueError(f"distance={options.distance!r} is computed from the trials of "
+                         "each item (mlem_array, mlem_epochs, searchlight and ROI analyses "
+                         "with items=); mlem_stcs takes one estimate per stimulus: use "
+                         "'euclidean', 'correlation' or 'cosine'.")
+    if (spatial_radius is None) == (labels is None):
+        raise ValueError("give either spatial_radius (a searchlight over source points, "
+                         "in metres, with src) or labels (one model per mne.Label), not "
+                         "both nor neither.")
+    if spatial_radius is not None:
+        spatial_radius = check_spatial_radius(spatial_radius)
+        if src is None:
+            raise ValueError("spatial_radius needs src, the mne.SourceSpaces the estimates "
+                             "were computed on (e.g. inverse_operator['src']).")
+    stcs, vertices, times, kind, subject, tstep = check_stcs(stcs)
+    table = as_feature_table(features, name="features")
+    if len(table) != len(stcs):
+        raise ValueError(f"features has {len(table)} rows but stcs holds {len(stcs)} source "
+                         "estimates; the table needs one row per estimate, in the same "
+                         "order.")
+    sfreq = 1.0 / tstep
+    window = check_window(window, sfreq)
+    keep = time_mask(times, sfreq, tmin, tmax, decim, window=window)
+    if labels is not None:
+        A, names = label_neighbourhoods(labels, vertices, kind)
+        vertex_model = np.asarray(A.argmax(axis=0)).ravel()
+        covered = np.asarray(A.sum(axis=0)).ravel() > 0
+        # the result's estimates hold the labels' vertices only
+        offsets = np.cumsum([0] + [len(v) for v in vertices])
+        out_vertices = [v[covered[offsets[h]:offsets[h + 1]]] for h, v in enumerate(vertices)]
+        vertex_model = vertex_model[covered]
+        desc = "labels"
+    else:
+        A = src_neighbourhoods(src, vertices, kind, spatial_radius, n_jobs=n_jobs)
+        names, out_vertices, vertex_model, desc = None, vertices, None, "patches"
+    data, times = stcs_array(stcs, keep, sfreq, window), times[keep]
+    del stcs
+    out, sizes = run_spacetime(data, A, table, options, groups, desc)
+    settings = result_settings(
+        options, out, groups, analysis=f"source {desc}", spatial_radius=spatial_radius,
+        n_stimuli=int(data.shape[0]), n_sources=int(data.shape[2]),
+        median_patch_size=float(np.median(sizes)), tmin=tmin, tmax=tmax, decim=int(decim),
+        window=window, tstep=tstep * int(decim))
+    return SourceMapResult(out.importance, out.score, out.W, out.n_iter, out.terms,
+                           out.feature_names, settings, times=times, vertices=out_vertices,
+                           n_locations=A.shape[0], vertex_model=vertex_model, kind=kind,
+                           subject=subject, label_names=names, **result_tests(out))
+
+
+def sensor_searchlight(data, info, table, times, spatial_radius, options, groups,
+                       settings):
+    """The sensor searchlight of :func:`mlem_neuro.mlem_epochs` (``spatial_radius``).
+
+    ``data`` ``(n_trials, n_channels, n_times)`` (scaled as asked), ``info`` that of the
+    analysed channels at the analysed sampling rate.
+    """
+    from .adapters.sensors import channel_neighbourhoods
+
+    A = channel_neighbourhoods(info, spatial_radius)
+    out, sizes = run_spacetime(np.ascontiguousarray(data.transpose(0, 2, 1)), A, table,
+                               options, groups, "channels")
+    settings = result_settings(options, out, groups, n_trials=int(data.shape[0]),
+                               n_channels=int(data.shape[1]), spatial_radius=spatial_radius,
+                               median_neighbourhood_size=float(np.median(sizes)),
+                               **settings)
+    return SensorMapResult(out.importance, out.score, out.W, out.n_iter, out.terms,
+                           out.feature_names, settings, times=times, info=info,
+                           **result_tests(out))
+
