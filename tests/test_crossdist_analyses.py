@@ -155,3 +155,16 @@ def test_cli_epochs_crossnobis(tmp_path):
     assert back.settings["distance"] == "crossnobis" and back.terms == ["condition"]
     assert main(["epochs", str(tmp_path / "x-epo.fif"), "--distance", "crossnobis",
                  "--out", str(tmp_path / "bad")]) == 2
+
+
+def test_spatial_analyses_refuse_what_they_do_not_support():
+    data, table = simulate(6, C=16, T=2)
+    with pytest.raises(ValueError, match="mlem_stcs takes one estimate per stimulus"):
+        mlem_neuro.mlem_stcs([], table, None, distance="crossnobis")
+    montage = mne.channels.make_standard_montage("biosemi64")
+    info = mne.create_info(montage.ch_names[:16], 100.0, "eeg")
+    epochs = mne.EpochsArray(data * 1e-6, info, metadata=table, verbose="ERROR")
+    epochs.set_montage(montage)
+    with pytest.raises(ValueError, match="does not take items"):
+        mlem_neuro.mlem_epochs(epochs, features=["condition"], items="item",
+                               spatial_radius=0.05)
