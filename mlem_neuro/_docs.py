@@ -203,16 +203,17 @@ interactions : bool
 docdict["items"] = """
 items : None | str | array-like (n_trials,)
     The item (stimulus) of each trial, image or source estimate: a column name of
-    ``features``, or one label per row.  The trials of an item are averaged into one stimulus before the
-    analysis (per unit and per time point / voxel), the feature table keeps one row per
-    item (the column named here is an identifier and is dropped from the features; a
-    ValueError names the item and the column when trials of an item disagree on a
-    feature), folds and pairs are over items, ``groups`` given per trial are reduced to
-    one label per item (they must be constant within an item), and explicit ``cv`` folds
-    index items (in the order of their first trial).  The result records ``n_items``,
-    ``item_labels`` and ``trials_per_item`` in ``settings``.  ``None``: every trial is
-    its own stimulus; trials of one stimulus then form pairs at feature distance 0 and
-    single-trial noise inflates every neural distance.
+    ``features``, or one label per row.  The trials of an item are averaged into one
+    stimulus before the analysis (per unit and per time point / voxel, or compared
+    across ``partitions`` with a cross-validated ``distance``), the feature table keeps
+    one row per item (the column named here is an identifier and is dropped from the
+    features; a ValueError names the item and the column when trials of an item disagree
+    on a feature), folds and pairs are over items, ``groups`` given per trial are
+    reduced to one label per item (they must be constant within an item), and explicit
+    ``cv`` folds index items (in the order of their first trial).  The result records
+    ``n_items``, ``item_labels`` and ``trials_per_item`` in ``settings``.  ``None``:
+    every trial is its own stimulus; trials of one stimulus then form pairs at feature
+    distance 0 and single-trial noise inflates every neural distance.
 """
 
 docdict["items_epochs"] = """
