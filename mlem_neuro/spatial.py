@@ -7,7 +7,10 @@
   per (time point, channel neighbourhood); importance topographies over time
   (:class:`~mlem_neuro.results.SensorMapResult`).
 
-Both reduce to data ``(n_stimuli, n_times, n_locations)`` and a sparse neighbourhood
+Both take ``items=`` (the trials of each item averaged, or with
+``distance="cv_euclidean"`` compared across partitions of the trials:
+:func:`crossval_spacetime_sq_distances`; :mod:`mlem_neuro.items` validates and reduces)
+and reduce to data ``(n_stimuli, n_times, n_locations)`` and a sparse neighbourhood
 membership ``(n_neighbourhoods, n_locations)`` (:mod:`mlem_neuro.adapters.stcs`,
 :mod:`mlem_neuro.adapters.sensors`: MNE's source-space distances and channel
 positions), which :class:`~mlem_neuro.core.spacetime.SpaceTimeRDMSource` turns into the
@@ -341,7 +344,8 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
                                       partitions)
     settings = result_settings(
         options, out, groups, analysis=f"source {desc}", spatial_radius=spatial_radius,
-        n_stimuli=int(data.shape[0]), n_sources=int(data.shape[2]),
+        n_stimuli=int(data.shape[0] if items is None else items.n_items),
+        n_estimates=int(data.shape[0]), n_sources=int(data.shape[2]),
         median_patch_size=float(np.median(sizes)), tmin=tmin, tmax=tmax, decim=int(decim),
         window=window, tstep=tstep * int(decim), partitions=part_col, **extra)
     return SourceMapResult(out.importance, out.score, out.W, out.n_iter, out.terms,

@@ -114,7 +114,8 @@ def test_stcs_items_equal_averaging_by_hand():
     assert_same_fit(res, ref)
     assert res.terms == ["a", "b"]                     # the items column is no feature
     s = res.settings
-    assert s["items"] == "item" and s["n_items"] == 12 and s["n_stimuli"] == 36
+    assert s["items"] == "item" and s["n_items"] == 12 and s["n_stimuli"] == 12
+    assert s["n_estimates"] == 36
     assert s["item_labels"] == order and s["trials_per_item"] == [3] * 12
     held = np.concatenate(s["fold_test_indices"])      # folds split items
     assert sorted(held.tolist()) == list(range(12))
