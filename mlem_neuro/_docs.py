@@ -101,6 +101,16 @@ distance : {"euclidean", "correlation", "cosine", "cv_euclidean"}
     refused here (no per-sphere noise covariance yet).
 """
 
+docdict["distance_spatial"] = """
+distance : {"euclidean", "correlation", "cosine", "cv_euclidean"}
+    Neural distance between the patterns of a patch (or label) at one time point
+    (``"correlation"``: ``1 - r`` across the patch's sources).  ``"cv_euclidean"`` needs
+    ``items``: the cross-validated squared Euclidean distance between items, from
+    independent partitions of their estimates (``partitions``), unbiased by trial noise
+    (see ``distance`` of :func:`~mlem_neuro.mlem_array`); ``"crossnobis"`` is refused
+    here (no noise covariance per patch and time point yet).
+"""
+
 docdict["distance_trials"] = """
 distance : {"euclidean", "correlation", "cosine", "crossnobis", "cv_euclidean"}
     Neural distance between trials (items, with ``items``) at a time point, across
@@ -110,7 +120,9 @@ distance : {"euclidean", "correlation", "cosine", "crossnobis", "cv_euclidean"}
     partitions, so trial noise adds nothing to it on average (unbiased; 0 for identical
     items; it can be negative); crossnobis first whitens the channels by the noise
     covariance, estimated per time point from the trials' residuals and shrunk
-    (Ledoit-Wolf).  See :mod:`mlem_neuro.core.crossdist`.
+    (Ledoit-Wolf).  See :mod:`mlem_neuro.core.crossdist`.  The sensor searchlight
+    (``spatial_radius``) takes ``"cv_euclidean"`` (per neighbourhood and time point) but
+    refuses ``"crossnobis"`` (no noise covariance per neighbourhood yet).
 """
 
 # --------------------------------------------------------------------------------- F
@@ -190,17 +202,18 @@ interactions : bool
 
 docdict["items"] = """
 items : None | str | array-like (n_trials,)
-    The item (stimulus) of each trial or image: a column name of ``features``, or one
-    label per row.  The trials of an item are averaged into one stimulus before the
-    analysis (per unit and per time point / voxel), the feature table keeps one row per
-    item (the column named here is an identifier and is dropped from the features; a
-    ValueError names the item and the column when trials of an item disagree on a
-    feature), folds and pairs are over items, ``groups`` given per trial are reduced to
-    one label per item (they must be constant within an item), and explicit ``cv`` folds
-    index items (in the order of their first trial).  The result records ``n_items``,
-    ``item_labels`` and ``trials_per_item`` in ``settings``.  ``None``: every trial is
-    its own stimulus; trials of one stimulus then form pairs at feature distance 0 and
-    single-trial noise inflates every neural distance.
+    The item (stimulus) of each trial, image or source estimate: a column name of
+    ``features``, or one label per row.  The trials of an item are averaged into one
+    stimulus before the analysis (per unit and per time point / voxel, or compared
+    across ``partitions`` with a cross-validated ``distance``), the feature table keeps
+    one row per item (the column named here is an identifier and is dropped from the
+    features; a ValueError names the item and the column when trials of an item disagree
+    on a feature), folds and pairs are over items, ``groups`` given per trial are
+    reduced to one label per item (they must be constant within an item), and explicit
+    ``cv`` folds index items (in the order of their first trial).  The result records
+    ``n_items``, ``item_labels`` and ``trials_per_item`` in ``settings``.  ``None``:
+    every trial is its own stimulus; trials of one stimulus then form pairs at feature
+    distance 0 and single-trial noise inflates every neural distance.
 """
 
 docdict["items_epochs"] = """

@@ -340,8 +340,10 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     options = MLEMOptions.from_call(locals())
     if spatial_radius is not None:
         from .adapters.stcs import check_spatial_radius
+        from .spatial import check_spatial_distance
 
         spatial_radius = check_spatial_radius(spatial_radius)
+        check_spatial_distance(options.distance, "the sensor searchlight (spatial_radius)")
     data, times, ch_names, work = epochs_data(epochs, picks=picks, tmin=tmin, tmax=tmax,
                                               decim=decim, window=window)
     table = epochs_feature_table(work, features)
@@ -357,14 +359,14 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     if isinstance(groups, str):         # a metadata column names the groups
         groups = _metadata_column(work, groups)
     if spatial_radius is not None:
-        if items is not None or partitions is not None \
-                or options.distance in CROSSVALIDATED_DISTANCES:
-            raise ValueError("spatial_radius (a sensor searchlight) does not take items, "
-                             "partitions or a cross-validated distance yet: average the "
-                             "trials of each item first (e.g. epochs[...].average() per "
-                             "item into an EpochsArray), or drop spatial_radius.")
+        from .spatial import check_spatial_items
+
+        items, partitions, table, groups, part_col = check_spatial_items(
+            items, partitions, options, table, groups, metadata=work.metadata)
+        settings["partitions"] = part_col
         return _sensor_searchlight(_check_data(data), work, ch_names, table, times,
-                                   spatial_radius, options, groups, settings)
+                                   spatial_radius, options, groups, settings, items,
+                                   partitions)
     items = check_items(items, len(table), table, metadata=work.metadata)
     partitions, part_col = check_partitions(partitions, options.distance, items, len(table),
                                             table, metadata=work.metadata)
@@ -378,9 +380,11 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
 
 
 def _sensor_searchlight(data, epochs, ch_names, table, times, spatial_radius, options,
-                        groups, settings):
+                        groups, settings, items=None, partitions=None):
     """``mlem_epochs`` with ``spatial_radius``: models per (time point, channel
-    neighbourhood) (:func:`mlem_neuro.spatial.sensor_searchlight`)."""
+    neighbourhood) (:func:`mlem_neuro.spatial.sensor_searchlight`; with ``items``, the
+    channels are scaled over the trials, then the items averaged or compared across
+    partitions)."""
     from mne import pick_info
 
     from .results.spacetime import _decimated_info
@@ -391,7 +395,7 @@ def _sensor_searchlight(data, epochs, ch_names, table, times, spatial_radius, op
     if settings["scale"]:
         data = _scale_channels(data)
     return sensor_searchlight(data, info, table, times, spatial_radius, options, groups,
-                              settings)
+                              settings, items, partitions)
 
 
 def _metadata_column(epochs, name):

@@ -157,14 +157,21 @@ def test_cli_epochs_crossnobis(tmp_path):
                  "--out", str(tmp_path / "bad")]) == 2
 
 
-def test_spatial_analyses_refuse_what_they_do_not_support():
+def test_spatial_analyses_refuse_crossnobis_only():
+    """The spatial searchlights take items and cv_euclidean (tests/test_spatial_items.py)
+    but refuse crossnobis (no noise covariance per neighbourhood), before any data are
+    read."""
     data, table = simulate(6, C=16, T=2)
-    with pytest.raises(ValueError, match="mlem_stcs takes one estimate per stimulus"):
+    with pytest.raises(ValueError, match="'crossnobis' is not available in mlem_stcs"):
         mlem_neuro.mlem_stcs([], table, None, distance="crossnobis")
     montage = mne.channels.make_standard_montage("biosemi64")
     info = mne.create_info(montage.ch_names[:16], 100.0, "eeg")
     epochs = mne.EpochsArray(data * 1e-6, info, metadata=table, verbose="ERROR")
     epochs.set_montage(montage)
-    with pytest.raises(ValueError, match="does not take items"):
+    with pytest.raises(ValueError, match="not available in the sensor searchlight"):
         mlem_neuro.mlem_epochs(epochs, features=["condition"], items="item",
-                               spatial_radius=0.05)
+                               distance="crossnobis", spatial_radius=0.05)
+    res = mlem_neuro.mlem_epochs(epochs, features=["condition"], items="item",
+                                 partitions="run", distance="cv_euclidean",
+                                 spatial_radius=0.05, **FAST)
+    assert res.settings["n_items"] == 24 and res.settings["n_partitions"] == 4
