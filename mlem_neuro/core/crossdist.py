@@ -22,10 +22,12 @@ cross-validated Euclidean distance from one sparse membership product per block 
 (:func:`crossval_sq_distances_membership`).  The noise covariance for crossnobis is
 estimated per model from the residuals of the trials about the mean of their item in
 their partition, shrunk towards a multiple of the identity (Ledoit–Wolf, batched:
-:func:`shrinkage_covariance`).
+:func:`shrinkage_covariance`); for spheres and regions, :func:`crossnobis_membership`
+gathers the voxels of spheres of similar size into padded blocks and whitens each
+sphere by its own covariance (one batched eigendecomposition per chunk).
 
-The analyses use them with ``items`` and ``distance="cv_euclidean"`` (every analysis) or
-``"crossnobis"`` (time-resolved analyses).
+The analyses use them with ``items`` and ``distance="cv_euclidean"`` or
+``"crossnobis"``.
 """
 from __future__ import annotations
 
@@ -36,8 +38,9 @@ import torch
 
 from .pairs import pair_indices
 
-__all__ = ["crossval_sq_distances", "crossval_sq_distances_membership",
-           "default_partitions", "noise_whitener", "partition_means", "shrinkage_covariance"]
+__all__ = ["crossnobis_membership", "crossval_sq_distances",
+           "crossval_sq_distances_membership", "default_partitions", "noise_whitener",
+           "partition_means", "shrinkage_covariance"]
 
 #: bytes allowed for one chunk of partition means / Gram matrices.
 CHUNK_BYTES = 256 * 2**20
@@ -162,10 +165,20 @@ def shrinkage_covariance(R, shrinkage="ledoit-wolf"):
         The shrinkage used for each model.
     """
     R = torch.as_tensor(np.asarray(R, dtype=np.float64))
-    M, n, p = R.shape
-    S = R.transpose(1, 2) @ R / n                                  # (M, p, p)
+    return _shrunk(R.transpose(1, 2) @ R / R.shape[1], R, shrinkage)
+
+
+def _shrunk(S, R, shrinkage, n_units=None):
+    """The shrunk covariances of :func:`shrinkage_covariance` from the sample covariances
+    ``S (M, q, q)`` of the residuals ``R (M, n, q)``.  ``n_units (M,)``: models whose
+    last ``q − n_units`` columns of ``R`` are zero padding get statistics of their
+    ``n_units`` real units and ``cov`` block-diagonal, with the padding's diagonal set to
+    the mean eigenvalue of the real block (so the whitener's floor is unchanged)."""
+    M, n, q = R.shape
+    p = torch.full((M,), float(q), dtype=torch.float64) if n_units is None else \
+        torch.as_tensor(n_units, dtype=torch.float64)
     mu = S.diagonal(dim1=-2, dim2=-1).sum(-1) / p                  # (M,)
-    eye = torch.eye(p, dtype=torch.float64)
+    eye = torch.eye(q, dtype=torch.float64)
     if isinstance(shrinkage, str):
         if shrinkage != "ledoit-wolf":
             raise ValueError(f"shrinkage must be 'ledoit-wolf' or a float in [0, 1]; got "
@@ -185,6 +198,10 @@ def shrinkage_covariance(R, shrinkage="ledoit-wolf"):
                              f"{shrinkage!r}.")
         lam = torch.full((M,), lam, dtype=torch.float64)
     cov = (1.0 - lam)[:, None, None] * S + (lam * mu)[:, None, None] * eye
+    if n_units is not None:
+        pad = torch.arange(q)[None, :] >= torch.as_tensor(n_units)[:, None]   # (M, q)
+        cov.diagonal(dim1=-2, dim2=-1).copy_(torch.where(
+            pad, mu[:, None], cov.diagonal(dim1=-2, dim2=-1)))
     return cov, lam
 
 
@@ -350,3 +367,104 @@ def crossval_sq_distances_membership(X, A, items, partitions=None, *, random_sta
         c = d_sum * d_sum - (d_each * d_each).sum(1)
         out[:, s:s + step] = A @ c
     return out / (K * (K - 1)) / np.where(sizes > 0, sizes, 1.0)[:, None]
+
+
+def _size_groups(sizes, slack=0.1, min_pad=8):
+    """Sphere sizes → groups ``(q, rows)``: the rows whose size is at most ``q``, padded
+    to ``q`` (at most ``min_pad`` units or a fraction ``slack`` more than the smallest of
+    the group), so that a few groups cover any number of distinct sizes."""
+    order = np.argsort(sizes, kind="stable")
+    sorted_sizes = sizes[order]
+    groups, start = [], 0
+    while start < len(order):
+        limit = max(sorted_sizes[start] + min_pad, int(sorted_sizes[start] * (1 + slack)))
+        stop = int(np.searchsorted(sorted_sizes, limit, side="right"))
+        groups.append((int(sorted_sizes[stop - 1]), order[start:stop]))
+        start = stop
+    return groups
+
+
+def crossnobis_membership(X, A, items, partitions=None, *, shrinkage="ledoit-wolf",
+                          random_state=None, chunk_bytes=CHUNK_BYTES):
+    """Crossnobis squared distances between items for many spheres (regions) at once.
+
+    Each sphere ``s`` (row of ``A``) is :func:`crossval_sq_distances` with
+    ``noise=shrinkage`` on its voxels: the residuals of the trials about the mean of their
+    (item, partition) cell, restricted to the sphere, give its noise covariance (shrunk,
+    see :func:`shrinkage_covariance`), which whitens the partition means of the items
+    before the cross-partition products, divided by the sphere's number of voxels.
+
+    Spheres are batched without a loop over spheres: grouped by size (sizes within 10 %
+    or 8 voxels of each other share a group, padded with zero voxels that the covariance
+    keeps apart), each group's voxels gathered into ``(spheres, voxels, trials)`` blocks
+    and processed in chunks of at most ``chunk_bytes``.
+
+    Parameters
+    ----------
+    X : array (n_trials, n_voxels)
+    A : scipy.sparse matrix (n_models, n_voxels)
+        0/1 membership of the voxels in each sphere / region (every row needs a voxel).
+    items, partitions, random_state
+        As in :func:`crossval_sq_distances` (default partitions: half as many parts as
+        the rarest item has trials, at least 2, so that cells keep residuals).
+    shrinkage : "ledoit-wolf" | float
+        As in :func:`shrinkage_covariance`.
+    chunk_bytes : int
+        Memory of one chunk of spheres (covariances, whiteners, whitened means).
+
+    Returns
+    -------
+    d2 : ndarray (n_models, n_pairs)
+    """
+    import scipy.sparse as sp
+
+    X = np.asarray(X, dtype=np.float64)
+    A = sp.csr_matrix(A, dtype=np.float64)
+    if X.ndim != 2 or A.shape[1] != X.shape[1]:
+        raise ValueError(f"X must be (n_trials, n_voxels) with the {A.shape[1]} voxel "
+                         f"columns of the membership; got shape {X.shape}.")
+    if isinstance(shrinkage, str) and shrinkage != "ledoit-wolf" or \
+            not isinstance(shrinkage, str) and not (isinstance(shrinkage, numbers.Real)
+                                                    and 0.0 <= shrinkage <= 1.0):
+        raise ValueError(f"shrinkage must be 'ledoit-wolf' or a float in [0, 1]; got "
+                         f"{shrinkage!r}.")
+    sizes = np.diff(A.indptr)
+    if (sizes == 0).any():
+        raise ValueError(f"row {int(np.flatnonzero(sizes == 0)[0])} of the membership has "
+                         "no voxel: every sphere / region needs at least one.")
+    item, n_items = _item_codes(items)
+    if partitions is None:
+        K = max(2, int(np.bincount(item).min()) // 2)
+        partitions = default_partitions(items, K, random_state=random_state)
+    part, K = _codes(partitions, "partitions")
+    Xt = torch.as_tensor(X)[None]
+    pm = partition_means(Xt, item, part)[:, 0]                        # (K, n_items, V)
+    R = _residuals(Xt, item, n_items, part)[0]                        # (n, V)
+    n, V = X.shape
+    # voxel-major tables with a zero row at index V for the padding
+    R_T = torch.cat([R.T, R.new_zeros((1, n))])                       # (V + 1, n)
+    P_T = torch.cat([pm.permute(2, 0, 1).reshape(V, K * n_items),
+                     pm.new_zeros((1, K * n_items))])                 # (V + 1, K n_items)
+    i, j = pair_indices(n_items)
+    out = np.empty((A.shape[0], len(i)))
+    for q, rows in _size_groups(sizes):
+        per_sphere = 8 * (n * q + 5 * q * q + 3 * K * n_items * q + 3 * n_items ** 2)
+        step = max(1, int(chunk_bytes // per_sphere))
+        for s in range(0, len(rows), step):
+            r = rows[s:s + step]
+            p = sizes[r]
+            real = np.arange(q)[None, :] < p[:, None]                     # (m, q)
+            idx = np.full((len(r), q), V, dtype=np.intp)
+            idx[real] = A.indices[(A.indptr[r][:, None] + np.arange(q))[real]]
+            idx = torch.as_tensor(idx)
+            res = R_T[idx]                                                # (m, q, n)
+            cov, _ = _shrunk(res @ res.transpose(1, 2) / n, res.transpose(1, 2),
+                             shrinkage, n_units=p)
+            Z = noise_whitener(cov) @ P_T[idx]                            # (m, q, K n_items)
+            Z = Z.reshape(len(r), q, K, n_items).transpose(1, 2)          # (m, K, q, n_items)
+            total = Z.sum(1)
+            G_sum = total.transpose(-1, -2) @ total
+            G_each = (Z.transpose(-1, -2) @ Z).sum(1)
+            d2 = (_sq_from_gram(G_sum, i, j) - _sq_from_gram(G_each, i, j)) / (K * (K - 1))
+            out[r] = (d2 / torch.as_tensor(p, dtype=torch.float64)[:, None]).numpy()
+    return out
