@@ -135,8 +135,9 @@ def test_membership_equals_dense_per_sphere():
 def test_crossnobis_membership_equals_dense_per_sphere():
     """Spheres of 1 to 40 voxels (sizes that share padded groups and sizes that do not),
     unsorted voxel indices: each sphere equals the dense crossnobis of its voxels, for
-    Ledoit-Wolf and a fixed shrinkage, whatever the chunking (measured: relative
-    differences below 6e-15)."""
+    Ledoit-Wolf and a fixed shrinkage (Cholesky factors), and without shrinkage on the
+    spheres of full-rank residuals (the symmetric whitener), whatever the chunking
+    (measured: relative differences below 7e-15)."""
     rng = np.random.default_rng(7)
     X = rng.standard_normal((40, 60)) @ rng.standard_normal((60, 60)) / 8
     items = np.repeat(np.arange(5), 8)
@@ -145,15 +146,18 @@ def test_crossnobis_membership_equals_dense_per_sphere():
     voxels = [rng.choice(60, size, replace=False) for size in sizes]
     A = sp.csr_matrix((np.ones(sum(sizes)), np.concatenate(voxels),
                        np.r_[0, np.cumsum(sizes)]), shape=(len(sizes), 60))
-    for shrinkage in ("ledoit-wolf", 0.3):
-        got = crossnobis_membership(X, A, items, parts, shrinkage=shrinkage)
-        small = crossnobis_membership(X, A, items, parts, shrinkage=shrinkage,
-                                      chunk_bytes=1)             # one sphere per chunk
-        np.testing.assert_allclose(small, got, rtol=1e-12, atol=1e-14)
-        for s, cols in enumerate(voxels):
-            want = crossval_sq_distances(X[None][..., cols], items, parts,
+    few = [s for s, size in enumerate(sizes) if size <= 14]      # 20 residual dof
+    for shrinkage, rows in (("ledoit-wolf", range(len(sizes))), (0.3, range(len(sizes))),
+                            (0.0, few)):
+        sub = A[list(rows)]
+        got = crossnobis_membership(X, sub, items, parts, shrinkage=shrinkage)
+        chunked = crossnobis_membership(X, sub, items, parts, shrinkage=shrinkage,
+                                        chunk_bytes=1)           # one sphere per chunk
+        np.testing.assert_allclose(chunked, got, rtol=1e-12, atol=1e-14)
+        for k, s in enumerate(rows):
+            want = crossval_sq_distances(X[None][..., voxels[s]], items, parts,
                                          noise=shrinkage)[0]
-            np.testing.assert_allclose(got[s], want, rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(got[k], want, rtol=1e-10, atol=1e-12)
     # default partitions: half the rarest item's trials, as the dense function
     np.testing.assert_allclose(
         crossnobis_membership(X, A, items, random_state=3)[4],

@@ -165,7 +165,7 @@ def shrinkage_covariance(R, shrinkage="ledoit-wolf"):
         The shrinkage used for each model.
     """
     R = torch.as_tensor(np.asarray(R, dtype=np.float64))
-    return _shrunk(R.transpose(1, 2) @ R / R.shape[1], R, shrinkage)
+    return _shrunk(R.transpose(1, 2) @ R / R.shape[1], R, shrinkage)[:2]
 
 
 def _shrunk(S, R, shrinkage, n_units=None):
@@ -173,19 +173,19 @@ def _shrunk(S, R, shrinkage, n_units=None):
     ``S (M, q, q)`` of the residuals ``R (M, n, q)``.  ``n_units (M,)``: models whose
     last ``q − n_units`` columns of ``R`` are zero padding get statistics of their
     ``n_units`` real units and ``cov`` block-diagonal, with the padding's diagonal set to
-    the mean eigenvalue of the real block (so the whitener's floor is unchanged)."""
+    the mean eigenvalue of the real block (so the whitener's floor is unchanged).
+    Returns ``cov, lam, mu`` (``mu``: the mean eigenvalue of ``S``'s real block)."""
     M, n, q = R.shape
     p = torch.full((M,), float(q), dtype=torch.float64) if n_units is None else \
         torch.as_tensor(n_units, dtype=torch.float64)
     mu = S.diagonal(dim1=-2, dim2=-1).sum(-1) / p                  # (M,)
-    eye = torch.eye(q, dtype=torch.float64)
     if isinstance(shrinkage, str):
         if shrinkage != "ledoit-wolf":
             raise ValueError(f"shrinkage must be 'ledoit-wolf' or a float in [0, 1]; got "
                              f"{shrinkage!r}.")
         row_sq = (R * R).sum(-1)                                    # (M, n)
         beta_ = (row_sq * row_sq).sum(-1)                           # Σ_k ‖r_k‖⁴
-        delta_ = (S * S).sum((-2, -1))                              # ‖S‖²_F
+        delta_ = torch.linalg.vector_norm(S, dim=(-2, -1)) ** 2     # ‖S‖²_F
         beta = (beta_ / n - delta_) / (p * n)
         delta = (delta_ - 2.0 * mu * mu * p + p * mu * mu) / p      # ‖S − μI‖²_F / p
         beta = torch.minimum(beta, delta)
@@ -197,12 +197,13 @@ def _shrunk(S, R, shrinkage, n_units=None):
             raise ValueError(f"shrinkage must be 'ledoit-wolf' or a float in [0, 1]; got "
                              f"{shrinkage!r}.")
         lam = torch.full((M,), lam, dtype=torch.float64)
-    cov = (1.0 - lam)[:, None, None] * S + (lam * mu)[:, None, None] * eye
+    cov = S * (1.0 - lam)[:, None, None]
+    diag = cov.diagonal(dim1=-2, dim2=-1)
+    diag += (lam * mu)[:, None]
     if n_units is not None:
         pad = torch.arange(q)[None, :] >= torch.as_tensor(n_units)[:, None]   # (M, q)
-        cov.diagonal(dim1=-2, dim2=-1).copy_(torch.where(
-            pad, mu[:, None], cov.diagonal(dim1=-2, dim2=-1)))
-    return cov, lam
+        diag.copy_(torch.where(pad, mu[:, None], diag))
+    return cov, lam, mu
 
 
 def noise_whitener(cov, eps=1e-10):
@@ -369,6 +370,23 @@ def crossval_sq_distances_membership(X, A, items, partitions=None, *, random_sta
     return out / (K * (K - 1)) / np.where(sizes > 0, sizes, 1.0)[:, None]
 
 
+def _whiten(cov, lam, mu, p, P):
+    """``Z (M, q, c)`` with ``Zᵀ Z = Pᵀ cov⁻¹ P`` for each model: Cholesky factors where
+    the shrinkage bounds the condition number of ``cov`` below 1e8 (then no eigenvalue
+    reaches the floor of :func:`noise_whitener`, and the products equal its), the
+    symmetric whitener of :func:`noise_whitener` elsewhere (little or no shrinkage)."""
+    p = torch.as_tensor(p, dtype=torch.float64)
+    # cov's eigenvalues lie in [lam mu, mu (p (1 − lam) + lam)]
+    safe = (mu > 0) & (lam >= 1e-8 * (p * (1.0 - lam) + lam))
+    L, info = torch.linalg.cholesky_ex(cov)
+    safe &= info == 0
+    Z = torch.linalg.solve_triangular(L, P, upper=False)
+    if not bool(safe.all()):
+        rest = ~safe
+        Z[rest] = noise_whitener(cov[rest]) @ P[rest]
+    return Z
+
+
 def _size_groups(sizes, slack=0.1, min_pad=8):
     """Sphere sizes → groups ``(q, rows)``: the rows whose size is at most ``q``, padded
     to ``q`` (at most ``min_pad`` units or a fraction ``slack`` more than the smallest of
@@ -458,9 +476,9 @@ def crossnobis_membership(X, A, items, partitions=None, *, shrinkage="ledoit-wol
             idx[real] = A.indices[(A.indptr[r][:, None] + np.arange(q))[real]]
             idx = torch.as_tensor(idx)
             res = R_T[idx]                                                # (m, q, n)
-            cov, _ = _shrunk(res @ res.transpose(1, 2) / n, res.transpose(1, 2),
-                             shrinkage, n_units=p)
-            Z = noise_whitener(cov) @ P_T[idx]                            # (m, q, K n_items)
+            cov, lam, mu = _shrunk(res @ res.transpose(1, 2) / n, res.transpose(1, 2),
+                                   shrinkage, n_units=p)
+            Z = _whiten(cov, lam, mu, p, P_T[idx])                        # (m, q, K n_items)
             Z = Z.reshape(len(r), q, K, n_items).transpose(1, 2)          # (m, K, q, n_items)
             total = Z.sum(1)
             G_sum = total.transpose(-1, -2) @ total
