@@ -19,8 +19,9 @@ voxels, and the cost of the per-sphere noise covariances.
    away, divided by their standard deviation).
 2. Cost: :func:`crossnobis_membership` against :func:`crossval_sq_distances_membership`
    (and a per-sphere loop over :func:`crossval_sq_distances`, on a subset) on 1,728
-   spheres (12 x 12 x 12 voxels of 3 mm, radius 6 and 9 mm), 96 trials of 24 items;
-   one thread, process CPU time.
+   spheres (12 x 12 x 12 voxels of 3 mm, radius 6 and 9 mm), 96 trials of 24 items, and
+   on 10 regions of 2,000 voxels (more voxels than trials) against the dense function
+   on one region; one thread, process CPU time.
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_crossnobis_searchlight.py [--seeds 8]``
 """
@@ -31,6 +32,7 @@ import warnings
 import nibabel as nib
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 import torch
 
 import mlem_neuro
@@ -139,6 +141,22 @@ def cost(args):
               f"{int(np.median(sizes))}): cv_euclidean {t_cv:.2f} s, crossnobis "
               f"{t_cn:.2f} s ({t_cn / t_cv:.1f}x), per-sphere loop of the dense function "
               f"{t_loop:.2f} s (extrapolated from 100 spheres)")
+    # regions larger than the number of trials (trials x trials systems)
+    V = 20000
+    X = rng.standard_normal((len(items), V))
+    A = sp.csr_matrix(np.kron(np.eye(10), np.ones(V // 10)))
+    t0 = time.process_time()
+    crossval_sq_distances_membership(X, A, items, parts)
+    t_cv = time.process_time() - t0
+    t0 = time.process_time()
+    crossnobis_membership(X, A, items, parts)
+    t_cn = time.process_time() - t0
+    t0 = time.process_time()
+    crossval_sq_distances(X[None][..., A[0].indices], items, parts, noise="ledoit-wolf")
+    t_one = time.process_time() - t0
+    print(f"  10 regions of {V // 10} voxels: cv_euclidean {t_cv:.2f} s, crossnobis "
+          f"{t_cn:.2f} s; the dense function ({V // 10} x {V // 10} covariance) "
+          f"{t_one:.2f} s for one region")
 
 
 def main():

@@ -133,20 +133,25 @@ def test_membership_equals_dense_per_sphere():
 
 
 def test_crossnobis_membership_equals_dense_per_sphere():
-    """Spheres of 1 to 40 voxels (sizes that share padded groups and sizes that do not),
-    unsorted voxel indices: each sphere equals the dense crossnobis of its voxels, for
-    Ledoit-Wolf and a fixed shrinkage (Cholesky factors), and without shrinkage on the
-    spheres of full-rank residuals (the symmetric whitener), whatever the chunking
-    (measured: relative differences below 7e-15)."""
+    """Spheres of 1 to 55 voxels (sizes that share padded groups and sizes that do not;
+    45 and 55 voxels: more than the 40 trials), unsorted voxel indices: each sphere
+    equals the dense crossnobis of its voxels, for Ledoit-Wolf and a fixed shrinkage
+    (Cholesky factors, or the trials x trials systems beyond 40 voxels), and without
+    shrinkage on the spheres of full-rank residuals (the symmetric whitener), whatever
+    the chunking (measured: relative differences below 7e-15)."""
     rng = np.random.default_rng(7)
     X = rng.standard_normal((40, 60)) @ rng.standard_normal((60, 60)) / 8
     items = np.repeat(np.arange(5), 8)
     parts = default_partitions(items, 4, random_state=0)
-    sizes = [1, 2, 5, 9, 13, 14, 20, 31, 33, 40, 3, 1]
+    sizes = [1, 2, 5, 9, 13, 14, 20, 31, 33, 40, 3, 1, 45, 55]
     voxels = [rng.choice(60, size, replace=False) for size in sizes]
     A = sp.csr_matrix((np.ones(sum(sizes)), np.concatenate(voxels),
                        np.r_[0, np.cumsum(sizes)]), shape=(len(sizes), 60))
-    few = [s for s, size in enumerate(sizes) if size <= 14]      # 20 residual dof
+    # no shrinkage: full-rank residuals (<= 14 voxels, 20 residual dof) through the
+    # symmetric whitener, and the spheres of 45 and 55 voxels, whose singular covariance
+    # sends them from the trials x trials systems back to it (floored eigenvalues: values
+    # near 1e8, still equal to the dense function's to 1e-14 as measured)
+    few = [s for s, size in enumerate(sizes) if size <= 14 or size > 40]
     for shrinkage, rows in (("ledoit-wolf", range(len(sizes))), (0.3, range(len(sizes))),
                             (0.0, few)):
         sub = A[list(rows)]

@@ -168,6 +168,28 @@ def shrinkage_covariance(R, shrinkage="ledoit-wolf"):
     return _shrunk(R.transpose(1, 2) @ R / R.shape[1], R, shrinkage)[:2]
 
 
+def _ledoit_wolf(trace, fro2, beta_, n, p, shrinkage):
+    """Shrinkage ``lam`` and mean eigenvalue ``mu`` of each model from ``trace(S)``,
+    ``‖S‖²_F``, ``Σ_k ‖r_k‖⁴`` (residual rows ``r_k``), ``n`` samples and ``p`` units."""
+    mu = trace / p                                                  # (M,)
+    if isinstance(shrinkage, str):
+        if shrinkage != "ledoit-wolf":
+            raise ValueError(f"shrinkage must be 'ledoit-wolf' or a float in [0, 1]; got "
+                             f"{shrinkage!r}.")
+        beta = (beta_ / n - fro2) / (p * n)
+        delta = (fro2 - 2.0 * mu * mu * p + p * mu * mu) / p        # ‖S − μI‖²_F / p
+        beta = torch.minimum(beta, delta)
+        lam = torch.where(delta > 0, beta / torch.where(delta > 0, delta, 1.0),
+                          torch.zeros_like(delta))
+    else:
+        lam = float(shrinkage)
+        if not 0.0 <= lam <= 1.0:
+            raise ValueError(f"shrinkage must be 'ledoit-wolf' or a float in [0, 1]; got "
+                             f"{shrinkage!r}.")
+        lam = torch.full(mu.shape, lam, dtype=torch.float64)
+    return lam, mu
+
+
 def _shrunk(S, R, shrinkage, n_units=None):
     """The shrunk covariances of :func:`shrinkage_covariance` from the sample covariances
     ``S (M, q, q)`` of the residuals ``R (M, n, q)``.  ``n_units (M,)``: models whose
@@ -178,25 +200,10 @@ def _shrunk(S, R, shrinkage, n_units=None):
     M, n, q = R.shape
     p = torch.full((M,), float(q), dtype=torch.float64) if n_units is None else \
         torch.as_tensor(n_units, dtype=torch.float64)
-    mu = S.diagonal(dim1=-2, dim2=-1).sum(-1) / p                  # (M,)
-    if isinstance(shrinkage, str):
-        if shrinkage != "ledoit-wolf":
-            raise ValueError(f"shrinkage must be 'ledoit-wolf' or a float in [0, 1]; got "
-                             f"{shrinkage!r}.")
-        row_sq = (R * R).sum(-1)                                    # (M, n)
-        beta_ = (row_sq * row_sq).sum(-1)                           # Σ_k ‖r_k‖⁴
-        delta_ = torch.linalg.vector_norm(S, dim=(-2, -1)) ** 2     # ‖S‖²_F
-        beta = (beta_ / n - delta_) / (p * n)
-        delta = (delta_ - 2.0 * mu * mu * p + p * mu * mu) / p      # ‖S − μI‖²_F / p
-        beta = torch.minimum(beta, delta)
-        lam = torch.where(delta > 0, beta / torch.where(delta > 0, delta, 1.0),
-                          torch.zeros_like(delta))
-    else:
-        lam = float(shrinkage)
-        if not 0.0 <= lam <= 1.0:
-            raise ValueError(f"shrinkage must be 'ledoit-wolf' or a float in [0, 1]; got "
-                             f"{shrinkage!r}.")
-        lam = torch.full((M,), lam, dtype=torch.float64)
+    row_sq = (R * R).sum(-1)                                        # (M, n)
+    lam, mu = _ledoit_wolf(S.diagonal(dim1=-2, dim2=-1).sum(-1),
+                           torch.linalg.vector_norm(S, dim=(-2, -1)) ** 2,
+                           (row_sq * row_sq).sum(-1), n, p, shrinkage)
     cov = S * (1.0 - lam)[:, None, None]
     diag = cov.diagonal(dim1=-2, dim2=-1)
     diag += (lam * mu)[:, None]
@@ -387,6 +394,41 @@ def _whiten(cov, lam, mu, p, P):
     return Z
 
 
+def _gram_primal(res, P, n, p, shrinkage):
+    """``Pᵀ cov⁻¹ P (m, c, c)`` of each sphere from its residuals ``res (m, q, n)`` and
+    means ``P (m, q, c)`` (rows beyond ``p`` zero padding), through ``q × q`` covariances."""
+    cov, lam, mu = _shrunk(res @ res.transpose(1, 2) / n, res.transpose(1, 2), shrinkage,
+                           n_units=p)
+    Z = _whiten(cov, lam, mu, p, P)
+    return Z.transpose(1, 2) @ Z
+
+
+def _gram_dual(res, P, n, p, shrinkage):
+    """As :func:`_gram_primal` through ``n × n`` systems, for spheres of more voxels than
+    trials: with ``cov = (1 − λ) RᵀR / n + c I`` (``c = λ μ``), Woodbury's identity gives
+    ``Pᵀ cov⁻¹ P = (PᵀP − (RP)ᵀ (t I + RRᵀ)⁻¹ RP) / c`` with ``t = n c / (1 − λ)``; the
+    Ledoit-Wolf statistics come from ``RRᵀ`` too.  Spheres with too little shrinkage for
+    that (a condition number above 1e8) go through :func:`_gram_primal`."""
+    H = res.transpose(1, 2) @ res                                      # (m, n, n) = R Rᵀ
+    h = H.diagonal(dim1=-2, dim2=-1)
+    pt = torch.as_tensor(p, dtype=torch.float64)
+    lam, mu = _ledoit_wolf(h.sum(-1) / n, torch.linalg.vector_norm(H, dim=(-2, -1)) ** 2
+                           / (n * n), (h * h).sum(-1), n, pt, shrinkage)
+    c = lam * mu
+    t = n * c / (1.0 - lam).clamp_min(1e-12)
+    A = H.clone()
+    A.diagonal(dim1=-2, dim2=-1).add_(t[:, None])
+    L, info = torch.linalg.cholesky_ex(A)
+    safe = (mu > 0) & (lam >= 1e-8 * (pt * (1.0 - lam) + lam)) & (info == 0)
+    Y = torch.linalg.solve_triangular(L, res.transpose(1, 2) @ P, upper=False)
+    scale = torch.where(safe, c, torch.ones_like(c))[:, None, None]
+    M = (P.transpose(1, 2) @ P - Y.transpose(1, 2) @ Y) / scale
+    if not bool(safe.all()):
+        rest = ~safe
+        M[rest] = _gram_primal(res[rest], P[rest], n, p[rest.numpy()], shrinkage)
+    return M
+
+
 def _size_groups(sizes, slack=0.1, min_pad=8):
     """Sphere sizes → groups ``(q, rows)``: the rows whose size is at most ``q``, padded
     to ``q`` (at most ``min_pad`` units or a fraction ``slack`` more than the smallest of
@@ -415,7 +457,12 @@ def crossnobis_membership(X, A, items, partitions=None, *, shrinkage="ledoit-wol
     Spheres are batched without a loop over spheres: grouped by size (sizes within 10 %
     or 8 voxels of each other share a group, padded with zero voxels that the covariance
     keeps apart), each group's voxels gathered into ``(spheres, voxels, trials)`` blocks
-    and processed in chunks of at most ``chunk_bytes``.
+    and processed in chunks of at most ``chunk_bytes``.  Spheres of at most as many
+    voxels as trials are whitened through their ``voxels × voxels`` covariance (Cholesky
+    factors, or the symmetric whitener of :func:`noise_whitener` where the shrinkage is
+    too small to bound its condition number), larger ones (regions) through
+    ``trials × trials`` systems (Woodbury's identity), so that a region of thousands of
+    voxels costs no more than its trials.
 
     Parameters
     ----------
@@ -466,7 +513,9 @@ def crossnobis_membership(X, A, items, partitions=None, *, shrinkage="ledoit-wol
     i, j = pair_indices(n_items)
     out = np.empty((A.shape[0], len(i)))
     for q, rows in _size_groups(sizes):
-        per_sphere = 8 * (n * q + 5 * q * q + 3 * K * n_items * q + 3 * n_items ** 2)
+        c = K * n_items
+        per_sphere = 8 * (n * q + q * c + 2 * c * c
+                          + (4 * n * n + 2 * n * c if q > n else 5 * q * q + q * c))
         step = max(1, int(chunk_bytes // per_sphere))
         for s in range(0, len(rows), step):
             r = rows[s:s + step]
@@ -475,14 +524,14 @@ def crossnobis_membership(X, A, items, partitions=None, *, shrinkage="ledoit-wol
             idx = np.full((len(r), q), V, dtype=np.intp)
             idx[real] = A.indices[(A.indptr[r][:, None] + np.arange(q))[real]]
             idx = torch.as_tensor(idx)
-            res = R_T[idx]                                                # (m, q, n)
-            cov, lam, mu = _shrunk(res @ res.transpose(1, 2) / n, res.transpose(1, 2),
-                                   shrinkage, n_units=p)
-            Z = _whiten(cov, lam, mu, p, P_T[idx])                        # (m, q, K n_items)
-            Z = Z.reshape(len(r), q, K, n_items).transpose(1, 2)          # (m, K, q, n_items)
-            total = Z.sum(1)
-            G_sum = total.transpose(-1, -2) @ total
-            G_each = (Z.transpose(-1, -2) @ Z).sum(1)
+            res, P = R_T[idx], P_T[idx]                                   # (m, q, n), (m, q, c)
+            if q > n:
+                M = _gram_dual(res, P, n, p, shrinkage)
+            else:
+                M = _gram_primal(res, P, n, p, shrinkage)
+            M = M.reshape(len(r), K, n_items, K, n_items)
+            G_sum = M.sum((1, 3))
+            G_each = M.diagonal(dim1=1, dim2=3).sum(-1)
             d2 = (_sq_from_gram(G_sum, i, j) - _sq_from_gram(G_each, i, j)) / (K * (K - 1))
             out[r] = (d2 / torch.as_tensor(p, dtype=torch.float64)[:, None]).numpy()
     return out
