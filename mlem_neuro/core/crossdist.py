@@ -24,7 +24,8 @@ estimated per model from the residuals of the trials about the mean of their ite
 their partition, shrunk towards a multiple of the identity (Ledoit–Wolf, batched:
 :func:`shrinkage_covariance`); for spheres and regions, :func:`crossnobis_membership`
 gathers the voxels of spheres of similar size into padded blocks and whitens each
-sphere by its own covariance (one batched eigendecomposition per chunk).
+sphere by its own covariance (one batched factorisation per chunk, of voxels × voxels
+covariances or, for spheres of more voxels than trials, trials × trials systems).
 
 The analyses use them with ``items`` and ``distance="cv_euclidean"`` or
 ``"crossnobis"``.
