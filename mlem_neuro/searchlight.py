@@ -123,12 +123,16 @@ def _image_source(X, A, items, partitions, options):
 
         partitions = trial_partitions(partitions, items, options.distance,
                                       options.random_state)
+        K = int(len(np.unique(partitions)))
+        logger.info("%s distances between %d items from %d partitions of their images%s",
+                    options.distance, items.n_items, K,
+                    " (Ledoit-Wolf noise covariance per sphere / region)"
+                    if options.distance == "crossnobis" else "")
         if options.distance == "crossnobis":
             d2 = crossnobis_membership(X, A, items.inverse_, partitions)
         else:
             d2 = crossval_sq_distances_membership(X, A, items.inverse_, partitions)
-        return CondensedRDMSource(d2), dict(items.settings(),
-                                            n_partitions=int(len(np.unique(partitions))))
+        return CondensedRDMSource(d2), dict(items.settings(), n_partitions=K)
     X, extra = _average_items(X, items)
     source = SphereRDMSource(X, A, options.distance)
     source.check_patterns()

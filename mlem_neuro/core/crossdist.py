@@ -381,8 +381,8 @@ def crossval_sq_distances_membership(X, A, items, partitions=None, *, random_sta
 def _whiten(cov, lam, mu, p, P):
     """``Z (M, q, c)`` with ``Zᵀ Z = Pᵀ cov⁻¹ P`` for each model: Cholesky factors where
     the shrinkage bounds the condition number of ``cov`` below 1e8 (then no eigenvalue
-    reaches the floor of :func:`noise_whitener`, and the products equal its), the
-    symmetric whitener of :func:`noise_whitener` elsewhere (little or no shrinkage)."""
+    reaches the floor of :func:`noise_whitener`, and the products equal those of its
+    symmetric whitener), that whitener elsewhere (little or no shrinkage)."""
     p = torch.as_tensor(p, dtype=torch.float64)
     # cov's eigenvalues lie in [lam mu, mu (p (1 − lam) + lam)]
     safe = (mu > 0) & (lam >= 1e-8 * (p * (1.0 - lam) + lam))
@@ -490,8 +490,9 @@ def crossnobis_membership(X, A, items, partitions=None, *, shrinkage="ledoit-wol
         raise ValueError(f"X must be (n_trials, n_voxels) with the {A.shape[1]} voxel "
                          f"columns of the membership; got shape {X.shape}.")
     if isinstance(shrinkage, str) and shrinkage != "ledoit-wolf" or \
-            not isinstance(shrinkage, str) and not (isinstance(shrinkage, numbers.Real)
-                                                    and 0.0 <= shrinkage <= 1.0):
+            not isinstance(shrinkage, str) and not (
+                isinstance(shrinkage, numbers.Real) and not isinstance(shrinkage, bool)
+                and 0.0 <= shrinkage <= 1.0):
         raise ValueError(f"shrinkage must be 'ledoit-wolf' or a float in [0, 1]; got "
                          f"{shrinkage!r}.")
     sizes = np.diff(A.indptr)
