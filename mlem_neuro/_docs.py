@@ -92,13 +92,16 @@ device : str
 """
 
 docdict["distance_images"] = """
-distance : {"euclidean", "correlation", "cosine", "cv_euclidean"}
+distance : {"euclidean", "correlation", "cosine", "cv_euclidean", "crossnobis"}
     Neural distance between the images' patterns within a sphere / region
-    (``"correlation"``: ``1 - r`` across the sphere's voxels).  ``"cv_euclidean"`` needs
-    ``items``: the cross-validated squared Euclidean distance between items, from
-    independent partitions of their images (``partitions``), unbiased by the images'
-    noise (see ``distance`` of :func:`~mlem_neuro.mlem_array`); ``"crossnobis"`` is
-    refused here (no per-sphere noise covariance yet).
+    (``"correlation"``: ``1 - r`` across the sphere's voxels).  ``"cv_euclidean"`` and
+    ``"crossnobis"`` need ``items``: the cross-validated squared distance between items,
+    from independent partitions of their images (``partitions``), unbiased by the images'
+    noise (see ``distance`` of :func:`~mlem_neuro.mlem_array`); crossnobis first whitens
+    each sphere / region by its own noise covariance, estimated from the images'
+    residuals about their item's mean within their partition and shrunk (Ledoit-Wolf),
+    which discounts noise shared by voxels.  See
+    :func:`~mlem_neuro.core.crossdist.crossnobis_membership`.
 """
 
 docdict["distance_spatial"] = """

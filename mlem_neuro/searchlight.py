@@ -103,11 +103,6 @@ def _prepare(imgs, features, mask_img, items, groups, name="mask_img", partition
         raise ValueError(f"features has {len(table)} rows but imgs holds {n} images; the "
                          "table needs one row per image, in the same order.")
     items = check_items(items, n, table)
-    if distance == "crossnobis":
-        raise ValueError("distance='crossnobis' needs a noise covariance per sphere or "
-                         "region, which is not implemented: use distance='cv_euclidean' "
-                         "(cross-validated, without noise normalisation) or the "
-                         "time-resolved analyses (mlem_array, mlem_epochs).")
     partitions, part_col = check_partitions(partitions, distance, items, n, table)
     if part_col is not None:
         table = table.drop(columns=part_col)       # an identifier, not a feature
@@ -121,15 +116,23 @@ def _prepare(imgs, features, mask_img, items, groups, name="mask_img", partition
 def _image_source(X, A, items, partitions, options):
     """The source of the spheres / regions ``A`` over the images ``X`` (rows: trials),
     and the settings it adds: the items' mean images, or their cross-validated
-    distances."""
+    distances (crossnobis: each sphere / region whitened by its own Ledoit-Wolf noise
+    covariance)."""
     if options.distance in CROSSVALIDATED_DISTANCES:
-        from .core.crossdist import crossval_sq_distances_membership
+        from .core.crossdist import crossnobis_membership, crossval_sq_distances_membership
 
         partitions = trial_partitions(partitions, items, options.distance,
                                       options.random_state)
-        d2 = crossval_sq_distances_membership(X, A, items.inverse_, partitions)
-        return CondensedRDMSource(d2), dict(items.settings(),
-                                            n_partitions=int(len(np.unique(partitions))))
+        K = int(len(np.unique(partitions)))
+        logger.info("%s distances between %d items from %d partitions of their images%s",
+                    options.distance, items.n_items, K,
+                    " (Ledoit-Wolf noise covariance per sphere / region)"
+                    if options.distance == "crossnobis" else "")
+        if options.distance == "crossnobis":
+            d2 = crossnobis_membership(X, A, items.inverse_, partitions)
+        else:
+            d2 = crossval_sq_distances_membership(X, A, items.inverse_, partitions)
+        return CondensedRDMSource(d2), dict(items.settings(), n_partitions=K)
     X, extra = _average_items(X, items)
     source = SphereRDMSource(X, A, options.distance)
     source.check_patterns()

@@ -8,12 +8,18 @@ import nibabel as nib
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.sparse as sp
 
 import mlem_neuro
-from mlem_neuro.core.crossdist import crossval_sq_distances, crossval_sq_distances_membership
+from mlem_neuro.core.crossdist import (
+    crossnobis_membership,
+    crossval_sq_distances,
+    crossval_sq_distances_membership,
+)
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.sources import CondensedRDMSource
 from mlem_neuro.crossval import run_cv
+from mlem_neuro.items import check_items, trial_partitions
 
 FAST = dict(cv=3, max_steps=100, n_permutations=2, verbose="ERROR")
 
@@ -131,12 +137,44 @@ def test_bad_partitions_are_refused(kw, match):
         mlem_neuro.mlem_array(data, table, **kw)
 
 
-def test_where_crossnobis_is_not_available():
+def test_crossnobis_searchlight_and_roi_equal_the_distances_computed_by_hand():
+    """Spheres of 4 to 7 voxels and two regions (of 24 and 16 voxels), each whitened by
+    its own noise covariance: the analyses' scores are those of run_cv on
+    crossnobis_membership."""
+    from mlem_neuro.adapters.nifti import mask_coords, sphere_membership
+
     data, table = simulate(4, C=12, T=4)
     imgs = nib.Nifti1Image(np.moveaxis(data.reshape(len(data), 4, 4, 3), 0, -1), np.eye(4))
-    mask = nib.Nifti1Image(np.ones((4, 4, 3), np.int8), np.eye(4))
-    with pytest.raises(ValueError, match="noise covariance per sphere"):
-        mlem_neuro.mlem_searchlight(imgs, table, mask, items="item", distance="crossnobis")
+    full = np.ones((4, 4, 3), bool)
+    mask = nib.Nifti1Image(full.astype(np.int8), np.eye(4))
+    X = data.reshape(len(data), -1)
+    first = table.drop_duplicates("item")[["condition"]].reset_index(drop=True)
+    opts = MLEMOptions(cv=3, max_steps=100, n_permutations=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        sl = mlem_neuro.mlem_searchlight(imgs, table, mask, radius=1.0, items="item",
+                                         partitions="run", distance="crossnobis",
+                                         random_state=0, **FAST)
+    _, seeds = mask_coords(full, np.eye(4))
+    A = sphere_membership(seeds, full, np.eye(4), 1.0)
+    assert set(np.diff(A.indptr)) == {4, 5, 6, 7}
+    ref = run_cv(CondensedRDMSource(crossnobis_membership(X, A, table["item"],
+                                                          table["run"])), first, opts)
+    np.testing.assert_array_equal(sl.fold_score, ref.score)
+    assert sl.settings["distance"] == "crossnobis" and sl.settings["n_partitions"] == 4
+    labels = np.zeros((4, 4, 3), np.int16)
+    labels[:2] = 1                                  # 24 voxels
+    labels[2:, :, 1:] = 2                           # 16 voxels; 8 voxels of background
+    roi = mlem_neuro.mlem_roi(imgs, table.drop(columns="run"),
+                              nib.Nifti1Image(labels, np.eye(4)), items="item",
+                              distance="crossnobis", random_state=0, **FAST)
+    lab = labels.reshape(-1)[labels.reshape(-1) != 0]
+    A = sp.csr_matrix(np.stack([lab == 1, lab == 2]).astype(float))
+    parts = trial_partitions(None, check_items("item", len(table), table), "crossnobis", 0)
+    d2 = crossnobis_membership(X[:, labels.reshape(-1) != 0], A, table["item"], parts)
+    ref = run_cv(CondensedRDMSource(d2), first, opts)
+    np.testing.assert_array_equal(roi.fold_score, ref.score)
+    assert roi.settings["n_partitions"] == 4            # 8 trials: 4 parts of 2
     with pytest.raises(ValueError, match="distance must be one of"):
         mlem_neuro.MLEM(distance="crossnobis").fit(np.zeros((4, 2)), table.iloc[:4])
 

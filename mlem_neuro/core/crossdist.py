@@ -22,10 +22,13 @@ cross-validated Euclidean distance from one sparse membership product per block 
 (:func:`crossval_sq_distances_membership`).  The noise covariance for crossnobis is
 estimated per model from the residuals of the trials about the mean of their item in
 their partition, shrunk towards a multiple of the identity (Ledoit–Wolf, batched:
-:func:`shrinkage_covariance`).
+:func:`shrinkage_covariance`); for spheres and regions, :func:`crossnobis_membership`
+gathers the voxels of spheres of similar size into padded blocks and whitens each
+sphere by its own covariance (one batched factorisation per chunk, of voxels × voxels
+covariances or, for spheres of more voxels than trials, trials × trials systems).
 
-The analyses use them with ``items`` and ``distance="cv_euclidean"`` (every analysis) or
-``"crossnobis"`` (time-resolved analyses).
+The analyses use them with ``items`` and ``distance="cv_euclidean"`` or
+``"crossnobis"``.
 """
 from __future__ import annotations
 
@@ -36,8 +39,9 @@ import torch
 
 from .pairs import pair_indices
 
-__all__ = ["crossval_sq_distances", "crossval_sq_distances_membership",
-           "default_partitions", "noise_whitener", "partition_means", "shrinkage_covariance"]
+__all__ = ["crossnobis_membership", "crossval_sq_distances",
+           "crossval_sq_distances_membership", "default_partitions", "noise_whitener",
+           "partition_means", "shrinkage_covariance"]
 
 #: bytes allowed for one chunk of partition means / Gram matrices.
 CHUNK_BYTES = 256 * 2**20
@@ -162,19 +166,19 @@ def shrinkage_covariance(R, shrinkage="ledoit-wolf"):
         The shrinkage used for each model.
     """
     R = torch.as_tensor(np.asarray(R, dtype=np.float64))
-    M, n, p = R.shape
-    S = R.transpose(1, 2) @ R / n                                  # (M, p, p)
-    mu = S.diagonal(dim1=-2, dim2=-1).sum(-1) / p                  # (M,)
-    eye = torch.eye(p, dtype=torch.float64)
+    return _shrunk(R.transpose(1, 2) @ R / R.shape[1], R, shrinkage)[:2]
+
+
+def _ledoit_wolf(trace, fro2, beta_, n, p, shrinkage):
+    """Shrinkage ``lam`` and mean eigenvalue ``mu`` of each model from ``trace(S)``,
+    ``‖S‖²_F``, ``Σ_k ‖r_k‖⁴`` (residual rows ``r_k``), ``n`` samples and ``p`` units."""
+    mu = trace / p                                                  # (M,)
     if isinstance(shrinkage, str):
         if shrinkage != "ledoit-wolf":
             raise ValueError(f"shrinkage must be 'ledoit-wolf' or a float in [0, 1]; got "
                              f"{shrinkage!r}.")
-        row_sq = (R * R).sum(-1)                                    # (M, n)
-        beta_ = (row_sq * row_sq).sum(-1)                           # Σ_k ‖r_k‖⁴
-        delta_ = (S * S).sum((-2, -1))                              # ‖S‖²_F
-        beta = (beta_ / n - delta_) / (p * n)
-        delta = (delta_ - 2.0 * mu * mu * p + p * mu * mu) / p      # ‖S − μI‖²_F / p
+        beta = (beta_ / n - fro2) / (p * n)
+        delta = (fro2 - 2.0 * mu * mu * p + p * mu * mu) / p        # ‖S − μI‖²_F / p
         beta = torch.minimum(beta, delta)
         lam = torch.where(delta > 0, beta / torch.where(delta > 0, delta, 1.0),
                           torch.zeros_like(delta))
@@ -183,9 +187,31 @@ def shrinkage_covariance(R, shrinkage="ledoit-wolf"):
         if not 0.0 <= lam <= 1.0:
             raise ValueError(f"shrinkage must be 'ledoit-wolf' or a float in [0, 1]; got "
                              f"{shrinkage!r}.")
-        lam = torch.full((M,), lam, dtype=torch.float64)
-    cov = (1.0 - lam)[:, None, None] * S + (lam * mu)[:, None, None] * eye
-    return cov, lam
+        lam = torch.full(mu.shape, lam, dtype=torch.float64)
+    return lam, mu
+
+
+def _shrunk(S, R, shrinkage, n_units=None):
+    """The shrunk covariances of :func:`shrinkage_covariance` from the sample covariances
+    ``S (M, q, q)`` of the residuals ``R (M, n, q)``.  ``n_units (M,)``: models whose
+    last ``q − n_units`` columns of ``R`` are zero padding get statistics of their
+    ``n_units`` real units and ``cov`` block-diagonal, with the padding's diagonal set to
+    the mean eigenvalue of the real block (so the whitener's floor is unchanged).
+    Returns ``cov, lam, mu`` (``mu``: the mean eigenvalue of ``S``'s real block)."""
+    M, n, q = R.shape
+    p = torch.full((M,), float(q), dtype=torch.float64) if n_units is None else \
+        torch.as_tensor(n_units, dtype=torch.float64)
+    row_sq = (R * R).sum(-1)                                        # (M, n)
+    lam, mu = _ledoit_wolf(S.diagonal(dim1=-2, dim2=-1).sum(-1),
+                           torch.linalg.vector_norm(S, dim=(-2, -1)) ** 2,
+                           (row_sq * row_sq).sum(-1), n, p, shrinkage)
+    cov = S * (1.0 - lam)[:, None, None]
+    diag = cov.diagonal(dim1=-2, dim2=-1)
+    diag += (lam * mu)[:, None]
+    if n_units is not None:
+        pad = torch.arange(q)[None, :] >= torch.as_tensor(n_units)[:, None]   # (M, q)
+        diag.copy_(torch.where(pad, mu[:, None], diag))
+    return cov, lam, mu
 
 
 def noise_whitener(cov, eps=1e-10):
@@ -350,3 +376,164 @@ def crossval_sq_distances_membership(X, A, items, partitions=None, *, random_sta
         c = d_sum * d_sum - (d_each * d_each).sum(1)
         out[:, s:s + step] = A @ c
     return out / (K * (K - 1)) / np.where(sizes > 0, sizes, 1.0)[:, None]
+
+
+def _whiten(cov, lam, mu, p, P):
+    """``Z (M, q, c)`` with ``Zᵀ Z = Pᵀ cov⁻¹ P`` for each model: Cholesky factors where
+    the shrinkage bounds the condition number of ``cov`` below 1e8 (then no eigenvalue
+    reaches the floor of :func:`noise_whitener`, and the products equal those of its
+    symmetric whitener), that whitener elsewhere (little or no shrinkage)."""
+    p = torch.as_tensor(p, dtype=torch.float64)
+    # cov's eigenvalues lie in [lam mu, mu (p (1 − lam) + lam)]
+    safe = (mu > 0) & (lam >= 1e-8 * (p * (1.0 - lam) + lam))
+    L, info = torch.linalg.cholesky_ex(cov)
+    safe &= info == 0
+    Z = torch.linalg.solve_triangular(L, P, upper=False)
+    if not bool(safe.all()):
+        rest = ~safe
+        Z[rest] = noise_whitener(cov[rest]) @ P[rest]
+    return Z
+
+
+def _gram_primal(res, P, n, p, shrinkage):
+    """``Pᵀ cov⁻¹ P (m, c, c)`` of each sphere from its residuals ``res (m, q, n)`` and
+    means ``P (m, q, c)`` (rows beyond ``p`` zero padding), through ``q × q`` covariances."""
+    cov, lam, mu = _shrunk(res @ res.transpose(1, 2) / n, res.transpose(1, 2), shrinkage,
+                           n_units=p)
+    Z = _whiten(cov, lam, mu, p, P)
+    return Z.transpose(1, 2) @ Z
+
+
+def _gram_dual(res, P, n, p, shrinkage):
+    """As :func:`_gram_primal` through ``n × n`` systems, for spheres of more voxels than
+    trials: with ``cov = (1 − λ) RᵀR / n + c I`` (``c = λ μ``), Woodbury's identity gives
+    ``Pᵀ cov⁻¹ P = (PᵀP − (RP)ᵀ (t I + RRᵀ)⁻¹ RP) / c`` with ``t = n c / (1 − λ)``; the
+    Ledoit-Wolf statistics come from ``RRᵀ`` too.  Spheres with too little shrinkage for
+    that (a condition number above 1e8) go through :func:`_gram_primal`."""
+    H = res.transpose(1, 2) @ res                                      # (m, n, n) = R Rᵀ
+    h = H.diagonal(dim1=-2, dim2=-1)
+    pt = torch.as_tensor(p, dtype=torch.float64)
+    lam, mu = _ledoit_wolf(h.sum(-1) / n, torch.linalg.vector_norm(H, dim=(-2, -1)) ** 2
+                           / (n * n), (h * h).sum(-1), n, pt, shrinkage)
+    c = lam * mu
+    t = n * c / (1.0 - lam).clamp_min(1e-12)
+    A = H.clone()
+    A.diagonal(dim1=-2, dim2=-1).add_(t[:, None])
+    L, info = torch.linalg.cholesky_ex(A)
+    safe = (mu > 0) & (lam >= 1e-8 * (pt * (1.0 - lam) + lam)) & (info == 0)
+    Y = torch.linalg.solve_triangular(L, res.transpose(1, 2) @ P, upper=False)
+    scale = torch.where(safe, c, torch.ones_like(c))[:, None, None]
+    M = (P.transpose(1, 2) @ P - Y.transpose(1, 2) @ Y) / scale
+    if not bool(safe.all()):
+        rest = ~safe
+        M[rest] = _gram_primal(res[rest], P[rest], n, p[rest.numpy()], shrinkage)
+    return M
+
+
+def _size_groups(sizes, slack=0.1, min_pad=8):
+    """Sphere sizes → groups ``(q, rows)``: the rows whose size is at most ``q``, padded
+    to ``q`` (at most ``min_pad`` units or a fraction ``slack`` more than the smallest of
+    the group), so that a few groups cover any number of distinct sizes."""
+    order = np.argsort(sizes, kind="stable")
+    sorted_sizes = sizes[order]
+    groups, start = [], 0
+    while start < len(order):
+        limit = max(sorted_sizes[start] + min_pad, int(sorted_sizes[start] * (1 + slack)))
+        stop = int(np.searchsorted(sorted_sizes, limit, side="right"))
+        groups.append((int(sorted_sizes[stop - 1]), order[start:stop]))
+        start = stop
+    return groups
+
+
+def crossnobis_membership(X, A, items, partitions=None, *, shrinkage="ledoit-wolf",
+                          random_state=None, chunk_bytes=CHUNK_BYTES):
+    """Crossnobis squared distances between items for many spheres (regions) at once.
+
+    Each sphere ``s`` (row of ``A``) is :func:`crossval_sq_distances` with
+    ``noise=shrinkage`` on its voxels: the residuals of the trials about the mean of their
+    (item, partition) cell, restricted to the sphere, give its noise covariance (shrunk,
+    see :func:`shrinkage_covariance`), which whitens the partition means of the items
+    before the cross-partition products, divided by the sphere's number of voxels.
+
+    Spheres are batched without a loop over spheres: grouped by size (sizes within 10 %
+    or 8 voxels of each other share a group, padded with zero voxels that the covariance
+    keeps apart), each group's voxels gathered into ``(spheres, voxels, trials)`` blocks
+    and processed in chunks of at most ``chunk_bytes``.  Spheres of at most as many
+    voxels as trials are whitened through their ``voxels × voxels`` covariance (Cholesky
+    factors, or the symmetric whitener of :func:`noise_whitener` where the shrinkage is
+    too small to bound its condition number), larger ones (regions) through
+    ``trials × trials`` systems (Woodbury's identity), so that a region of thousands of
+    voxels costs no more than its trials.
+
+    Parameters
+    ----------
+    X : array (n_trials, n_voxels)
+    A : scipy.sparse matrix (n_models, n_voxels)
+        0/1 membership of the voxels in each sphere / region (every row needs a voxel).
+    items, partitions, random_state
+        As in :func:`crossval_sq_distances` (default partitions: half as many parts as
+        the rarest item has trials, at least 2, so that cells keep residuals).
+    shrinkage : "ledoit-wolf" | float
+        As in :func:`shrinkage_covariance`.
+    chunk_bytes : int
+        Memory of one chunk of spheres (covariances, whiteners, whitened means).
+
+    Returns
+    -------
+    d2 : ndarray (n_models, n_pairs)
+    """
+    import scipy.sparse as sp
+
+    X = np.asarray(X, dtype=np.float64)
+    A = sp.csr_matrix(A, dtype=np.float64)
+    if X.ndim != 2 or A.shape[1] != X.shape[1]:
+        raise ValueError(f"X must be (n_trials, n_voxels) with the {A.shape[1]} voxel "
+                         f"columns of the membership; got shape {X.shape}.")
+    if isinstance(shrinkage, str) and shrinkage != "ledoit-wolf" or \
+            not isinstance(shrinkage, str) and not (
+                isinstance(shrinkage, numbers.Real) and not isinstance(shrinkage, bool)
+                and 0.0 <= shrinkage <= 1.0):
+        raise ValueError(f"shrinkage must be 'ledoit-wolf' or a float in [0, 1]; got "
+                         f"{shrinkage!r}.")
+    sizes = np.diff(A.indptr)
+    if (sizes == 0).any():
+        raise ValueError(f"row {int(np.flatnonzero(sizes == 0)[0])} of the membership has "
+                         "no voxel: every sphere / region needs at least one.")
+    item, n_items = _item_codes(items)
+    if partitions is None:
+        K = max(2, int(np.bincount(item).min()) // 2)
+        partitions = default_partitions(items, K, random_state=random_state)
+    part, K = _codes(partitions, "partitions")
+    Xt = torch.as_tensor(X)[None]
+    pm = partition_means(Xt, item, part)[:, 0]                        # (K, n_items, V)
+    R = _residuals(Xt, item, n_items, part)[0]                        # (n, V)
+    n, V = X.shape
+    # voxel-major tables with a zero row at index V for the padding
+    R_T = torch.cat([R.T, R.new_zeros((1, n))])                       # (V + 1, n)
+    P_T = torch.cat([pm.permute(2, 0, 1).reshape(V, K * n_items),
+                     pm.new_zeros((1, K * n_items))])                 # (V + 1, K n_items)
+    i, j = pair_indices(n_items)
+    out = np.empty((A.shape[0], len(i)))
+    for q, rows in _size_groups(sizes):
+        c = K * n_items
+        per_sphere = 8 * (n * q + q * c + 2 * c * c
+                          + (4 * n * n + 2 * n * c if q > n else 5 * q * q + q * c))
+        step = max(1, int(chunk_bytes // per_sphere))
+        for s in range(0, len(rows), step):
+            r = rows[s:s + step]
+            p = sizes[r]
+            real = np.arange(q)[None, :] < p[:, None]                     # (m, q)
+            idx = np.full((len(r), q), V, dtype=np.intp)
+            idx[real] = A.indices[(A.indptr[r][:, None] + np.arange(q))[real]]
+            idx = torch.as_tensor(idx)
+            res, P = R_T[idx], P_T[idx]                                   # (m, q, n), (m, q, c)
+            if q > n:
+                M = _gram_dual(res, P, n, p, shrinkage)
+            else:
+                M = _gram_primal(res, P, n, p, shrinkage)
+            M = M.reshape(len(r), K, n_items, K, n_items)
+            G_sum = M.sum((1, 3))
+            G_each = M.diagonal(dim1=1, dim2=3).sum(-1)
+            d2 = (_sq_from_gram(G_sum, i, j) - _sq_from_gram(G_each, i, j)) / (K * (K - 1))
+            out[r] = (d2 / torch.as_tensor(p, dtype=torch.float64)[:, None]).numpy()
+    return out

@@ -247,7 +247,7 @@ class CondensedRDMSource:
     d : ndarray, shape (n_models, n_pairs)
         Distances of every pair of the ``n`` stimuli, in
         :func:`~mlem_neuro.core.pairs.pair_indices` order (``n_pairs = n (n − 1) / 2``;
-        e.g. the cross-validated distances of :mod:`mlem_neuro.core.crossnobis`, which
+        e.g. the cross-validated distances of :mod:`mlem_neuro.core.crossdist`, which
         can be negative).
     """
 
