@@ -105,13 +105,13 @@ distance : {"euclidean", "correlation", "cosine", "cv_euclidean", "crossnobis"}
 """
 
 docdict["distance_spatial"] = """
-distance : {"euclidean", "correlation", "cosine", "cv_euclidean"}
+distance : {"euclidean", "correlation", "cosine", "cv_euclidean", "crossnobis"}
     Neural distance between the patterns of a patch (or label) at one time point
-    (``"correlation"``: ``1 - r`` across the patch's sources).  ``"cv_euclidean"`` needs
-    ``items``: the cross-validated squared Euclidean distance between items, from
-    independent partitions of their estimates (``partitions``), unbiased by trial noise
-    (see ``distance`` of :func:`~mlem_neuro.mlem_array`); ``"crossnobis"`` is refused
-    here (no noise covariance per patch and time point yet).
+    (``"correlation"``: ``1 - r`` across the patch's sources).  ``"cv_euclidean"`` and
+    ``"crossnobis"`` need ``items``: the cross-validated squared distance between items,
+    from independent partitions of their estimates (``partitions``), unbiased by trial
+    noise (see ``distance`` of :func:`~mlem_neuro.mlem_array`); crossnobis first whitens
+    each (patch, time point) by its own shrunk noise covariance.
 """
 
 docdict["distance_trials"] = """
@@ -124,8 +124,8 @@ distance : {"euclidean", "correlation", "cosine", "crossnobis", "cv_euclidean"}
     items; it can be negative); crossnobis first whitens the channels by the noise
     covariance, estimated per time point from the trials' residuals and shrunk
     (Ledoit-Wolf).  See :mod:`mlem_neuro.core.crossdist`.  The sensor searchlight
-    (``spatial_radius``) takes ``"cv_euclidean"`` (per neighbourhood and time point) but
-    refuses ``"crossnobis"`` (no noise covariance per neighbourhood yet).
+    (``spatial_radius``) computes both per neighbourhood and time point (crossnobis with
+    each neighbourhood's own covariance).
 """
 
 # --------------------------------------------------------------------------------- F

@@ -90,7 +90,8 @@ def run_spacetime(data, neighbourhoods, table, options, groups, desc, items=None
         partitions = trial_partitions(partitions, items, options.distance,
                                       options.random_state)
         source = CondensedRDMSource(crossval_spacetime_sq_distances(
-            data, neighbourhoods, items, partitions))
+            data, neighbourhoods, items, partitions,
+            crossnobis=options.distance == "crossnobis"))
         extra["n_partitions"] = int(len(np.unique(partitions)))
     else:
         if items is not None:
@@ -103,17 +104,6 @@ def run_spacetime(data, neighbourhoods, table, options, groups, desc, items=None
                 int(np.median(sizes)), sizes.min(), sizes.max())
     return run_cv(source, table, options, groups=groups,
                   desc="(time point, neighbourhood) models"), sizes, extra
-
-
-def check_spatial_distance(distance, where):
-    """Refuse ``distance="crossnobis"`` in a spatial searchlight (``where``: the
-    analysis, for the message)."""
-    if distance == "crossnobis":
-        raise ValueError(f"distance='crossnobis' is not available in {where}: it needs a "
-                         "noise covariance per (time point, neighbourhood), not implemented "
-                         "for spatial searchlights. Use distance='cv_euclidean' (with "
-                         "items=) for distances unbiased by trial noise, or the "
-                         "time-resolved analysis (no spatial_radius) for crossnobis.")
 
 
 def check_spatial_items(items, partitions, options, table, groups, metadata=None):
@@ -158,9 +148,10 @@ def check_spatial_items(items, partitions, options, table, groups, metadata=None
     return items, partitions, table, groups, part_col
 
 
-def crossval_spacetime_sq_distances(data, neighbourhoods, items, partitions):
-    """Cross-validated squared Euclidean distances between items, for every (time point,
-    neighbourhood) model.
+def crossval_spacetime_sq_distances(data, neighbourhoods, items, partitions,
+                                    crossnobis=False):
+    """Cross-validated squared Euclidean (or crossnobis) distances between items, for
+    every (time point, neighbourhood) model.
 
     The models are the rows of the block-diagonal membership ``I_T ⊗ A`` over the (time,
     location) cells of ``data``, so one call of
@@ -177,6 +168,10 @@ def crossval_spacetime_sq_distances(data, neighbourhoods, items, partitions):
     items : Items
     partitions : ndarray (n_trials,)
         The partition of each trial.
+    crossnobis : bool
+        Whiten each model's cells by their own shrunk noise covariance
+        (:func:`~mlem_neuro.core.crossdist.crossnobis_membership`: each (time point,
+        neighbourhood) row of the block-diagonal membership is one "sphere").
 
     Returns
     -------
@@ -186,7 +181,7 @@ def crossval_spacetime_sq_distances(data, neighbourhoods, items, partitions):
     """
     import scipy.sparse as sp
 
-    from .core.crossdist import CHUNK_BYTES, crossval_sq_distances_membership
+    from .core.crossdist import CHUNK_BYTES, crossnobis_membership, crossval_sq_distances_membership
     from .core.memory import check_memory
 
     n, T, L = data.shape
@@ -206,11 +201,12 @@ def crossval_spacetime_sq_distances(data, neighbourhoods, items, partitions):
     for t0 in range(0, T, step):
         t1 = min(T, t0 + step)
         block = sp.kron(sp.identity(t1 - t0, format="csr"), A, format="csr")
-        out[t0 * S:t1 * S] = crossval_sq_distances_membership(
-            data[:, t0:t1].reshape(n, -1), block, items.inverse_, partitions)
-    logger.info("cv_euclidean distances between %d items from %d partitions of their "
-                "trials: %d (time point, neighbourhood) models in %d block(s) of time "
-                "points", m, K, T * S, -(-T // step))
+        distances = crossnobis_membership if crossnobis else crossval_sq_distances_membership
+        out[t0 * S:t1 * S] = distances(data[:, t0:t1].reshape(n, -1), block, items.inverse_,
+                                       partitions)
+    logger.info("%s distances between %d items from %d partitions of their trials: %d "
+                "(time point, neighbourhood) models in %d block(s) of time points",
+                "crossnobis" if crossnobis else "cv_euclidean", m, K, T * S, -(-T // step))
     return out
 
 
@@ -305,7 +301,6 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
     >>> res.importance_stc("animacy").plot(subjects_dir=subjects_dir)  # doctest: +SKIP
     """
     options = MLEMOptions.from_call(locals())
-    check_spatial_distance(options.distance, "mlem_stcs")
     if (spatial_radius is None) == (labels is None):
         raise ValueError("give either spatial_radius (a searchlight over source points, "
                          "in metres, with src) or labels (one model per mne.Label), not "

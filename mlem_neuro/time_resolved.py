@@ -340,10 +340,8 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     options = MLEMOptions.from_call(locals())
     if spatial_radius is not None:
         from .adapters.stcs import check_spatial_radius
-        from .spatial import check_spatial_distance
 
         spatial_radius = check_spatial_radius(spatial_radius)
-        check_spatial_distance(options.distance, "the sensor searchlight (spatial_radius)")
     data, times, ch_names, work = epochs_data(epochs, picks=picks, tmin=tmin, tmax=tmax,
                                               decim=decim, window=window)
     table = epochs_feature_table(work, features)

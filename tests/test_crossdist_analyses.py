@@ -195,21 +195,36 @@ def test_cli_epochs_crossnobis(tmp_path):
                  "--out", str(tmp_path / "bad")]) == 2
 
 
-def test_spatial_analyses_refuse_crossnobis_only():
-    """The spatial searchlights take items and cv_euclidean (tests/test_spatial_items.py)
-    but refuse crossnobis (no noise covariance per neighbourhood), before any data are
-    read."""
+def test_spatial_analyses_take_crossnobis():
+    """Each (time point, neighbourhood) model of the spatial searchlights gets the
+    crossnobis distances of its own cells (as crossval_sq_distances on them alone), and
+    the sensor searchlight runs on them."""
+    import scipy.sparse as sp
+
+    from mlem_neuro.items import check_items
+    from mlem_neuro.spatial import crossval_spacetime_sq_distances
+
+    rng = np.random.default_rng(7)
+    data = rng.standard_normal((48, 3, 10))                   # trials, times, locations
+    items = check_items(np.repeat(np.arange(12), 4), 48)
+    parts = np.tile(np.arange(2), 24)
+    A = sp.csr_matrix((rng.random((4, 10)) < 0.4).astype(float))
+    A[np.arange(4), np.arange(4)] = 1.0                       # no empty neighbourhood
+    out = crossval_spacetime_sq_distances(data, A, items, parts, crossnobis=True)
+    for t in range(3):
+        for s in range(4):
+            cells = A[s].indices
+            ref = crossval_sq_distances(data[None, :, t, cells], items.inverse_, parts,
+                                        noise="ledoit-wolf")[0]
+            np.testing.assert_allclose(out[t * 4 + s], ref, rtol=1e-9, atol=1e-12)
     data, table = simulate(6, C=16, T=2)
-    with pytest.raises(ValueError, match="'crossnobis' is not available in mlem_stcs"):
-        mlem_neuro.mlem_stcs([], table, None, distance="crossnobis")
     montage = mne.channels.make_standard_montage("biosemi64")
     info = mne.create_info(montage.ch_names[:16], 100.0, "eeg")
     epochs = mne.EpochsArray(data * 1e-6, info, metadata=table, verbose="ERROR")
     epochs.set_montage(montage)
-    with pytest.raises(ValueError, match="not available in the sensor searchlight"):
-        mlem_neuro.mlem_epochs(epochs, features=["condition"], items="item",
-                               distance="crossnobis", spatial_radius=0.05)
-    res = mlem_neuro.mlem_epochs(epochs, features=["condition"], items="item",
-                                 partitions="run", distance="cv_euclidean",
-                                 spatial_radius=0.05, **FAST)
-    assert res.settings["n_items"] == 24 and res.settings["n_partitions"] == 4
+    for distance in ("cv_euclidean", "crossnobis"):
+        res = mlem_neuro.mlem_epochs(epochs, features=["condition"], items="item",
+                                     partitions="run", distance=distance,
+                                     spatial_radius=0.05, **FAST)
+        assert res.settings["n_items"] == 24 and res.settings["n_partitions"] == 4
+        assert res.settings["distance"] == distance

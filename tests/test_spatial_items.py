@@ -274,8 +274,6 @@ def test_items_settings_round_trip(tmp_path):
 def test_spatial_items_errors(monkeypatch):
     stcs, table, src, _ = volume_trials(n_items=6, r=2, T=2)
     kw = dict(spatial_radius=0.016, verbose="ERROR")
-    with pytest.raises(ValueError, match="crossnobis.*not available in mlem_stcs"):
-        mlem_neuro.mlem_stcs(stcs, table, src, items="item", distance="crossnobis", **kw)
     with pytest.raises(ValueError, match="pass items="):
         mlem_neuro.mlem_stcs(stcs, table, src, distance="cv_euclidean", **kw)
     with pytest.raises(ValueError, match="partitions= is used by the cross-validated"):
@@ -297,9 +295,6 @@ def test_spatial_items_errors(monkeypatch):
                              distance="cv_euclidean", **kw)
     monkeypatch.delenv("MLEM_NEURO_MEMORY")
     epochs, _, _ = eeg_trials(n_items=6, r=2, T=2)
-    with pytest.raises(ValueError, match="crossnobis.*not available in the sensor"):
-        mlem_neuro.mlem_epochs(epochs, ["a"], items="item", distance="crossnobis",
-                               spatial_radius=0.045)
     with pytest.raises(ValueError, match="names no column"):
         mlem_neuro.mlem_epochs(epochs, ["a"], items="nope", spatial_radius=0.045)
     with pytest.raises(ValueError, match="has no trial in some partition"):
