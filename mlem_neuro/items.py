@@ -156,6 +156,38 @@ class Items:
                     trials_per_item=[int(c) for c in self.counts_])
 
 
+def trial_labels(value, name, n_trials, table=None, metadata=None, what="a label"):
+    """One label per trial from ``value``: a column name of ``table`` (looked up there
+    first, then in ``metadata``) or an array; ``(labels, column)``, ``column`` the name
+    given (``None`` for an array).  Clear errors for an unknown column, a wrong length, a
+    type that is neither, and missing labels (``name`` and ``what`` word them)."""
+    column = None
+    if isinstance(value, str):
+        column = value
+        sources = [t for t in (table, metadata) if t is not None]
+        found = [t for t in sources if value in t.columns]
+        if not found:
+            have = sorted({str(c) for t in sources for c in t.columns})
+            raise ValueError(f"{name}={value!r} names no column of the feature table"
+                             f"{' or of epochs.metadata' if metadata is not None else ''} "
+                             f"(columns: {have}); pass a column name or one label per "
+                             "trial.")
+        value = found[0][value].to_numpy()
+    elif isinstance(value, (bytes, dict)) or np.ndim(value) == 0:
+        raise TypeError(f"{name} must be None, a column name or one label per trial; got "
+                        f"{type(value).__name__}.")
+    labels = np.asarray(value, dtype=object)
+    if labels.ndim != 1 or len(labels) != n_trials:
+        raise ValueError(f"{name} must hold one label per trial ({n_trials}); got shape "
+                         f"{np.shape(value)}.")
+    missing = pd.isna(pd.Series(labels, dtype=object)).to_numpy()
+    if missing.any():
+        raise ValueError(f"{name}{f' (column {column!r})' if column else ''} has "
+                         f"{int(missing.sum())} missing label(s) (NaN/None), e.g. trial "
+                         f"{int(np.flatnonzero(missing)[0])}: give every trial {what}.")
+    return labels, column
+
+
 def check_items(items, n_trials, table=None, metadata=None):
     """Validate ``items`` at a public boundary and return an :class:`Items` (or ``None``).
 
@@ -177,30 +209,8 @@ def check_items(items, n_trials, table=None, metadata=None):
     """
     if items is None:
         return None
-    column = None
-    if isinstance(items, str):
-        column = items
-        sources = [t for t in (table, metadata) if t is not None]
-        found = [t for t in sources if items in t.columns]
-        if not found:
-            have = sorted({str(c) for t in sources for c in t.columns})
-            raise ValueError(f"items={items!r} names no column of the feature table"
-                             f"{' or of epochs.metadata' if metadata is not None else ''} "
-                             f"(columns: {have}); pass a column name or one label per "
-                             "trial.")
-        items = found[0][items].to_numpy()
-    elif isinstance(items, (bytes, dict)) or np.ndim(items) == 0:
-        raise TypeError(f"items must be None, a column name or one label per trial; got "
-                        f"{type(items).__name__}.")
-    labels = np.asarray(items, dtype=object)
-    if labels.ndim != 1 or len(labels) != n_trials:
-        raise ValueError(f"items must hold one label per trial ({n_trials}); got shape "
-                         f"{np.shape(items)}.")
-    missing = pd.isna(pd.Series(labels, dtype=object)).to_numpy()
-    if missing.any():
-        raise ValueError(f"items{f' (column {column!r})' if column else ''} has "
-                         f"{int(missing.sum())} missing label(s) (NaN/None), e.g. trial "
-                         f"{int(np.flatnonzero(missing)[0])}: give every trial an item.")
+    labels, column = trial_labels(items, "items", n_trials, table, metadata,
+                                  what="an item")
     try:
         out = Items(labels, column)
     except TypeError as err:
@@ -253,24 +263,8 @@ def check_partitions(partitions, distance, items, n_trials, table=None, metadata
         raise ValueError(f"partitions= is used by the cross-validated distances "
                          f"{list(CROSSVALIDATED_DISTANCES)}; got distance={distance!r}. "
                          "Drop partitions, or choose one of those distances.")
-    column = None
-    if isinstance(partitions, str):
-        column = partitions
-        found = [t for t in (table, metadata) if t is not None and partitions in t.columns]
-        if not found:
-            raise ValueError(f"partitions={partitions!r} names no column of the feature "
-                             f"table{' or of epochs.metadata' if metadata is not None else ''}"
-                             "; pass a column name or one label per trial.")
-        partitions = found[0][partitions].to_numpy()
-    elif isinstance(partitions, (bytes, dict)) or np.ndim(partitions) == 0:
-        raise TypeError(f"partitions must be None, a column name or one label per trial; "
-                        f"got {type(partitions).__name__}.")
-    labels = np.asarray(partitions, dtype=object)
-    if labels.ndim != 1 or len(labels) != n_trials:
-        raise ValueError(f"partitions must hold one label per trial ({n_trials}); got shape "
-                         f"{np.shape(partitions)}.")
-    if pd.isna(pd.Series(labels, dtype=object)).any():
-        raise ValueError("partitions has missing labels (NaN/None): give every trial one.")
+    labels, column = trial_labels(partitions, "partitions", n_trials, table, metadata,
+                                  what="a partition")
     codes = pd.factorize(pd.Series(labels, dtype=object))[0]
     present = np.zeros((items.n_items, codes.max() + 1), dtype=bool)
     present[items.inverse_, codes] = True
