@@ -593,14 +593,22 @@ def _fit_searchlight(args, imgs, events, mask):
     from . import fmri, searchlight
 
     feature_cols = _searchlight_features(args, events)
+    crossvalidated = args.distance in ("cv_euclidean", "crossnobis")
+    if crossvalidated and args.items is None:
+        raise CLIError(f"--distance {args.distance} compares each item's trials across runs: "
+                       "pass --items COLUMN (with --model trial; every item needs trials in "
+                       "every run)")
     try:
         betas, table = fmri.trial_images(imgs, events, t_r=args.t_r, mask_img=mask,
                                          model=args.model, feature_cols=feature_cols,
                                          standardize=_standardize(args))
         groups = (table.index.get_level_values("run").to_numpy() if args.group_runs
                   else None)
+        # cross-validated distances: the runs are the independent partitions
+        runs = table.index.get_level_values("run").to_numpy() if crossvalidated else None
         res = searchlight.mlem_searchlight(betas, table, mask, radius=args.radius,
                                            groups=groups, items=args.items,
+                                           distance=args.distance, partitions=runs,
                                            **_analysis_kwargs(args))
         bg_img = mean_img(imgs[0], copy_header=True)
     except (ImageFileError, EOFError, zlib.error) as err:
@@ -804,6 +812,12 @@ def _add_searchlight_parser(sub, kw):
                         "--cv below the number of runs when each condition occurs once "
                         "per run (a fold holding out one run has no pair of the same "
                         "condition)")
+    s.add_argument("--distance", default="euclidean",
+                   choices=["euclidean", "correlation", "cosine", "cv_euclidean",
+                            "crossnobis"],
+                   help="neural distance between beta images (items) within a sphere; "
+                        "cv_euclidean and crossnobis are cross-validated across runs (the "
+                        "partitions) and need --items with --model trial")
     s.add_argument("--items", metavar="COLUMN",
                    help="with --model trial: events column naming the stimulus (item) of "
                         "each trial; the beta images of an item are averaged into one "

@@ -711,3 +711,31 @@ def test_searchlight_standardize_option(monkeypatch, tmp_path, option, z_scored)
     assert np.allclose(sd, 1.0, atol=1e-5) == z_scored
     res = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
     assert (res.settings.get("standardize") == "run") == z_scored
+
+
+@needs_haxby
+def test_searchlight_cross_validated_distances_across_runs(tmp_path, capsys):
+    """--distance cv_euclidean with --items: each category's block betas compared across
+    runs (the partitions); crossnobis needs more than one trial per item and run, and both
+    need --items (refused before any GLM)."""
+    events = []
+    for r in range(1, 5):
+        ev = pd.read_csv(HAXBY / f"BOLD/task001_run{r:03d}/bold_events.tsv", sep="\t")
+        ev["animacy"] = np.where(ev["trial_type"].isin(["face", "cat"]), "animate",
+                                 "inanimate")
+        events.append(tmp_path / f"run{r}_events.tsv")
+        ev.to_csv(events[-1], sep="\t", index=False)
+    argv = _haxby_args(range(1, 5), tmp_path / "out")
+    argv[argv.index("--events") + 1:argv.index("--mask")] = [str(p) for p in events]
+    argv += ["--features", "animacy", "--items", "trial_type", "--radius", "30", "--cv", "2",
+             "--n-permutations", "1"]
+    assert main(argv + ["--distance", "cv_euclidean"]) == 0
+    res = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
+    assert res.settings["distance"] == "cv_euclidean" and res.settings["n_partitions"] == 4
+    assert res.settings["n_items"] == 8 and res.terms == ["animacy"]
+    capsys.readouterr()
+    assert main(argv + ["--distance", "crossnobis", "--overwrite"]) == 2
+    assert "single trial" in capsys.readouterr().err
+    no_items = [a for a in argv if a not in ("--items", "trial_type")]
+    assert main(no_items + ["--distance", "crossnobis", "--out", str(tmp_path / "o2")]) == 2
+    assert "pass --items" in capsys.readouterr().err
