@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ._docs import short_doc
+from .core.options import CROSSVALIDATED_DISTANCES
 
 EXIT_USAGE = 2
 
@@ -387,45 +388,41 @@ def _epochs_features(args, epochs):
     return _default_features(features_from_events(epochs), "event-name", exclude)
 
 
-def _epochs_items(args, epochs):
-    """The --items column, checked against the metadata before any work."""
-    if args.items is None:
+def _metadata_arg(args, epochs, flag, column):
+    """``column`` (the value of ``flag``), checked to be a metadata column before any
+    work; ``None`` stays ``None``."""
+    if column is None:
         return None
     meta = epochs.metadata
-    if meta is None or args.items not in meta.columns:
+    if meta is None or column not in meta.columns:
         have = [] if meta is None else list(meta.columns)
-        raise CLIError(f"--items {args.items!r} is not a metadata column of {args.fname} "
+        raise CLIError(f"{flag} {column!r} is not a metadata column of {args.fname} "
                        f"(columns: {have})")
-    return args.items
+    return column
+
+
+def _epochs_items(args, epochs):
+    """The --items column, checked against the metadata before any work."""
+    return _metadata_arg(args, epochs, "--items", args.items)
 
 
 def _epochs_partitions(args, epochs):
     """The --partitions column (with --distance crossnobis / cv_euclidean and --items)."""
-    if args.partitions is None and args.distance not in ("crossnobis", "cv_euclidean"):
+    crossvalidated = args.distance in CROSSVALIDATED_DISTANCES
+    if args.partitions is None and not crossvalidated:
         return None
     if args.items is None:
         raise CLIError(f"--distance {args.distance} compares the trials of each item: pass "
                        "--items COLUMN (and optionally --partitions COLUMN, e.g. the run)")
-    if args.partitions is None:
-        return None
-    if args.distance not in ("crossnobis", "cv_euclidean"):
+    if args.partitions is not None and not crossvalidated:
         raise CLIError("--partitions is used by --distance crossnobis or cv_euclidean")
-    meta = epochs.metadata
-    if meta is None or args.partitions not in meta.columns:
-        have = [] if meta is None else list(meta.columns)
-        raise CLIError(f"--partitions {args.partitions!r} is not a metadata column of "
-                       f"{args.fname} (columns: {have})")
-    return args.partitions
+    return _metadata_arg(args, epochs, "--partitions", args.partitions)
 
 
 def _epochs_groups(args, epochs):
-    if args.groups is None:
+    if _metadata_arg(args, epochs, "--groups", args.groups) is None:
         return None
     meta = epochs.metadata
-    if meta is None or args.groups not in meta.columns:
-        have = [] if meta is None else list(meta.columns)
-        raise CLIError(f"--groups {args.groups!r} is not a metadata column of {args.fname} "
-                       f"(columns: {have})")
     n_groups = meta[args.groups].nunique()
     if n_groups < args.cv:
         raise CLIError(f"--groups {args.groups} with --cv {args.cv} needs at least {args.cv} "
@@ -593,7 +590,7 @@ def _fit_searchlight(args, imgs, events, mask):
     from . import fmri, searchlight
 
     feature_cols = _searchlight_features(args, events)
-    crossvalidated = args.distance in ("cv_euclidean", "crossnobis")
+    crossvalidated = args.distance in CROSSVALIDATED_DISTANCES
     if crossvalidated and args.items is None:
         raise CLIError(f"--distance {args.distance} compares each item's trials across runs: "
                        "pass --items COLUMN (with --model trial; every item needs trials in "
