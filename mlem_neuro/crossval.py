@@ -29,6 +29,7 @@ import torch
 from joblib import effective_n_jobs
 
 from ._threads import torch_threads, worker_threads
+from .core import fastnull
 from .core.engine import PairSetup, fit_stack
 from .core.features import as_feature_table
 from .core.importance import feature_importance, term_importance, warn_unidentifiable_terms
@@ -252,14 +253,16 @@ def _fit_chunk_threads(threads, *args):
 
 
 def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=None,
-               setup=None):
+               setup=None, plan=None):
     """Train one chunk of models on training pairs; score and permute on held-out pairs.
 
     ``null`` (relabellings ``(n_tests, n_null, n)``) adds every model's null models to the
     stack: their training and held-out targets are gathered from the chunk's RDM of all
     stimuli (:func:`~mlem_neuro.core.nulls.permuted_pairs`), and only the statistic each
-    test needs is computed on them.  ``setup`` (:func:`_fold_setup`), when the fold's
-    chunks share one, skips recomputing it.
+    test needs is computed on them; with a ``plan`` (:class:`_NullPlan`) the null models
+    relabel the features instead and share the observed targets
+    (:func:`~mlem_neuro.core.fastnull.null_statistics`).  ``setup`` (:func:`_fold_setup`),
+    when the fold's chunks share one, skips recomputing it.
     """
     # separate streams: training draws as many batches as its slowest model needs
     train_seq, perm_seq = np.random.SeedSequence(seed).spawn(2)
@@ -267,32 +270,37 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
     dev = check_device(options.device)
     n_permutations = options.n_permutations
     target_train = source.rdm(train, dev)
-    if null is not None:
+    relabel_data = null is not None and plan is None
+    if relabel_data:
         everything = source.rdm(np.arange(source.n_stimuli), dev)
         target_train = _with_nulls(target_train, everything, null, train, source.n_stimuli)
     targets = NeuralTargets.from_rdm(target_train, len(train), dev)
-    del target_train
+    if plan is None:
+        del target_train
     fit = fit_stack(enc_train, targets, options, random_state=np.random.default_rng(train_seq),
                     setup=setup)
     del targets
     W = fit.W
-    if null is not None:
+    if relabel_data:
         W = fit.W.reshape(-1, 1 + null.shape[0] * null.shape[1], *fit.W.shape[1:])
     target_test = source.rdm(test, dev)
     enc_t = enc_test.to_torch(dev, torch.float64)
     i, j = pair_indices(len(test))
     stat = _importance_fn(options, enc_t, enc_test.n_features, i, j)
-    drops, base = stat(W if null is None else W[:, 0], target_test, n_permutations, rng,
+    drops, base = stat(W if not relabel_data else W[:, 0], target_test, n_permutations, rng,
                        None)
     drops = drops.cpu().numpy()
     std = drops.std(axis=-1, ddof=1) if n_permutations > 1 else np.zeros(drops.shape[:-1])
-    out = dict(W=W if null is None else W[:, 0], score=base.cpu().numpy(),
+    out = dict(W=W if not relabel_data else W[:, 0], score=base.cpu().numpy(),
                importance=drops.mean(axis=-1), importance_perm_std=std,
                n_iter=_observed(fit.n_iter, W), converged=_observed(fit.converged, W),
                batch_size=fit.batch_size)
-    if null is not None:
+    if relabel_data:
         out["null"] = _null_statistics(W[:, 1:], everything, null, test, options, stat,
                                        perm_seq, len(test), len(i))
+    elif null is not None:
+        out["null"] = fastnull.null_statistics(plan.universe, null, target_train, target_test,
+                                               train, test, options, perm_seq)
     return out
 
 
@@ -426,17 +434,18 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     _warn_flat(flat)
     # drawn after the folds' seeds: the observed results do not depend on n_null
     null = _draw_nulls(opts, table, rng) if opts.n_null else None
-    rows = 1 if null is None else 1 + null.shape[0] * null.shape[1]
-    layout = [(f, sl, *rest) for f, *rest in layout
-              for sl in _chunk_slices(M, len(rest[2]), opts.chunk_size, opts.n_jobs, rows)]
+    plans = _null_plans(layout, table, opts, null)
+    layout = [(f, sl, *rest, plans[f]) for f, *rest in layout
+              for sl in _chunk_slices(M, len(rest[2]), opts.chunk_size, opts.n_jobs,
+                                      _null_rows(null, plans[f], len(rest[2])))]
     if opts.level == "term":
         warn_unidentifiable_terms(layout[0][2], opts.model_interactions)
     # torch threads per worker: workers x threads <= cores (main process and each worker)
     threads = worker_threads(effective_n_jobs(opts.n_jobs))
     # chunk data are cut lazily, as joblib asks for the next job
     jobs = (delayed(_fit_chunk_threads)(threads, source.subset(sl), et, ete, tr, te, opts,
-                                        sd, null, setup)
-            for _, sl, et, ete, tr, te, sd, setup in _shared_setups(layout, opts))
+                                        sd, null, setup, plan)
+            for _, sl, et, ete, tr, te, sd, plan, setup in _shared_setups(layout, opts))
     logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(layout))
     results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc)
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
@@ -464,10 +473,56 @@ def _shared_setups(layout, opts):
         chunks[f] = chunks.get(f, 0) + 1
     current, setup = None, None
     for row in layout:
-        f, _, et, _, _, _, sd = row
+        f, _, et, _, _, _, sd, plan = row
+        if plan is not None:                 # the fast null plan holds the fold's setup
+            yield (*row, plan.setup)
+            continue
         if chunks[f] > 1 and current != f:
             current, setup = f, _fold_setup(et, opts, sd)
         yield (*row, setup if chunks[f] > 1 else None)
+
+
+@dataclass
+class _NullPlan:
+    """A fold whose null models relabel the features (:mod:`~mlem_neuro.core.fastnull`):
+    its code universe and its training setup."""
+
+    universe: object
+    setup: object
+
+
+def _null_plans(layout, table, opts, null):
+    """Per fold, a :class:`_NullPlan` when its null models can relabel the features (a
+    grouped design trained on full batches, ``level="feature"``, few feature rows), else
+    ``None`` (no nulls, or null models that relabel the data)."""
+    plans = [None] * len(layout)
+    if null is None or opts.level != "feature":
+        return plans
+    for f, enc_train, _, train, _, seed in layout:
+        setup = _fold_setup(enc_train, opts, seed)
+        if (setup.groups is None or setup.levels is not None
+                or setup.b < n_pairs(len(train))):
+            continue
+        space = _fold_space(opts, table, train, f, len(layout))
+        universe = fastnull.code_universe(space.transform(table))
+        if universe is not None:
+            plans[f] = _NullPlan(universe, setup)
+    return plans
+
+
+#: null models per model and fold whose state costs about one row of training pairs in
+#: the relabelled-feature path (they hold a few numbers per distinct row, not an RDM).
+_FAST_NULLS_PER_ROW = 64
+
+
+def _null_rows(null, plan, n_train):
+    """Rows of training-pair size each model of a chunk costs (for the chunk size)."""
+    if null is None:
+        return 1
+    R = null.shape[0] * null.shape[1]
+    if plan is None:
+        return 1 + R
+    return 2 + R // _FAST_NULLS_PER_ROW
 
 
 def _interaction_test(source, table, opts, groups, seed):

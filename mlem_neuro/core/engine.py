@@ -41,8 +41,9 @@ class StackFit:
         Training steps each model ran.
     converged : ndarray of bool (M,)
         Whether the model stopped early (no improvement for ``patience`` steps).
-    history : ndarray (M, n_steps)
-        Training soft Spearman at each step (NaN once a model has stopped).
+    history : ndarray (M, n_steps) | None
+        Training soft Spearman at each step (NaN once a model has stopped); ``None`` from
+        :func:`fit_grouped`, which does not keep it.
     best_score : ndarray (M,)
         Best training soft Spearman (the state kept in ``W``).
     batch_size : int
@@ -315,8 +316,9 @@ class _EarlyStopping:
     smaller than ``tol`` thus move the kept state without postponing the stop.
     """
 
-    def __init__(self, A, patience, tol):
+    def __init__(self, A, patience, tol, history=True):
         M = A.shape[0]
+        self.keep_history = history
         self.patience, self.tol = patience, tol
         self.best = torch.full((M,), -float("inf"), device=A.device, dtype=A.dtype)
         self.ref = self.best.clone()
@@ -336,9 +338,10 @@ class _EarlyStopping:
         self.since[idx] = torch.where(improved, torch.zeros_like(r, dtype=torch.long),
                                       self.since[idx] + 1)
         self.n_iter[idx] += 1
-        row = torch.full_like(self.best, float("nan"))
-        row[idx] = r
-        self.history.append(row)
+        if self.keep_history:
+            row = torch.full_like(self.best, float("nan"))
+            row[idx] = r
+            self.history.append(row)
         return self.since[idx] < self.patience
 
 
@@ -370,16 +373,90 @@ def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.floa
     """
     opts = MLEMOptions() if options is None else options
     fit_kw = opts.fit_kwargs()
-    constraint = fit_kw["constraint"]
     dev = check_device(opts.device)
     rng = check_random_state(random_state)
     data = _StepTargets(enc, targets, fit_kw, rng, dev, dtype, setup)
-    A = init_params(data.M, enc.n_features, constraint, dev, dtype)
-    adam = _MaskedAdamW(A, fit_kw["lr"])
-    stop = _EarlyStopping(A, fit_kw["patience"], fit_kw["tol"])
-    idx = torch.arange(data.M, device=dev)            # models still training
     logger.debug("fit_stack: %d models, %d stimuli, %d features, %d terms, %s", data.M,
                  data.n, enc.n_features, len(data.k), data.describe())
+    return _train(data, enc.n_features, fit_kw, dev, dtype)
+
+
+class GroupedTargets:
+    """Full-batch targets of models that each group the pairs their own way.
+
+    For models trained on the same neural distances but different feature rows (null
+    models with relabelled features, :mod:`mlem_neuro.core.fastnull`): the distinct
+    feature-distance rows ``D_uniq`` are shared, each model has its own pairs per row
+    (``counts``) and its own sums of standardised target ranks per row.  The steps are
+    those of the grouped full batch of :func:`fit_stack` (:func:`tied.grouped_soft_spearman`
+    with a row of counts per model).
+
+    Parameters
+    ----------
+    D_uniq : tensor (U, m)
+        Distinct feature-distance rows.
+    counts : tensor (M, U)
+        Pairs of each model in each row (a row a model lacks gets the negligible count
+        :data:`ABSENT_COUNT`: its prediction then weighs nothing).
+    target_sums : tensor (M, U)
+        Sums of each model's standardised exact target ranks over each row's pairs.
+    fit_kw : dict
+        :meth:`MLEMOptions.fit_kwargs`.
+    """
+
+    #: count given to a row a model lacks (the soft rank needs positive weights).
+    ABSENT_COUNT = 1e-9
+
+    def __init__(self, D_uniq, counts, target_sums, fit_kw):
+        m = D_uniq.shape[1]
+        self.k, self.l = term_index(m, fit_kw["interactions"])
+        self.P_uniq = term_matrix(D_uniq.double(), self.k, self.l)
+        self.c_active = counts.double().clamp_min(self.ABSENT_COUNT)
+        self.t_active = target_sums.double()
+        self.M, self.n = counts.shape[0], None
+        self.b = int(round(float(counts[0].sum()))) if counts.shape[0] else 0
+        self.full = True
+
+    def describe(self):
+        return f"full batches of {self.b} pairs, {self.P_uniq.shape[0]} rows, own groups"
+
+    def next_batch(self, idx):
+        return
+
+    def soft_spearman(self, tw, constraint):
+        q = tw.double() @ self.P_uniq.T
+        return tied.grouped_soft_spearman(predict(q, constraint), self.c_active,
+                                          self.t_active, SOFT_RANK_STRENGTH).to(tw.dtype)
+
+    def drop(self, keep):
+        self.c_active = self.c_active[keep]
+        self.t_active = self.t_active[keep]
+
+
+def fit_grouped(D_uniq, counts, target_sums, options=None, *, dtype=torch.float32):
+    """Fit ``M`` models on grouped full batches, each with its own groups (see
+    :class:`GroupedTargets`); the training of :func:`fit_stack` otherwise.
+
+    Returns
+    -------
+    StackFit
+    """
+    opts = MLEMOptions() if options is None else options
+    fit_kw = opts.fit_kwargs()
+    dev = check_device(opts.device)
+    data = GroupedTargets(D_uniq.to(dev), counts.to(dev), target_sums.to(dev), fit_kw)
+    logger.debug("fit_grouped: %d models, %s", data.M, data.describe())
+    return _train(data, D_uniq.shape[1], fit_kw, dev, dtype, history=False)
+
+
+def _train(data, m, fit_kw, dev, dtype, history=True):
+    """The training loop of :func:`fit_stack` and :func:`fit_grouped` on ``data`` (a
+    :class:`_StepTargets` or :class:`GroupedTargets`) for models of ``m`` features."""
+    constraint = fit_kw["constraint"]
+    A = init_params(data.M, m, constraint, dev, dtype)
+    adam = _MaskedAdamW(A, fit_kw["lr"])
+    stop = _EarlyStopping(A, fit_kw["patience"], fit_kw["tol"], history)
+    idx = torch.arange(data.M, device=dev)            # models still training
     for step in range(fit_kw["max_steps"]):
         data.next_batch(idx)
         A_act = A[idx].requires_grad_(True)
@@ -398,6 +475,7 @@ def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.floa
         W = make_W(stop.best_A, constraint)
     return StackFit(W=W.cpu().double().numpy(), n_iter=stop.n_iter.cpu().numpy(),
                     converged=(stop.since >= fit_kw["patience"]).cpu().numpy(),
-                    history=torch.stack(stop.history, dim=1).cpu().double().numpy(),
+                    history=(torch.stack(stop.history, dim=1).cpu().double().numpy()
+                             if history else None),
                     best_score=stop.best.cpu().double().numpy(), batch_size=int(data.b),
                     full_batch=bool(data.full))

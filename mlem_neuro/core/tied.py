@@ -323,17 +323,19 @@ def grouped_soft_rank(pred, counts, strength):
     repeat of a value gets the value's soft rank).
     """
     c = counts.to(pred.dtype)
-    b = c.sum()
+    b = c.sum() if c.dim() == 1 else c.sum(dim=-1, keepdim=True)
     mean = (pred * c).sum(dim=-1, keepdim=True) / b
     xc = pred - mean
     norm = torch.sqrt((c * xc * xc).sum(dim=-1, keepdim=True)).clamp_min(_EPS)
     theta = xc / norm * (torch.sqrt(b) * b / math.sqrt(12.0) / strength)
     perm = sort_order(theta, descending=True)
     s = theta.gather(1, perm)
-    c_s = c[perm]
+    c_s = c[perm] if c.dim() == 1 else c.gather(1, perm)
     start = torch.cumsum(c_s, dim=-1) - c_s                             # first position
     w_mean = b - start - (c_s - 1.0) / 2.0                               # mean of w = b..1
-    method = _isotonic_method(pred.shape[-1], b, pred.shape[0], pred.device.type)
+    method = _isotonic_method(pred.shape[-1], b.max(), pred.shape[0], pred.device.type)
+    if c.dim() == 2 and method == "expansion":
+        method = "table"                 # the expansion needs integer counts shared by rows
     dual = _WeightedIsotonic.apply(s - w_mean, c_s, s.detach(), method)
     r_sorted = s - dual
     return r_sorted.gather(1, inverse_order(perm))
@@ -384,16 +386,23 @@ class _SoftSpearmanPAV(torch.autograd.Function):
         p = pred.detach().numpy().astype(np.float64, copy=False)
         M, U = p.shape
         c = counts.detach().numpy().astype(np.float64)
-        b = c.sum()
-        xc = p - (p @ c / b)[:, None]
-        sigma = np.sqrt(np.maximum((xc * xc) @ c, _EPS ** 2))
+        if c.ndim == 1:                  # one set of counts for every model
+            b = c.sum()
+            xc = p - (p @ c / b)[:, None]
+            sigma = np.sqrt(np.maximum((xc * xc) @ c, _EPS ** 2))
+        else:                            # counts of each model (rows of c)
+            b = c.sum(-1)
+            xc = p - ((p * c).sum(-1) / b)[:, None]
+            sigma = np.sqrt(np.maximum((xc * xc * c).sum(-1), _EPS ** 2))
         xhat = xc / sigma[:, None]
-        kappa = math.sqrt(b) * b / math.sqrt(12.0) / strength
+        kappa = np.sqrt(b) * b / math.sqrt(12.0) / strength
         flat, s = _descending_order(xhat)                          # θ decreasing
-        s *= kappa
-        cs = np.take(c, flat - (np.arange(M) * U)[:, None])
+        s *= kappa if c.ndim == 1 else kappa[:, None]
+        cs = (np.take(c, flat - (np.arange(M) * U)[:, None]) if c.ndim == 1
+              else np.take(c, flat))
+        bb = b if c.ndim == 1 else b[:, None]
         start = torch.cumsum(torch.from_numpy(cs), dim=-1).numpy() - cs
-        y = s - (b - start - (cs - 1.0) / 2.0)
+        y = s - (bb - start - (cs - 1.0) / 2.0)
         v, blocks = _pav_rows(y, cs)
         rs = s - v                                                 # sorted soft ranks
         t = np.take(target_sums.detach().numpy().astype(np.float64, copy=False), flat)
@@ -408,7 +417,7 @@ class _SoftSpearmanPAV(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         flat, c, cs, blocks, xhat, sigma, kappa, z, t, n_r, rho = ctx.save
-        b = c.sum()
+        b = c.sum() if c.ndim == 1 else c.sum(-1)
         g = grad.detach().numpy().astype(np.float64)[:, None]
         # d rho / d r (sorted order)
         g_r = g * (t - cs * (t.sum(-1) / b)[:, None] - cs * z * rho[:, None]) / n_r[:, None]
@@ -420,7 +429,7 @@ class _SoftSpearmanPAV(torch.autograd.Function):
         g_s = g_r - cs * np.repeat(block_g / block_c, lengths).reshape(g_r.shape)
         g_theta = np.empty_like(g_s)
         np.put(g_theta, flat, g_s)                                 # back to group order
-        gx = g_theta * kappa
+        gx = g_theta * (kappa if c.ndim == 1 else kappa[:, None])
         g_p = (gx - c * (gx.sum(-1) / b)[:, None]
                - c * xhat * (gx * xhat).sum(-1)[:, None]) / sigma[:, None]
         return torch.from_numpy(g_p).to(ctx.dtype), None, None, None
@@ -433,8 +442,10 @@ def grouped_soft_spearman(pred, counts, target_sums, strength):
     ----------
     pred : tensor (M, U)
         Prediction of each distinct term row (requires grad).
-    counts : tensor (U,)
-        Pairs of the batch in each group (all > 0).
+    counts : tensor (U,) | tensor (M, U)
+        Pairs of the batch in each group (all > 0), shared by the models or each model's
+        own (every row summing to about the same number of pairs; a group a model lacks
+        may hold a negligible positive count, e.g. ``1e-9``).
     target_sums : tensor (M, U)
         Sum, over each group's pairs, of the standardised exact target ranks.
     """
@@ -442,7 +453,7 @@ def grouped_soft_spearman(pred, counts, target_sums, strength):
         return _SoftSpearmanPAV.apply(pred, counts, target_sums, strength)
     r = grouped_soft_rank(pred, counts, strength)
     c = counts.to(r.dtype)
-    b = c.sum()
+    b = c.sum() if c.dim() == 1 else c.sum(dim=-1, keepdim=True)
     rc = r - (r * c).sum(dim=-1, keepdim=True) / b
     norm = torch.sqrt((c * rc * rc).sum(dim=-1, keepdim=True)).clamp_min(_EPS)
     return (rc / norm * target_sums).sum(dim=-1)

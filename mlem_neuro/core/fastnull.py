@@ -1,0 +1,215 @@
+"""Null models of categorical designs that share the observed data's ranks.
+
+A relabelling of the stimuli can be applied to either side of a dataset: the neural data
+(:mod:`mlem_neuro.core.nulls`: stimulus ``a`` takes the data of ``π(a)``) or the feature
+rows (stimulus ``s`` keeps its data and takes the features of ``σ(s)``).  Under the null
+hypothesis both give datasets distributed like the observed one, so both make exact
+permutation tests (the identity is one of the relabellings either way).  Relabelling the
+features keeps every neural distance where it is: the training and held-out target ranks
+of each model, computed once for the observed model, serve all its null models, and with
+categorical features a null model is fully described by how its pairs fall into the few
+distinct feature-distance rows.  Per null model and fold that is:
+
+* training: the pairs per row and the sums of the standardised target ranks per row (one
+  product of the ranks with a one-hot matrix of the rows, for all null models of all
+  models at once), then grouped full-batch training (:func:`~mlem_neuro.core.engine.
+  fit_grouped`) exactly as the observed model trains (same steps, same stopping rule);
+* held out: the exact Spearman of the grouped predictions (:func:`~mlem_neuro.core.tied.
+  grouped_spearman`), and for a feature's test its importance with the same importance
+  permutations of the held-out stimuli as the observed importance (the feature's values
+  taken from another held-out stimulus are one more feature row, among the rows of
+  :class:`CodeUniverse`).
+
+No null model ranks its targets again, gathers an RDM or expands pairs per step.  The
+folds stay with the neural data (with ``groups``, the runs stay in their folds).  Used
+by :func:`mlem_neuro.crossval.run_cv` when every fold's design is grouped and trained on
+full batches and ``level="feature"`` (else the null models relabel the data).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .engine import fit_grouped
+from .importance import _fold
+from .metric import term_index, term_weights
+from .pairs import n_pairs, pair_indices
+from .spearman import rankdata, standardize
+from .tied import MAX_GROUPS, grouped_spearman
+
+#: most distinct feature rows of the stimuli for which a universe is built.
+MAX_STIMULUS_CODES = 256
+#: most feature rows in the universe (stimuli's rows and the rows importance creates).
+MAX_CODES = 2048
+#: elements of one block of the one-hot matrix of pair rows.
+ONE_HOT_ELEMENTS = 2**23
+
+
+class CodeUniverse:
+    """The feature rows the null models can meet, as codes, and their distance rows
+    (built by :func:`code_universe`).
+
+    Attributes
+    ----------
+    codes : ndarray of int (n,)
+        Code of each stimulus's feature row (``S`` distinct codes).
+    swap : ndarray of int (m, S, S)
+        ``swap[f, a, b]``: the universe row (of ``E``) of a stimulus of code ``a`` whose
+        feature ``f`` (values and missing flag) is taken from a stimulus of code ``b``
+        (what feature ``f``'s permutation importance evaluates).
+    table : tensor of int (E, E)
+        Distance row of two universe rows.
+    pair_row : tensor of int (S, S)
+        Distance row of two stimuli of codes ``a`` and ``b``.
+    D_uniq : tensor (U, m)
+        The distinct feature-distance rows (float64).
+    """
+
+    def __init__(self, codes, base_to_ext, swap, table, D_uniq):
+        self.codes, self.swap, self.table, self.D_uniq = codes, swap, table, D_uniq
+        ext = torch.as_tensor(base_to_ext)
+        self.pair_row = table[ext][:, ext]
+
+    @property
+    def n_features(self):
+        return self.D_uniq.shape[1]
+
+    @property
+    def n_rows(self):
+        return self.D_uniq.shape[0]
+
+
+def code_universe(enc):
+    """:class:`CodeUniverse` of ``enc`` (a fold's encoding of every stimulus), or ``None``
+    when its rows are too many (:data:`MAX_STIMULUS_CODES`, :data:`MAX_CODES`,
+    :data:`~mlem_neuro.core.tied.MAX_GROUPS`)."""
+    from .features import EncodedFeatures
+
+    dims = enc.values.shape[1]
+    rows = np.column_stack([enc.values, enc.missing.astype(np.float64)])
+    base_rows, codes = np.unique(rows, axis=0, return_inverse=True)
+    S = base_rows.shape[0]
+    if S > MAX_STIMULUS_CODES:
+        return None
+    blocks = [base_rows]
+    for f, sl in enumerate(enc.slices):
+        cols = list(range(sl.start, sl.stop)) + [dims + f]
+        r = np.repeat(base_rows[:, None, :], S, axis=1)
+        r[:, :, cols] = base_rows[None, :, cols]
+        blocks.append(r.reshape(S * S, -1))
+    ext, inv = np.unique(np.concatenate(blocks), axis=0, return_inverse=True)
+    inv = inv.ravel()
+    E = ext.shape[0]
+    if E > MAX_CODES:
+        return None
+    ext_enc = EncodedFeatures(values=ext[:, :dims], missing=ext[:, dims:] > 0.5,
+                              slices=enc.slices, indicator=enc.indicator,
+                              missing_distance=enc.missing_distance, names=enc.names)
+    a, b = np.triu_indices(E)
+    D = ext_enc.to_torch("cpu", torch.float64).pair_distances(torch.as_tensor(a),
+                                                               torch.as_tensor(b))
+    D_uniq, row = torch.unique(D.double(), dim=0, return_inverse=True)
+    if D_uniq.shape[0] > MAX_GROUPS:
+        return None
+    table = torch.empty(E, E, dtype=torch.long)
+    table[a, b] = row
+    table[b, a] = row
+    return CodeUniverse(codes.ravel(), inv[:S], inv[S:].reshape(enc.n_features, S, S),
+                        table, D_uniq)
+
+
+def group_sums(tz, g, U):
+    """Sums ``(M, R, U)`` of ``tz (M, P)`` over the rows ``g (R, P)`` of the pairs in each
+    of ``R`` groupings, and the pairs per row ``(R, U)``.
+
+    One product of ``tz`` with a one-hot matrix of the rows (in blocks of groupings): a
+    pass over the pairs per grouping, shared by the ``M`` models.
+    """
+    M, P = tz.shape
+    R = g.shape[0]
+    tz = tz.to(torch.float64)
+    counts = torch.zeros(R, U, dtype=torch.float64).scatter_add_(
+        1, g, torch.ones(g.shape, dtype=torch.float64))
+    out = torch.empty(M, R, U, dtype=torch.float64)
+    block = max(1, ONE_HOT_ELEMENTS // max(P * U, 1))
+    for r0 in range(0, R, block):
+        gb = g[r0:r0 + block]
+        nb = gb.shape[0]
+        cols = gb + (torch.arange(nb) * U)[:, None]
+        onehot = torch.zeros(P, nb * U, dtype=torch.float64)
+        onehot.scatter_(1, cols.T.contiguous(), 1.0)
+        out[:, r0:r0 + nb] = (tz @ onehot).view(M, nb, U)
+    return out, counts
+
+
+def _importance_perms(perm_seq, K, f, n):
+    """The ``K`` permutations of the ``n`` held-out stimuli that feature ``f``'s observed
+    importance used (the observed stream replayed up to ``f``)."""
+    rng = np.random.default_rng(perm_seq)
+    for _ in range(f * K):
+        rng.permutation(n)
+    return np.stack([rng.permutation(n) for _ in range(K)])
+
+
+def null_statistics(universe, perms, target_train, target_test, train, test, options,
+                    perm_seq):
+    """Statistics ``(M, n_tests, n_null)`` of the null models of ``M`` models.
+
+    Parameters
+    ----------
+    universe : CodeUniverse
+    perms : ndarray of int (n_tests, n_null, n)
+        Relabellings: under ``perms[t, r]`` stimulus ``s`` takes the features of stimulus
+        ``perms[t, r, s]`` (test ``0``: the score; test ``1 + f``: feature ``f``).
+    target_train, target_test : tensor (M, P)
+        The models' neural distances of the training and held-out pairs.
+    train, test : ndarray of int
+        The fold's stimuli.
+    options : MLEMOptions
+    perm_seq : numpy SeedSequence
+        The fold's importance stream (see :func:`_importance_perms`).
+    """
+    n_tests, n_null, n = perms.shape
+    M = target_train.shape[0]
+    m = universe.n_features
+    U = universe.n_rows
+    R = n_tests * n_null
+    codes = universe.codes[perms.reshape(R, n)]                   # (R, n)
+    # training: every null model of every model, one grouped full-batch stack
+    i, j = (torch.as_tensor(x) for x in pair_indices(len(train)))
+    ct = torch.as_tensor(codes[:, train])
+    g = universe.pair_row[ct[:, i], ct[:, j]]
+    tz = standardize(rankdata(target_train.double().cpu()))
+    sums, counts = group_sums(tz, g, U)
+    del g, tz
+    fit = fit_grouped(universe.D_uniq, counts[None].expand(M, R, U).reshape(M * R, U),
+                      sums.reshape(M * R, U), options)
+    del sums
+    W = torch.as_tensor(fit.W, dtype=torch.float64)
+    kk, ll = term_index(m, True)
+    q = _fold(term_weights(W, kk, ll), universe.D_uniq, terms=(kk, ll)).reshape(M, R, U)
+    # held out
+    n_te = len(test)
+    P_te = n_pairs(n_te)
+    it, jt = (torch.as_tensor(x) for x in pair_indices(n_te))
+    tzt = standardize(rankdata(target_test.double().cpu()))
+    ce = codes[:, test].reshape(n_tests, n_null, n_te)
+    K = options.n_permutations
+    out = np.empty((M, n_tests, n_null))
+    for t in range(n_tests):
+        c0 = torch.as_tensor(ce[t])
+        s0, n0 = group_sums(tzt, universe.pair_row[c0[:, it], c0[:, jt]], U)
+        q_t = q[:, t * n_null:(t + 1) * n_null]
+        base = grouped_spearman(q_t, n0[None], s0, P_te)          # (M, n_null)
+        if t == 0:
+            out[:, 0] = base.numpy()
+            continue
+        f = t - 1
+        p = torch.as_tensor(_importance_perms(perm_seq, K, f, n_te))
+        swapped = torch.as_tensor(universe.swap[f])[c0[:, None, :], c0[:, p]]  # (R', K, n)
+        gk = universe.table[swapped[..., it], swapped[..., jt]].reshape(n_null * K, P_te)
+        sk, nk = group_sums(tzt, gk, U)
+        score = grouped_spearman(q_t[:, :, None, :].expand(M, n_null, K, U).reshape(
+            M, n_null * K, U), nk[None], sk, P_te).reshape(M, n_null, K)
+        out[:, t] = (base[..., None] - score).mean(dim=-1).numpy()
+    return out
