@@ -222,6 +222,10 @@ def null_statistics(universe, perms, target_train, target_test, train, test, opt
 
 #: bytes of all-pairs distances (float64) of one block of the interaction test's models.
 INTERACTION_BLOCK_BYTES = 256 * 2**20
+#: (models x distance rows) elements of one training stack of the interaction test: every
+#: fold's models train together, so the steps' fixed cost is paid once per stack (with
+#: a stack per fold and block it was most of the test's time).
+STACK_ELEMENTS = 2**23
 
 
 def _lin(stimuli, n):
@@ -250,8 +254,9 @@ def interaction_scores(source, table, options, folds, constraints):
     the same null datasets twice (with and without interactions): here each dataset's RDM
     of all stimuli is computed once, each fold's target ranks and their sums per distance
     row once, and both fits train on those sums (:func:`~mlem_neuro.core.engine.
-    fit_grouped`); the held-out score is the exact grouped Spearman.  The numbers are
-    those of ``run_cv`` with full batches, up to rounding.
+    fit_grouped`), the models of every fold in one stack; the held-out score is the
+    exact grouped Spearman.  The numbers are those of ``run_cv`` with full batches, up to
+    rounding.
     """
     from .engine import FULL_BATCH_PAIRS
 
@@ -268,32 +273,43 @@ def interaction_scores(source, table, options, folds, constraints):
             return None
         plans.append((universe, _fold_groups(universe, train, n),
                       _fold_groups(universe, test, n)))
-    m = plans[0][0].n_features
-    kk, ll = term_index(m, True)
-    N = source.n_models
-    block = max(1, INTERACTION_BLOCK_BYTES // (8 * n_pairs(n)))
+    # one set of distance rows for all folds (their encodings may differ)
+    D_all, glob = torch.unique(torch.cat([u.D_uniq for u, *_ in plans]), dim=0,
+                               return_inverse=True)
+    U, F, N = D_all.shape[0], len(plans), source.n_models
+    offsets = np.cumsum([0] + [u.n_rows for u, *_ in plans])
+    groups = [(glob[offsets[f] + g_tr], lin_tr, glob[offsets[f] + g_te], lin_te)
+              for f, (_, (g_tr, lin_tr), (g_te, lin_te)) in enumerate(plans)]
+    counts_tr = torch.stack([torch.bincount(g[0], minlength=U) for g in groups]).double()
+    counts_te = torch.stack([torch.bincount(g[2], minlength=U) for g in groups]).double()
+    n_te = torch.as_tensor([float(len(g[3])) for g in groups], dtype=torch.float64)
+    present = counts_tr.sum(dim=0) > 0                 # rows some fold trains on
+    kk, ll = term_index(D_all.shape[1], True)
+    rdm_rows = max(1, INTERACTION_BLOCK_BYTES // (8 * n_pairs(n)))
+    outer = max(1, STACK_ELEMENTS // (F * U))
     out = np.zeros((len(constraints), N))
-    for lo in range(0, N, block):
-        rows = np.arange(lo, min(lo + block, N))
-        D = source.subset(rows).rdm(np.arange(n)).double().cpu()
-        for universe, (g_tr, lin_tr), (g_te, lin_te) in plans:
-            U = universe.n_rows
-            tz = standardize(rankdata(D[:, lin_tr]))
-            counts = torch.bincount(g_tr, minlength=U).double()
-            present = counts > 0                      # train on the rows the pairs have
-            sums = torch.zeros(len(rows), U, dtype=torch.float64).index_add_(
-                1, g_tr, tz)[:, present]
-            counts = counts[present]
-            tzt = standardize(rankdata(D[:, lin_te]))
-            sums_te = torch.zeros(len(rows), U, dtype=torch.float64).index_add_(1, g_te, tzt)
-            counts_te = torch.bincount(g_te, minlength=U).double()
-            for c, constraint in enumerate(constraints):
-                opts = dataclasses.replace(options, constraint=constraint,
-                                           interactions=constraint != "diagonal")
-                fit = fit_grouped(universe.D_uniq[present],
-                                  counts[None].expand(len(rows), -1), sums, opts)
-                W = torch.as_tensor(fit.W, dtype=torch.float64)
-                q = _fold(term_weights(W, kk, ll), universe.D_uniq, terms=(kk, ll))
-                out[c, rows] += grouped_spearman(q, counts_te, sums_te,
-                                                 len(lin_te)).numpy() / len(folds)
+    for lo in range(0, N, outer):
+        rows = np.arange(lo, min(lo + outer, N))
+        # every (fold, model) is one model of the stacks below
+        sums_tr = torch.zeros(F, len(rows), U, dtype=torch.float64)
+        sums_te = torch.zeros(F, len(rows), U, dtype=torch.float64)
+        for s0 in range(0, len(rows), rdm_rows):
+            sub = rows[s0:s0 + rdm_rows]
+            D = source.subset(sub).rdm(np.arange(n)).double().cpu()
+            at = slice(s0, s0 + len(sub))
+            for f, (g_tr, lin_tr, g_te, lin_te) in enumerate(groups):
+                sums_tr[f, at].index_add_(1, g_tr, standardize(rankdata(D[:, lin_tr])))
+                sums_te[f, at].index_add_(1, g_te, standardize(rankdata(D[:, lin_te])))
+            del D
+        fold = torch.arange(F).repeat_interleave(len(rows))
+        for c, constraint in enumerate(constraints):
+            opts = dataclasses.replace(options, constraint=constraint,
+                                       interactions=constraint != "diagonal")
+            fit = fit_grouped(D_all[present], counts_tr[fold][:, present],
+                              sums_tr.reshape(F * len(rows), U)[:, present], opts)
+            W = torch.as_tensor(fit.W, dtype=torch.float64)
+            q = _fold(term_weights(W, kk, ll), D_all, terms=(kk, ll))
+            score = grouped_spearman(q, counts_te[fold], sums_te.reshape(F * len(rows), U),
+                                     n_te[fold, None])
+            out[c, rows] = score.reshape(F, len(rows)).mean(dim=0).numpy()
     return out

@@ -50,22 +50,40 @@ def inverse_order(order):
 
 
 def rankdata(x):
-    """Average ranks (1-based, ties share their mean rank) along the last axis."""
+    """Average ranks (1-based, ties share their mean rank) along the last axis.
+
+    Rows without ties (continuous distances) take their ranks from the sort alone (one
+    scatter of the positions); only rows with ties go through the averaging passes, which
+    cost several times the sort (measured on 2,100 rows of 12,720 distances, one
+    thread: 0.56 s against 2.0-5.5 s).  The ranks are the same either way (exact).
+    """
     shape = x.shape
     n = shape[-1]
     flat = x.reshape(-1, n)
     order = sort_order(flat)
     s = flat.gather(-1, order)
+    tied = (s[:, 1:] == s[:, :-1]).any(dim=-1)
+    pos = torch.arange(1, n + 1, device=x.device, dtype=torch.float64).expand(flat.shape)
+    ranks = torch.empty(flat.shape, dtype=torch.float64, device=x.device).scatter_(
+        1, order, pos)
+    if bool(tied.any()):
+        rows = tied.nonzero()[:, 0]
+        ranks[rows] = _tie_ranks(s[rows], order[rows])
+    return ranks.reshape(shape)
+
+
+def _tie_ranks(s, order):
+    """Average ranks of rows sorted into ``s`` by ``order`` (rows with ties)."""
+    n = s.shape[-1]
     new = torch.ones_like(s, dtype=torch.bool)
     new[:, 1:] = s[:, 1:] != s[:, :-1]
     gid = torch.cumsum(new, dim=-1) - 1
     # float64 on every device: in float32 the position sums of large tie groups are not exact
-    pos = torch.arange(1, n + 1, device=x.device, dtype=torch.float64).expand_as(s)
+    pos = torch.arange(1, n + 1, device=s.device, dtype=torch.float64).expand_as(s)
     sums = torch.zeros_like(pos).scatter_add_(1, gid, pos)
     counts = torch.zeros_like(pos).scatter_add_(1, gid, torch.ones_like(pos))
     avg = sums / counts.clamp_min(1)
-    ranks = torch.empty_like(pos).scatter_(1, order, avg.gather(1, gid))
-    return ranks.reshape(shape)
+    return torch.empty_like(pos).scatter_(1, order, avg.gather(1, gid))
 
 
 def standardize(x):

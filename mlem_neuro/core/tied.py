@@ -470,8 +470,8 @@ def grouped_spearman(values, counts, target_sums, n):
         Elements in each group (broadcastable to ``values``; zero allowed).
     target_sums : tensor (..., G)
         Sum of the standardised exact target ranks over each group's elements.
-    n : int
-        Total number of elements (``counts.sum(-1)``).
+    n : int | tensor (..., 1)
+        Total number of elements (``counts.sum(-1)``), one for all rows or one per row.
     """
     counts = counts.to(torch.float64).expand_as(values)
     order = sort_order(values)
