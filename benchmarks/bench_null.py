@@ -4,9 +4,10 @@ A time-resolved analysis of 200 trials x 64 channels x 100 time points
 (:func:`mlem_neuro.simulation.simulate_epochs`, three binary features A, B, C with A and B
 encoded in windows), level="feature", cv=5, the default training options: ``n_null=0``,
 then each ``--n-null`` value.  The null models are trained like the observed ones, so the
-training grows linearly with the ``1 + n_null * n_tests`` models per time point (801 at
-n_null=200: hours on a 2-core machine, hence small defaults and a linear extrapolation in
-the performance page).  All runs are in this process, one after the other (serially), with
+training grows linearly with the ``1 + n_null * n_tests`` models per time point (1,001 at
+n_null=200 with the interaction test's two fits; with categorical features they share
+the observed ranks, ``core/fastnull.py``: n_null=200 took 3.5 minutes of CPU on this
+design).  All runs are in this process, one after the other (serially), with
 the same seed; the script prints the wall and CPU (process) times (with one torch thread
 the CPU time does not depend on what else the machine runs), their ratios to n_null=0,
 and with ``--profile`` where the time goes.

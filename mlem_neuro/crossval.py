@@ -510,19 +510,21 @@ def _null_plans(layout, table, opts, null):
     return plans
 
 
-#: null models per model and fold whose state costs about one row of training pairs in
-#: the relabelled-feature path (they hold a few numbers per distinct row, not an RDM).
-_FAST_NULLS_PER_ROW = 64
+#: float64 arrays of (null models x distance rows) that training the relabelled-feature
+#: null models holds at once (counts, rank sums, the soft rank's work arrays).
+_FAST_NULL_ARRAYS = 32
 
 
 def _null_rows(null, plan, n_train):
-    """Rows of training-pair size each model of a chunk costs (for the chunk size)."""
+    """Rows of training-pair size each model of a chunk costs (for the chunk size): the
+    observed targets and ranks, plus its null models (their RDMs when they relabel the
+    data, else a few arrays per distance row and null model)."""
     if null is None:
         return 1
     R = null.shape[0] * null.shape[1]
     if plan is None:
         return 1 + R
-    return 2 + R // _FAST_NULLS_PER_ROW
+    return 4 + -(-R * plan.universe.n_rows * _FAST_NULL_ARRAYS // max(n_pairs(n_train), 1))
 
 
 def _interaction_test(source, table, opts, groups, seed):

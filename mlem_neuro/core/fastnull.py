@@ -34,6 +34,7 @@ import torch
 
 from .engine import fit_grouped
 from .importance import _fold
+from .memory import memory_budget
 from .metric import term_index, term_weights
 from .pairs import n_pairs, pair_indices
 from .spearman import rankdata, standardize
@@ -222,10 +223,11 @@ def null_statistics(universe, perms, target_train, target_test, train, test, opt
 
 #: bytes of all-pairs distances (float64) of one block of the interaction test's models.
 INTERACTION_BLOCK_BYTES = 256 * 2**20
-#: (models x distance rows) elements of one training stack of the interaction test: every
-#: fold's models train together, so the steps' fixed cost is paid once per stack (with
-#: a stack per fold and block it was most of the test's time).
-STACK_ELEMENTS = 2**23
+#: float64 arrays of (models x distance rows) that a training stack holds at once; one
+#: stack of the interaction test takes up to a quarter of the memory budget with them.
+#: Every fold's models train together, so the steps' fixed cost is paid once per stack
+#: (with a stack per fold and block of models it was most of the test's time).
+STACK_ARRAYS = 32
 
 
 def _lin(stimuli, n):
@@ -286,7 +288,7 @@ def interaction_scores(source, table, options, folds, constraints):
     present = counts_tr.sum(dim=0) > 0                 # rows some fold trains on
     kk, ll = term_index(D_all.shape[1], True)
     rdm_rows = max(1, INTERACTION_BLOCK_BYTES // (8 * n_pairs(n)))
-    outer = max(1, STACK_ELEMENTS // (F * U))
+    outer = max(1, memory_budget() // (4 * 8 * STACK_ARRAYS) // (F * U))
     out = np.zeros((len(constraints), N))
     for lo in range(0, N, outer):
         rows = np.arange(lo, min(lo + outer, N))
