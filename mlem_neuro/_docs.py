@@ -299,8 +299,12 @@ n_null : int
     against the maximum over models of each null (family-wise error over models).  The
     score's null relabels all stimuli; a feature's null relabels stimuli only among those
     with the same values of every other feature (numeric ones in quantile bins), so it
-    holds when other features are encoded.  The cost grows with ``n_null`` times the
-    number of tests; the smallest p-value is ``1 / (1 + n_null)``.
+    holds when other features are encoded.  With categorical features (``level="feature"``)
+    the null models relabel the feature rows instead of the data and reuse the observed
+    ranks, which makes them several times cheaper (same tests, exact either way; see the
+    method page).  The cost grows with ``n_null`` times the number of tests (measured:
+    200 nulls about 74x the analysis without tests on 200 trials x 100 time points); the
+    smallest p-value is ``1 / (1 + n_null)``.
 """
 
 docdict["n_permutations"] = """

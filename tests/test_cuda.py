@@ -253,6 +253,41 @@ def test_mlem_array():
                    cpu.fold_importance) < 1e-3
 
 
+@needs_cuda
+def test_null_models_relabelling_features():
+    """The relabelled-feature null models (per-model counts, the interval table on the
+    GPU) and the interaction test's shared-rank fits give the CPU's statistics."""
+    from mlem_neuro.core.sources import DenseRDMSource
+    from mlem_neuro.crossval import run_cv
+    X, y = _epochs()
+    source = DenseRDMSource(np.ascontiguousarray(X.transpose(2, 0, 1)))
+    out = {}
+    for dev in ("cpu", "cuda"):
+        opts = MLEMOptions(cv=3, max_steps=40, patience=10_000, tol=0.0, n_permutations=2,
+                           n_null=3, random_state=0, device=dev)   # equal step counts
+        res = run_cv(source, y, opts)
+        out[dev] = (res.fold_null, res.tests["interactions"][1])
+    assert _report("null statistics", out["cuda"][0], out["cpu"][0]) < 1e-3
+    assert _report("interaction nulls", out["cuda"][1], out["cpu"][1]) < 1e-3
+
+
+@needs_cuda
+def test_grouped_soft_spearman_with_per_model_counts():
+    g = torch.Generator().manual_seed(5)
+    M, U = 6, 20
+    counts = torch.randint(1, 90, (M, U), generator=g).double()
+    pred = torch.randn(M, U, dtype=torch.float64, generator=g)
+    sums = torch.randn(M, U, dtype=torch.float64, generator=g)
+    out = {}
+    for dev in ("cpu", "cuda"):
+        p = pred.clone().to(dev).requires_grad_(True)
+        rho = tied.grouped_soft_spearman(p, counts.to(dev), sums.to(dev), 1.0)
+        rho.sum().backward()
+        out[dev] = (_cpu(rho), _cpu(p.grad))
+    assert _report("per-model counts rho", out["cuda"][0], out["cpu"][0]) < 1e-9
+    assert _report("per-model counts grad", out["cuda"][1], out["cpu"][1]) < 1e-9
+
+
 def _images(n=24, shape=(6, 6, 6), seed=0):
     rng = np.random.default_rng(seed)
     a = np.tile([0, 1], n // 2)
