@@ -31,9 +31,10 @@ batch_size : "auto" | "full" | int
     of identical term rows (categorical features: a step then costs the same for any
     number of pairs) and number at most 2**18, otherwise it runs the batch-size selection
     of the MLEM paper (correlation stability of feature distances across 64 batches);
-    numeric features trained on a grid (see ``numeric_levels``) take mini-batches of the
-    selected size, as exact training does, drawn as unions of 32 fixed random blocks of
-    pairs.  ``"full"`` always uses every pair.
+    numeric features trained on a grid (see ``numeric_levels``), up to 2**18 pairs, take
+    mini-batches as exact training does, drawn as unions of 32 fixed random blocks of
+    pairs (as many blocks as the selection's rule keeps).  ``"full"`` always uses every
+    pair.
 """
 
 # --------------------------------------------------------------------------------- C

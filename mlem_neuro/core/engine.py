@@ -176,8 +176,11 @@ class PairSetup:
                 enc.to_torch(dev, dtype), self.n, self.k, self.l, fit_kw["numeric_levels"])
         self.groups = groups
         self.blocks = None
-        if self.levels is not None and fit_kw["batch_size"] == "auto":
-            # grid training takes mini-batches as exact training does (unions of blocks)
+        if (self.levels is not None and fit_kw["batch_size"] == "auto"
+                and n_pairs(self.n) <= FULL_BATCH_PAIRS):
+            # grid training takes mini-batches as exact training does, unions of blocks of
+            # pairs (whose tables cost what the full batch's ranks did); above the cap, as
+            # any design, the paper's selection on pairs
             self.blocks = quantise.GridBlocks(groups[1], groups[0].shape[0], rng)
             self.b = self.blocks.select(groups[0], rng)
         else:
@@ -243,7 +246,8 @@ class _StepTargets:
             self.t_active = tz.to(self.dtype)     # rows follow the models still training
 
     def describe(self):
-        return (f"{'full' if self.full else 'mini'} batches of {self.b} pairs, "
+        return (f"{'full' if self.full else 'mini'} batches of {self.b} pairs"
+                + (" (unions of blocks), " if self.blocks is not None else ", ")
                 + (f"{self.n_groups} distinct term rows" if self.grouped else "expanded")
                 + (f" (numeric distances on {self.levels} levels)" if self.levels else ""))
 
