@@ -265,3 +265,16 @@ def test_grid_training_takes_block_minibatches_by_default():
     assert steps(y, batch_size=5000).blocks is None
     cat = steps(yc)
     assert cat.full and cat.blocks is None and cat.levels is None
+
+
+def test_grid_block_selection_spread_equals_the_paper_rule_per_batch():
+    from mlem_neuro.core import batch_size
+
+    rng = np.random.default_rng(5)
+    rows = torch.as_tensor(rng.uniform(0, 1, (300, 6)) + 3.0)
+    counts = torch.as_tensor(rng.integers(0, 50, (300, 64)), dtype=torch.float64)
+    ref = torch.stack([batch_size._grouped_correlation(rows, counts[:, d]) for d in range(64)])
+    iu = torch.triu_indices(6, 6, offset=1)
+    assert quantise.GridBlocks._spread(rows, counts) == pytest.approx(
+        float(ref[:, iu[0], iu[1]].std(dim=0).max()), rel=1e-9)
+    assert quantise.GridBlocks._spread(rows[:, :1], counts) == 0.0

@@ -45,15 +45,17 @@ def _distinct(col):
     return int(torch.unique(col).numel())
 
 
-def choose_levels(D, numeric_levels):
+def choose_levels(D, numeric_levels, counts=None):
     """Grid levels for the feature distances ``D (n_pairs, m)``, or ``None`` (exact).
 
     ``numeric_levels`` is ``None`` (exact), an int (used as given) or ``"auto"``.  Columns
     with at most :data:`MIN_LEVELS` distinct values count as categorical (kept as they are).
+    ``counts``: the distinct values of each column, when already counted.
     """
     if numeric_levels is None:
         return None
-    counts = [_distinct(D[:, k]) for k in range(D.shape[1])]
+    if counts is None:
+        counts = [_distinct(D[:, k]) for k in range(D.shape[1])]
     if numeric_levels != "auto":
         return int(numeric_levels) if max(counts) > numeric_levels else None
     numeric = [c for c in counts if c > MIN_LEVELS]
@@ -82,28 +84,33 @@ def quantise_distances(D, levels):
     return out
 
 
-def cell_index(D, levels):
+def cell_index(D, levels, counts=None):
     """Grid cell of each pair: ``(n_cells, cell_of_pair)``, cells in lexicographic order.
 
     The cells are the distinct rows of :func:`quantise_distances` ``(D, levels)``, found
-    from integer level indices (a 1-D sort per column) rather than a sort of the rows:
-    numeric columns contribute their level ``round(d / step)``, the others the index of
-    their value among the column's distinct values.  Both are increasing in the value, so
-    the cells come in the order ``torch.unique(..., dim=0)`` gives the quantised rows (and
-    their term rows: ``d²`` is increasing for ``d >= 0``).
+    from integer level indices rather than a sort of the rows: numeric columns contribute
+    their level ``round(d / step)``, the others the index of their value among the
+    column's distinct values; the mixed-radix code of a pair is then renumbered by one
+    1-D sort.  Both indices are increasing in the value, so the cells come in the order
+    ``torch.unique(..., dim=0)`` gives the quantised rows (and their term rows: ``d²`` is
+    increasing for ``d >= 0``).  ``counts`` as in :func:`choose_levels`.
     """
+    if counts is None:
+        counts = [_distinct(D[:, k]) for k in range(D.shape[1])]
     code = torch.zeros(D.shape[0], dtype=torch.long, device=D.device)
+    span = 1                                                   # codes lie in [0, span)
     for k in range(D.shape[1]):
         col = D[:, k]
         top = float(col.max())
-        uniq, idx = torch.unique(col, return_inverse=True)
-        if top > 0 and uniq.numel() > levels:
-            step = top / (levels - 1)
-            idx, radix = torch.round(col / step).long(), levels
+        if top > 0 and counts[k] > levels:
+            idx, radix = torch.round(col / (top / (levels - 1))).long(), levels
         else:
-            radix = uniq.numel()
-        # renumber after each column: codes stay below the number of pairs times a radix
-        _, code = torch.unique(code * radix + idx, return_inverse=True)
+            idx, radix = torch.unique(col, return_inverse=True)[1], counts[k]
+        if span * radix >= 2**62:                              # renumber: span <= pairs
+            _, code = torch.unique(code, return_inverse=True)
+            span = int(code.max()) + 1
+        code, span = code * radix + idx, span * radix
+    _, code = torch.unique(code, return_inverse=True)
     return int(code.max()) + 1 if code.numel() else 0, code
 
 
@@ -118,10 +125,11 @@ def training_groups(enc_t, n, k, l, numeric_levels):
     """
     i, j = pair_indices(n)
     D = enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
-    levels = choose_levels(D, numeric_levels)
+    counts = [_distinct(D[:, c]) for c in range(D.shape[1])] if numeric_levels else None
+    levels = choose_levels(D, numeric_levels, counts)
     if levels is None:
         return None, None
-    n_cells, inverse = cell_index(D, levels)
+    n_cells, inverse = cell_index(D, levels, counts)
     if D.shape[0] < 8 or n_cells > tied.MAX_GROUPS or 4 * n_cells > D.shape[0]:
         return None, None
     P = term_matrix(D, k, l)
@@ -189,13 +197,27 @@ class GridBlocks:
                 return self.n_pairs
             if k >= 1:
                 self.k = k
-                corr = torch.stack([batch_size._grouped_correlation(rows, self.C @ self.draw(rng))
-                                    for _ in range(batch_size.N_BATCHES)])
-                iu = torch.triu_indices(corr.shape[-1], corr.shape[-1], offset=1)
-                spread = float(corr[:, iu[0], iu[1]].std(dim=0).max()) if iu.shape[1] else 0.0
-                if spread < batch_size.THRESHOLD:
+                S = torch.stack([self.draw(rng) for _ in range(batch_size.N_BATCHES)], dim=1)
+                if self._spread(rows, self.C @ S) < batch_size.THRESHOLD:
                     return int(round(k * self.n_pairs / N_BLOCKS))
             b = int(math.ceil(b * batch_size.GROWTH))
+
+    @staticmethod
+    def _spread(rows, counts):
+        """Largest std over batches of a correlation of the columns of ``rows (U, T)``,
+        each batch given by its cell counts (a column of ``counts (U, n_batches)``)."""
+        T = rows.shape[1]
+        if T < 2:
+            return 0.0
+        rows = rows - rows.mean(dim=0)                         # same correlations
+        c = counts.T                                           # (batches, U)
+        mean = (c @ rows) / c.sum(1, keepdim=True)             # (batches, T)
+        cov = torch.einsum("bu,ut,us->bts", c, rows, rows) - \
+            c.sum(1)[:, None, None] * mean[:, :, None] * mean[:, None, :]
+        sd = torch.sqrt(cov.diagonal(dim1=1, dim2=2).clamp_min(0)).clamp_min(1e-12)
+        corr = cov / sd[:, :, None] / sd[:, None, :]
+        iu = torch.triu_indices(T, T, offset=1)
+        return float(corr[:, iu[0], iu[1]].std(dim=0).max())
 
     def targets(self, values, rng):
         """The batches of a fit on the models' target distances ``values (M, P)``."""
