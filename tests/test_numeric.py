@@ -267,6 +267,21 @@ def test_grid_training_takes_block_minibatches_by_default():
     assert cat.full and cat.blocks is None and cat.levels is None
 
 
+def test_grid_block_tables_beyond_the_memory_budget_fall_back_to_pair_batches(monkeypatch):
+    n = 200
+    rng = np.random.default_rng(0)
+    y = pd.DataFrame(rng.uniform(0, 1, (n, 3)), columns=list("abc"))
+    targets = NeuralTargets.from_rdm(rng.standard_normal((20, n * (n - 1) // 2)), n, "cpu")
+    enc = FeatureSpace().fit_transform(y)
+    # the grid's term rows fit (19,900 x 6 x 32 B), its tables (20 x 1000 x 32 x 8 B) not
+    monkeypatch.setenv("MLEM_NEURO_MEMORY", "8MB")
+    st = _StepTargets(enc, targets, MLEMOptions().fit_kwargs(), np.random.default_rng(0),
+                      torch.device("cpu"), torch.float32)
+    assert st.levels == 10 and st.blocks is None and not st.full
+    st.next_batch(torch.arange(20))
+    assert int(st.counts.sum()) == st.b
+
+
 def test_grid_block_selection_spread_equals_the_paper_rule_per_batch():
     from mlem_neuro.core import batch_size
 

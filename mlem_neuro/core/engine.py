@@ -223,7 +223,10 @@ class _StepTargets:
             self.P_uniq = P_uniq.double()
             self.n_groups = P_uniq.shape[0]
         self.ranker = self.blocks = None
-        if setup.blocks is not None and not self.full and targets.full is not None:
+        # grid mini-batches: per-block tables (M, cells, blocks), within an eighth of the
+        # memory budget (else batches of pairs, ranked within the batch)
+        if (setup.blocks is not None and not self.full and targets.full is not None
+                and self.M * self.n_groups * quantise.N_BLOCKS * 8 <= memory_budget() // 8):
             self.blocks = setup.blocks.targets(targets.full.to(dev), rng)
         # one sort per model pays while the pairs are at most ~8 batches
         if (self.blocks is None and not self.full and targets.full is not None

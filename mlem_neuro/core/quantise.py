@@ -145,7 +145,6 @@ def training_groups(enc_t, n, k, l, numeric_levels):
     return (rows, inverse), levels
 
 
-
 class GridBlocks:
     """Mini-batches of grid training: unions of fixed random blocks of the training pairs.
 
