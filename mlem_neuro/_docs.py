@@ -28,10 +28,13 @@ docdict: dict[str, str] = {}
 docdict["batch_size"] = """
 batch_size : "auto" | "full" | int
     Pairs per training step.  ``"auto"`` uses every pair when the pairs fall into groups
-    of identical term rows (categorical features, or numeric ones trained on a grid, see
-    ``numeric_levels``: a step then costs the same for any number of pairs) and number at
-    most 2**18, otherwise it runs the batch-size selection of the MLEM paper (correlation
-    stability of feature distances across 64 batches); ``"full"`` always uses every pair.
+    of identical term rows (categorical features: a step then costs the same for any
+    number of pairs) and number at most 2**18, otherwise it runs the batch-size selection
+    of the MLEM paper (correlation stability of feature distances across 64 batches);
+    numeric features trained on a grid (see ``numeric_levels``), up to 2**18 pairs, take
+    mini-batches as exact training does, drawn as unions of 32 fixed random blocks of
+    pairs (as many blocks as the selection's rule keeps).  ``"full"`` always uses every
+    pair.
 """
 
 # --------------------------------------------------------------------------------- C
@@ -335,7 +338,8 @@ numeric_levels : "auto" | int | None
     the other features) number at most 1,024, and trains exactly, pair by pair, when
     that would leave fewer than 4 levels (6 or more numeric features) or when the cells
     are not at least 4 times fewer than the training pairs; ``None`` always trains
-    exactly.  See :doc:`/performance` for its speed and measured error.
+    exactly.  Grid training takes mini-batches (see ``batch_size``).  See
+    :doc:`/performance` for its speed and measured error.
 """
 
 docdict["partitions"] = """

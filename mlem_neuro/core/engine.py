@@ -176,7 +176,17 @@ class PairSetup:
             groups, self.levels = quantise.training_groups(
                 enc.to_torch(dev, dtype), self.n, self.k, self.l, fit_kw["numeric_levels"])
         self.groups = groups
-        self.b = resolve_batch_size(fit_kw["batch_size"], self.terms, self.n, rng, groups)
+        self.blocks = None
+        if (self.levels is not None and fit_kw["batch_size"] == "auto"
+                and n_pairs(self.n) <= FULL_BATCH_PAIRS):
+            # grid training takes mini-batches as exact training does, unions of blocks of
+            # pairs (whose tables cost what the full batch's ranks did); above the cap, as
+            # any design, the paper's selection on pairs
+            self.blocks = quantise.GridBlocks(groups[1], groups[0].shape[0], rng)
+            self.b = self.blocks.select(groups[0], rng)
+        else:
+            self.b = resolve_batch_size(fit_kw["batch_size"], self.terms, self.n, rng,
+                                        groups)
         self.rng_state = rng.bit_generator.state
 
     def stream(self):
@@ -213,9 +223,14 @@ class _StepTargets:
             P_uniq, self.uid = groups
             self.P_uniq = P_uniq.double()
             self.n_groups = P_uniq.shape[0]
-        self.ranker = None
+        self.ranker = self.blocks = None
+        # grid mini-batches: per-block tables (M, cells, blocks), within an eighth of the
+        # memory budget (else batches of pairs, ranked within the batch)
+        if (setup.blocks is not None and not self.full and targets.full is not None
+                and self.M * self.n_groups * quantise.N_BLOCKS * 8 <= memory_budget() // 8):
+            self.blocks = setup.blocks.targets(targets.full.to(dev), rng)
         # one sort per model pays while the pairs are at most ~8 batches
-        if (not self.full and targets.full is not None
+        if (self.blocks is None and not self.full and targets.full is not None
                 and self.M * self.total <= MAX_RANKER_ELEMENTS and self.total <= 8 * self.b):
             self.ranker = SubsetRanks(targets.full.to(dev), self.uid if self.grouped else None)
             self.ranker_rows = torch.arange(self.M, device=dev)
@@ -235,13 +250,17 @@ class _StepTargets:
             self.t_active = tz.to(self.dtype)     # rows follow the models still training
 
     def describe(self):
-        return (f"{'full' if self.full else 'mini'} batches of {self.b} pairs, "
+        return (f"{'full' if self.full else 'mini'} batches of {self.b} pairs"
+                + (" (unions of blocks), " if self.blocks is not None else ", ")
                 + (f"{self.n_groups} distinct term rows" if self.grouped else "expanded")
                 + (f" (numeric distances on {self.levels} levels)" if self.levels else ""))
 
     def next_batch(self, idx):
         """Draw the step's batch (mini-batch mode) for the active models ``idx``."""
         if self.full:
+            return
+        if self.blocks is not None:
+            self.counts, self.t_active = self.blocks.draw()
             return
         lin = sample_pairs(self.rng, self.total, self.b)
         lin_t = torch.as_tensor(lin, device=self.dev)
@@ -282,6 +301,8 @@ class _StepTargets:
         """Stopped models (``~keep`` among the active ones) leave the computation."""
         if self.full:
             self.t_active = self.t_active[keep]
+        if self.blocks is not None:
+            self.blocks.keep(keep)
         if self.ranker is not None:
             # stopped rows are dropped from the ranker in bulk, not at every stop
             self.ranker_rows = self.ranker_rows[keep]

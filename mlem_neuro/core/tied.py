@@ -55,6 +55,11 @@ def distinct_rows(P, codes=None):
     n_rows = P.shape[0]
     if n_rows < 4 * 2:
         return None
+    # the rows are at least as many as any column's distinct values (a 1-D sort each):
+    # numeric designs are ruled out without sorting the rows
+    for col in P.T:
+        if _few(torch.unique(col), None, n_rows) is None:
+            return None
     uniq, inverse = torch.unique(P, dim=0, return_inverse=True)
     return _few(uniq, inverse, n_rows)
 
