@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..utils import check_device, check_random_state, logger
-from . import quantise, tied
+from . import numpy_train, quantise, tied
 from .batch_size import select_batch_size
 from .memory import memory_budget
 from .metric import init_params, make_W, predict, term_index, term_matrix, term_weights
@@ -297,6 +297,18 @@ class _StepTargets:
         return tied.grouped_soft_spearman(predict(q, constraint), counts, t,
                                           SOFT_RANK_STRENGTH).to(self.dtype)
 
+    def numpy_batch(self):
+        """``(P, counts, targets)`` of this step's grouped batch, as :meth:`soft_spearman`
+        uses them, in numpy float64 (groups absent from the batch left out)."""
+        present = self.counts > 0
+        if bool(present.all()):
+            P, counts, t = self.P_uniq, self.counts, self.t_active
+        else:
+            P, counts, t = (self.P_uniq[present], self.counts[present],
+                            self.t_active[:, present])
+        return (P.numpy(), counts.double().numpy(),
+                t.double().numpy())
+
     def drop(self, keep):
         """Stopped models (``~keep`` among the active ones) leave the computation."""
         if self.full:
@@ -449,6 +461,11 @@ class GroupedTargets:
         return tied.grouped_soft_spearman(predict(q, constraint), self.c_active,
                                           self.t_active, SOFT_RANK_STRENGTH).to(tw.dtype)
 
+    grouped = True
+
+    def numpy_batch(self):
+        return self.P_uniq.numpy(), self.c_active.numpy(), self.t_active.numpy()
+
     def drop(self, keep):
         self.c_active = self.c_active[keep]
         self.t_active = self.t_active[keep]
@@ -473,6 +490,10 @@ def fit_grouped(D_uniq, counts, target_sums, options=None, *, dtype=torch.float3
 def _train(data, m, fit_kw, dev, dtype, history=True):
     """The training loop of :func:`fit_stack` and :func:`fit_grouped` on ``data`` (a
     :class:`_StepTargets` or :class:`GroupedTargets`) for models of ``m`` features."""
+    if numpy_train.available(data, dev):
+        # grouped designs on the CPU: the same steps in numpy (a fraction of the fixed
+        # cost of the torch operations; core/numpy_train.py)
+        return numpy_train.train(data, m, fit_kw, dev, dtype, history)
     constraint = fit_kw["constraint"]
     A = init_params(data.M, m, constraint, dev, dtype)
     adam = _MaskedAdamW(A, fit_kw["lr"])
