@@ -1,0 +1,83 @@
+"""The numpy training loop of grouped designs against the torch loop, side by side.
+
+``core/numpy_train.py`` runs the training steps of categorical designs on the CPU in
+numpy with the gradient by hand; the torch loop (autograd) is what ran before and still
+runs elsewhere.  Each case is run with one loop then the other, in alternation for
+``--rounds`` rounds, in this process (one torch thread); the script prints the median CPU
+time of each loop and their ratio, and the largest difference of the fitted metrics.
+
+Cases:
+
+* ``time``: :func:`mlem_neuro.mlem_array`, 200 simulated trials x 64 channels x 100 time
+  points, 3 binary features (:func:`~mlem_neuro.simulation.simulate_epochs`), the
+  defaults (5 folds, 10 permutations);
+* ``nulls``: the same with ``n_null=20`` (the null models stack by thousands);
+* ``spheres``: :func:`mlem_neuro.mlem_searchlight` on a 10 x 10 x 10 image of 3 mm voxels
+  (every voxel a 6 mm sphere), 48 images, 4 binary features.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_numpy_step.py [--rounds 3]
+"""
+import argparse
+import time
+
+import nibabel as nib
+import numpy as np
+import pandas as pd
+import torch
+
+import mlem_neuro
+from mlem_neuro.core import numpy_train
+from mlem_neuro.simulation import simulate_epochs
+
+
+def cases():
+    data, table, times = simulate_epochs(n_trials=200, n_channels=64, n_times=100,
+                                         sfreq=100.0, tmin=-0.2, random_state=0)
+    rng = np.random.default_rng(0)
+    n = 48
+    feats = pd.DataFrame({f: rng.permutation(np.arange(n) % 2) for f in "abcd"})
+    img = rng.standard_normal((10, 10, 10, n))
+    img[3:7, 3:7, 3:7] += 0.8 * rng.standard_normal((4, 4, 4))[..., None] * feats["a"].values
+    affine = np.diag([3.0, 3.0, 3.0, 1.0])
+    imgs = nib.Nifti1Image(img.astype(np.float32), affine)
+    mask = nib.Nifti1Image(np.ones((10, 10, 10), np.int8), affine)
+    feats = feats.astype(str)
+    return {
+        "time": lambda: mlem_neuro.mlem_array(data, table, times=times, random_state=0,
+                                              verbose="WARNING").fold_weights,
+        "nulls": lambda: mlem_neuro.mlem_array(data, table, times=times, random_state=0,
+                                               n_null=20, verbose="WARNING").fold_weights,
+        "spheres": lambda: mlem_neuro.mlem_searchlight(
+            imgs, feats, mask, radius=6.0, random_state=0,
+            verbose="WARNING").fold_weights,
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cases", nargs="+", default=["time", "nulls", "spheres"])
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    real = numpy_train.available
+    loops = {"numpy": real, "torch": lambda *a: False}
+    print(f"torch {torch.__version__}, 1 thread, {args.rounds} rounds, CPU times")
+    for name, run in cases().items():
+        if name not in args.cases:
+            continue
+        times, W = {k: [] for k in loops}, {}
+        for _ in range(args.rounds):
+            for loop, available in loops.items():
+                numpy_train.available = available
+                c0 = time.process_time()
+                W[loop] = np.asarray(run())
+                times[loop].append(time.process_time() - c0)
+        numpy_train.available = real
+        t_np, t_torch = np.median(times["numpy"]), np.median(times["torch"])
+        print(f"{name:8s} numpy {t_np:7.1f} s  torch {t_torch:7.1f} s  ratio "
+              f"{t_torch / t_np:4.2f}x  max |W numpy - W torch| "
+              f"{np.nanmax(np.abs(W['numpy'] - W['torch'])):.1e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
