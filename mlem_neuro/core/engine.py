@@ -11,6 +11,9 @@ When the pairs' term rows take few distinct values (categorical designs), soft r
 computed on groups of identical pairs (:mod:`mlem_neuro.core.tied`), and mini-batch target
 ranks come from one sort of all pairs per model (:class:`~mlem_neuro.core.spearman.
 SubsetRanks`): no step sorts the batch.  Both give the same numbers as the per-pair path.
+On the CPU the steps of such grouped designs run in numpy with the gradient by hand
+(:mod:`mlem_neuro.core.numpy_train`: the same steps to float32 rounding, a fraction of
+the fixed cost of the torch operations); on a GPU, and for per-pair designs, in torch.
 """
 from __future__ import annotations
 
