@@ -18,6 +18,8 @@
 #   scaling     benchmarks/bench_device.py: engine ms per step against M on both devices.
 #   wb          the whole-brain part of bench_searchlight.py with chunks of 4,000 spheres,
 #               on CUDA then on the CPU.
+#   nulls       bench_null.py at the size of issue 10's target (100 time points, n_null
+#               0, 20, 200) on CUDA then on the CPU: the cost of the permutation tests.
 # Source this script's environment in other commands with: source tools/gpu_check.sh env
 set -uo pipefail
 
@@ -137,6 +139,8 @@ for phase in "$@"; do
         bench) run_bench cuda cpu 2>&1 | tee "$OUT/bench.log" ;;
         scaling) (cd benchmarks && timeout 300 $PY bench_device.py --profile) 2>&1 \
                      | tee "$OUT/scaling.log" ;;
+        nulls) BENCH_SL="--n-times 100 --n-null 20 200" BENCH_TIMEOUT=${BENCH_TIMEOUT_NULLS:-580} \
+               run_bench_one bench_null.py 2>&1 | tee "$OUT/nulls.log" ;;
         wb) BENCH_SL="--skip-small --wb-chunk 4000" run_bench_one bench_searchlight.py \
                 2>&1 | tee "$OUT/wb.log" ;;
         *) echo "unknown phase $phase"; exit 2 ;;
