@@ -371,6 +371,17 @@ def _descending_order(x):
     return flat, s
 
 
+def _rowsum(x):
+    """Sums of the rows of ``x (M, U)``: a matrix-vector product (numpy's ``sum(-1)``
+    over a short last axis measured 3x slower on 80,000 rows of 8)."""
+    return x @ np.ones(x.shape[-1], dtype=x.dtype)
+
+
+def _rowdot(a, b):
+    """Row-wise dot products of ``a`` and ``b (M, U)`` (no temporary product array)."""
+    return np.einsum("ij,ij->i", a, b)
+
+
 class _SoftSpearmanPAV(torch.autograd.Function):
     """:func:`grouped_soft_spearman` on the CPU in one pass, with its gradient by hand.
 
@@ -396,9 +407,9 @@ class _SoftSpearmanPAV(torch.autograd.Function):
             xc = p - (p @ c / b)[:, None]
             sigma = np.sqrt(np.maximum((xc * xc) @ c, _EPS ** 2))
         else:                            # counts of each model (rows of c)
-            b = c.sum(-1)
-            xc = p - ((p * c).sum(-1) / b)[:, None]
-            sigma = np.sqrt(np.maximum((xc * xc * c).sum(-1), _EPS ** 2))
+            b = _rowsum(c)
+            xc = p - (_rowdot(p, c) / b)[:, None]
+            sigma = np.sqrt(np.maximum(np.einsum('ij,ij,ij->i', xc, xc, c), _EPS ** 2))
         xhat = xc / sigma[:, None]
         kappa = np.sqrt(b) * b / math.sqrt(12.0) / strength
         flat, s = _descending_order(xhat)                          # θ decreasing
@@ -411,10 +422,10 @@ class _SoftSpearmanPAV(torch.autograd.Function):
         v, blocks = _pav_rows(y, cs)
         rs = s - v                                                 # sorted soft ranks
         t = np.take(target_sums.detach().numpy().astype(np.float64, copy=False), flat)
-        rc = rs - ((rs * cs).sum(-1) / b)[:, None]
-        n_r = np.sqrt(np.maximum((cs * rc * rc).sum(-1), _EPS ** 2))
+        rc = rs - (_rowdot(rs, cs) / b)[:, None]
+        n_r = np.sqrt(np.maximum(np.einsum('ij,ij,ij->i', cs, rc, rc), _EPS ** 2))
         z = rc / n_r[:, None]
-        rho = (z * t).sum(-1)
+        rho = _rowdot(z, t)
         ctx.save = (flat, c, cs, blocks, xhat, sigma, kappa, z, t, n_r, rho)
         ctx.dtype = pred.dtype
         return torch.from_numpy(rho).to(pred.dtype)
@@ -422,10 +433,10 @@ class _SoftSpearmanPAV(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         flat, c, cs, blocks, xhat, sigma, kappa, z, t, n_r, rho = ctx.save
-        b = c.sum() if c.ndim == 1 else c.sum(-1)
+        b = c.sum() if c.ndim == 1 else _rowsum(c)
         g = grad.detach().numpy().astype(np.float64)[:, None]
         # d rho / d r (sorted order)
-        g_r = g * (t - cs * (t.sum(-1) / b)[:, None] - cs * z * rho[:, None]) / n_r[:, None]
+        g_r = g * (t - cs * (_rowsum(t) / b)[:, None] - cs * z * rho[:, None]) / n_r[:, None]
         # through r = s - v(y): minus the weighted block average of g_r
         flat_c = cs.ravel()
         block_g = np.add.reduceat(g_r.ravel(), blocks)
@@ -435,8 +446,8 @@ class _SoftSpearmanPAV(torch.autograd.Function):
         g_theta = np.empty_like(g_s)
         np.put(g_theta, flat, g_s)                                 # back to group order
         gx = g_theta * (kappa if c.ndim == 1 else kappa[:, None])
-        g_p = (gx - c * (gx.sum(-1) / b)[:, None]
-               - c * xhat * (gx * xhat).sum(-1)[:, None]) / sigma[:, None]
+        g_p = (gx - c * (_rowsum(gx) / b)[:, None]
+               - c * xhat * _rowdot(gx, xhat)[:, None]) / sigma[:, None]
         return torch.from_numpy(g_p).to(ctx.dtype), None, None, None
 
 
