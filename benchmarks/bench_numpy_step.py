@@ -4,7 +4,9 @@
 numpy with the gradient by hand; the torch loop (autograd) is what ran before and still
 runs elsewhere.  Each case is run with one loop then the other, in alternation for
 ``--rounds`` rounds, in this process (one torch thread); the script prints the median CPU
-time of each loop and their ratio, and the largest difference of the fitted metrics.
+time of each loop and their ratio, the largest difference of the fitted metrics and the
+steps per model (a stack runs as long as its slowest model: the long tail is what makes
+the fixed cost of a step matter).
 
 Cases:
 
@@ -44,12 +46,11 @@ def cases():
     feats = feats.astype(str)
     return {
         "time": lambda: mlem_neuro.mlem_array(data, table, times=times, random_state=0,
-                                              verbose="WARNING").fold_weights,
+                                              verbose="WARNING"),
         "nulls": lambda: mlem_neuro.mlem_array(data, table, times=times, random_state=0,
-                                               n_null=20, verbose="WARNING").fold_weights,
+                                               n_null=20, verbose="WARNING"),
         "spheres": lambda: mlem_neuro.mlem_searchlight(
-            imgs, feats, mask, radius=6.0, random_state=0,
-            verbose="WARNING").fold_weights,
+            imgs, feats, mask, radius=6.0, random_state=0, verbose="WARNING"),
     }
 
 
@@ -70,13 +71,16 @@ def main():
             for loop, available in loops.items():
                 numpy_train.available = available
                 c0 = time.process_time()
-                W[loop] = np.asarray(run())
+                res = run()
                 times[loop].append(time.process_time() - c0)
+                W[loop], steps = res.fold_weights, res.n_iter
         numpy_train.available = real
         t_np, t_torch = np.median(times["numpy"]), np.median(times["torch"])
         print(f"{name:8s} numpy {t_np:7.1f} s  torch {t_torch:7.1f} s  ratio "
               f"{t_torch / t_np:4.2f}x  max |W numpy - W torch| "
-              f"{np.nanmax(np.abs(W['numpy'] - W['torch'])):.1e}", flush=True)
+              f"{np.nanmax(np.abs(W['numpy'] - W['torch'])):.1e}; steps per model: median "
+              f"{np.median(steps):.0f}, 99th percentile {np.percentile(steps, 99):.0f}, "
+              f"max {steps.max()}", flush=True)
 
 
 if __name__ == "__main__":

@@ -291,26 +291,21 @@ class _StepTargets:
         """Soft Spearman of the active models with term weights ``tw`` on this batch."""
         if not self.grouped:
             return soft_spearman(predict(tw @ self.Pt.T, constraint), self.t_active)
-        present = self.counts > 0
-        if bool(present.all()):
-            q, counts, t = tw.double() @ self.P_uniq.T, self.counts, self.t_active
-        else:
-            q = tw.double() @ self.P_uniq[present].T
-            counts, t = self.counts[present], self.t_active[:, present]
-        return tied.grouped_soft_spearman(predict(q, constraint), counts, t,
+        P, counts, t = self._grouped_batch()
+        return tied.grouped_soft_spearman(predict(tw.double() @ P.T, constraint), counts, t,
                                           SOFT_RANK_STRENGTH).to(self.dtype)
 
-    def numpy_batch(self):
-        """``(P, counts, targets)`` of this step's grouped batch, as :meth:`soft_spearman`
-        uses them, in numpy float64 (groups absent from the batch left out)."""
+    def _grouped_batch(self):
+        """Term rows, counts and target sums of the groups present in this step's batch."""
         present = self.counts > 0
         if bool(present.all()):
-            P, counts, t = self.P_uniq, self.counts, self.t_active
-        else:
-            P, counts, t = (self.P_uniq[present], self.counts[present],
-                            self.t_active[:, present])
-        return (P.numpy(), counts.double().numpy(),
-                t.double().numpy())
+            return self.P_uniq, self.counts, self.t_active
+        return self.P_uniq[present], self.counts[present], self.t_active[:, present]
+
+    def numpy_batch(self):
+        """:meth:`_grouped_batch` in numpy float64 (for :mod:`numpy_train`)."""
+        P, counts, t = self._grouped_batch()
+        return P.numpy(), counts.double().numpy(), t.double().numpy()
 
     def drop(self, keep):
         """Stopped models (``~keep`` among the active ones) leave the computation."""
@@ -442,6 +437,7 @@ class GroupedTargets:
 
     #: count given to a row a model lacks (the soft rank needs positive weights).
     ABSENT_COUNT = 1e-9
+    grouped = True
 
     def __init__(self, D_uniq, counts, target_sums, fit_kw):
         m = D_uniq.shape[1]
@@ -449,7 +445,7 @@ class GroupedTargets:
         self.P_uniq = term_matrix(D_uniq.double(), self.k, self.l)
         self.c_active = counts.double().clamp_min(self.ABSENT_COUNT)
         self.t_active = target_sums.double()
-        self.M, self.n = counts.shape[0], None
+        self.M = counts.shape[0]
         self.b = int(round(float(counts[0].sum()))) if counts.shape[0] else 0
         self.full = True
 
@@ -463,8 +459,6 @@ class GroupedTargets:
         q = tw.double() @ self.P_uniq.T
         return tied.grouped_soft_spearman(predict(q, constraint), self.c_active,
                                           self.t_active, SOFT_RANK_STRENGTH).to(tw.dtype)
-
-    grouped = True
 
     def numpy_batch(self):
         return self.P_uniq.numpy(), self.c_active.numpy(), self.t_active.numpy()

@@ -3,22 +3,22 @@
 With categorical features a training step works on ``(models × distinct rows)`` arrays of
 a few numbers per model, so on the CPU its cost is mostly fixed: dozens of small torch
 operations, the autograd graph and its backward pass.  Analyses spend most of their
-training time in that fixed cost: in a stack of 100 time points, the last few models
-to stop run 700 steps or more (measured: median 150, 99th percentile about 700) while
-every other model has stopped.  This module runs the same steps in numpy: the metric
+training time in that fixed cost: a stack runs as long as its slowest model (the
+time-resolved design of ``benchmarks/bench_numpy_step.py``: median 156 steps, 99th
+percentile 724).  This module runs the same steps in numpy: the metric
 ``W`` from the parameters, the term weights, the predictions, the grouped soft Spearman
 (:class:`~mlem_neuro.core.tied._SoftSpearmanPAV`'s forward and backward), the gradient
 back to the parameters by hand, AdamW without weight decay and the stopping rule of
-:mod:`mlem_neuro.core.engine`.  Measured per step (one thread, 8 distinct rows): 0.15 ms
-against 0.61 ms with 10 models, 7.0 ms against 9.1 ms with 8,000.
+:mod:`mlem_neuro.core.engine`.  Measured by that benchmark: 2.3x faster on the
+time-resolved analysis, 1.9x on a searchlight, 1.3x with thousands of null models.
 
 The numbers are those of the torch loop up to float32 rounding (the parameters and the
-metric are float32 as there; predictions and soft ranks float64); ``tests/test_engine.py``
-compares the two loops.  Gradient, for ``W = W0 / ‖W0‖_F`` and the term weights
-``w_t = W[k_t, l_t]``, ``q = P w``: ``∂/∂W0 = (G − W ⟨G, W⟩) / ‖W0‖`` with ``G`` the
-gradient scattered to ``(k_t, l_t)``; ``spd``: ``W0 = L Lᵀ``, ``∂/∂L = (G0 + G0ᵀ) L``,
-strict lower part to ``A``, diagonal times ``sigmoid`` (softplus); ``diagonal``:
-``W0 = diag(softplus(a))``; ``none``: ``W0 = (A + Aᵀ) / 2``.
+metric are float32 as there; predictions and soft ranks float64):
+``tests/test_numpy_train.py`` compares the two loops. Gradient, for ``W = W0 / ‖W0‖_F``
+and the term weights ``w_t = W[k_t, l_t]``, ``q = P w``: ``∂/∂W0 = (G − W ⟨G, W⟩) / ‖W0‖``
+with ``G`` the gradient scattered to ``(k_t, l_t)``; ``spd``: ``W0 = L Lᵀ``,
+``∂/∂L = (G0 + G0ᵀ) L``, strict lower part to ``A``, diagonal times ``sigmoid``
+(softplus); ``diagonal``: ``W0 = diag(softplus(a))``; ``none``: ``W0 = (A + Aᵀ) / 2``.
 """
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ _Q_EPS = 1e-12
 def available(data, dev):
     """Whether :func:`train` can run ``data``'s steps (grouped designs, CPU, scipy's
     pool-adjacent-violators and the fused soft Spearman)."""
-    return (dev.type == "cpu" and getattr(data, "grouped", False) and tied.USE_FUSED
-            and tied._scipy_pav() is not None and hasattr(data, "numpy_batch"))
+    return (dev.type == "cpu" and data.grouped and tied.USE_FUSED
+            and tied._scipy_pav() is not None)
 
 
 def _softplus(x):
