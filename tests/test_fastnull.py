@@ -67,6 +67,27 @@ def test_group_sums_are_scatter_sums():
         np.testing.assert_array_equal(counts[r], torch.bincount(g[r], minlength=6))
 
 
+def test_rank_sums_are_sums_of_standardised_ranks(monkeypatch):
+    """rank_sums' sorted walk gives the sums of ranking each subset on its own, for rows
+    with and without ties, large and small subsets and across row blocks."""
+    from mlem_neuro.core.spearman import rankdata, standardize
+
+    monkeypatch.setattr(fastnull, "RANK_WALK_ELEMENTS", 3 * 200)   # blocks of 3 rows
+    rng = np.random.default_rng(3)
+    D = torch.as_tensor(rng.random((8, 200)))
+    D[2, 10] = D[2, 50]                                  # one tie
+    D[5] = torch.round(D[5] * 5)                         # many ties
+    sets = [(torch.as_tensor(np.sort(rng.choice(200, k, replace=False))), None)
+            for k in (150, 120, 30, 2)]
+    sets = [(lin, torch.as_tensor(rng.integers(0, 4, len(lin)))) for lin, _ in sets]
+    sets[1] = (sets[1][0], torch.full((120,), 2))        # rows with no pairs in a set
+    out = fastnull.rank_sums(D, sets, 4)
+    for (lin, g), got in zip(sets, out):
+        expected = torch.zeros(8, 4, dtype=torch.float64).index_add_(
+            1, g, standardize(rankdata(D[:, lin])))
+        np.testing.assert_allclose(got, expected, atol=1e-12)
+
+
 def test_per_model_counts_give_the_shared_counts_values_and_gradients():
     rng = np.random.default_rng(3)
     pred = torch.as_tensor(rng.random((6, 9)), dtype=torch.float64)
