@@ -13,7 +13,7 @@ the CPU time does not depend on what else the machine runs), their ratios to n_n
 and with ``--profile`` where the time goes.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_null.py [--n-times 100] [--n-null 5 10]
-        [--batch-size full]
+        [--batch-size full] [--n-jobs 2]
 """
 import argparse
 import cProfile
@@ -39,6 +39,9 @@ def main():
                         help="'auto' (default), 'full' (every pair each step: cheaper "
                              "null models with categorical features) or an int")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--n-jobs", type=int, default=None,
+                        help="n_jobs of every run (worker processes; wall time then drops "
+                             "below the CPU time)")
     parser.add_argument("--profile", action="store_true")
     add_device_argument(parser)
     args = parser.parse_args()
@@ -49,11 +52,11 @@ def main():
                                          random_state=0)
     batch_size = int(args.batch_size) if args.batch_size.isdigit() else args.batch_size
     kw = dict(times=times, level="feature", cv=5, batch_size=batch_size, device=args.device,
-              random_state=0)
+              n_jobs=args.n_jobs, random_state=0)
     print(describe(args.device))
     print(f"{args.n_trials} trials x {args.n_channels} channels x {args.n_times} time points, "
           f"features {list(table.columns)} (binary), level='feature', cv=5, "
-          f"batch_size={batch_size!r}")
+          f"batch_size={batch_size!r}, n_jobs={args.n_jobs}")
     t0, c0 = clock(args.device), time.process_time()
     ref = mlem_neuro.mlem_array(data, table, **kw)
     t_ref, c_ref = clock(args.device) - t0, time.process_time() - c0

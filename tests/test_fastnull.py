@@ -189,6 +189,21 @@ def test_interaction_test_scores_are_those_of_run_cv(monkeypatch):
     np.testing.assert_allclose(fast[1], slow[1], atol=1e-9)
 
 
+def test_interaction_scores_do_not_depend_on_n_jobs():
+    """With n_jobs=2 the test's blocks of models train in two worker processes; the
+    statistics are the same as in one process (each model trains on its own)."""
+    from mlem_neuro.core import additivity
+
+    Y, table = _data(8, n=30)
+    source = DenseRDMSource(Y)
+    out = [additivity.interaction_test(
+        source, table, MLEMOptions(cv=3, max_steps=60, patience=10, random_state=0,
+                                   n_jobs=jobs), n_null=3, random_state=1)
+        for jobs in (1, 2)]
+    np.testing.assert_allclose(out[0][0], out[1][0], atol=1e-9)
+    np.testing.assert_allclose(out[0][1], out[1][1], atol=1e-9)
+
+
 def test_interaction_scores_decline_mini_batches():
     Y, table = _data(9)
     opts = MLEMOptions(cv=3, batch_size=50)

@@ -32,6 +32,7 @@ import math
 
 import numpy as np
 import torch
+from joblib import effective_n_jobs
 
 from .engine import fit_grouped
 from .importance import _fold
@@ -342,32 +343,65 @@ def interaction_scores(source, table, options, folds, constraints):
     n_te = torch.as_tensor([float(len(g[3])) for g in groups], dtype=torch.float64)
     present = counts_tr.sum(dim=0) > 0                 # rows some fold trains on
     kk, ll = term_index(D_all.shape[1], True)
-    rdm_rows = max(1, INTERACTION_BLOCK_BYTES // (8 * n_pairs(n)))
     outer = max(1, memory_budget() // (4 * 8 * STACK_ARRAYS) // (F * U))
+    workers = effective_n_jobs(options.n_jobs)
+    if workers > 1:                      # at least one block of models per worker
+        outer = min(outer, -(-N // workers))
+    shared = (groups, D_all, present, counts_tr, counts_te, n_te, (kk, ll), options,
+              constraints)
+    blocks = [np.arange(lo, min(lo + outer, N)) for lo in range(0, N, outer)]
     out = np.zeros((len(constraints), N))
-    for lo in range(0, N, outer):
-        rows = np.arange(lo, min(lo + outer, N))
-        # every (fold, model) is one model of the stacks below
-        sums_tr = torch.zeros(F, len(rows), U, dtype=torch.float64)
-        sums_te = torch.zeros(F, len(rows), U, dtype=torch.float64)
-        for s0 in range(0, len(rows), rdm_rows):
-            sub = rows[s0:s0 + rdm_rows]
-            D = source.subset(sub).rdm(np.arange(n)).double().cpu()
-            at = slice(s0, s0 + len(sub))
-            sums = rank_sums(D, [(lin, g) for g_tr, lin_tr, g_te, lin_te in groups
-                                 for lin, g in ((lin_tr, g_tr), (lin_te, g_te))], U)
-            for f in range(F):
-                sums_tr[f, at], sums_te[f, at] = sums[2 * f], sums[2 * f + 1]
-            del D
-        fold = torch.arange(F).repeat_interleave(len(rows))
-        for c, constraint in enumerate(constraints):
-            opts = dataclasses.replace(options, constraint=constraint,
-                                       interactions=constraint != "diagonal")
-            fit = fit_grouped(D_all[present], counts_tr[fold][:, present],
-                              sums_tr.reshape(F * len(rows), U)[:, present], opts)
-            W = torch.as_tensor(fit.W, dtype=torch.float64)
-            q = _fold(term_weights(W, kk, ll), D_all, terms=(kk, ll))
-            score = grouped_spearman(q, counts_te[fold], sums_te.reshape(F * len(rows), U),
-                                     n_te[fold, None])
-            out[c, rows] = score.reshape(F, len(rows)).mean(dim=0).numpy()
+    if workers > 1 and len(blocks) > 1:
+        from joblib import Parallel, delayed
+
+        from .._threads import worker_threads
+
+        threads = worker_threads(workers)
+        results = Parallel(n_jobs=options.n_jobs)(
+            delayed(_interaction_block_threads)(threads, source.subset(rows), *shared)
+            for rows in blocks)
+    else:
+        results = (_interaction_block(source.subset(rows), *shared) for rows in blocks)
+    for rows, scores in zip(blocks, results):
+        out[:, rows] = scores
+    return out
+
+
+def _interaction_block_threads(threads, *args):
+    from .._threads import torch_threads
+
+    with torch_threads(threads):
+        return _interaction_block(*args)
+
+
+def _interaction_block(source, groups, D_all, present, counts_tr, counts_te, n_te, terms,
+                       options, constraints):
+    """:func:`interaction_scores` of the models of ``source`` (one block): ``(len(
+    constraints), n_models)``."""
+    n, N = source.n_stimuli, source.n_models
+    F, U = len(groups), D_all.shape[0]
+    rdm_rows = max(1, INTERACTION_BLOCK_BYTES // (8 * n_pairs(n)))
+    # every (fold, model) is one model of the stacks below
+    sums_tr = torch.zeros(F, N, U, dtype=torch.float64)
+    sums_te = torch.zeros(F, N, U, dtype=torch.float64)
+    for s0 in range(0, N, rdm_rows):
+        sub = np.arange(s0, min(s0 + rdm_rows, N))
+        D = source.subset(sub).rdm(np.arange(n)).double().cpu()
+        sums = rank_sums(D, [(lin, g) for g_tr, lin_tr, g_te, lin_te in groups
+                             for lin, g in ((lin_tr, g_tr), (lin_te, g_te))], U)
+        for f in range(F):
+            sums_tr[f, s0:s0 + len(sub)], sums_te[f, s0:s0 + len(sub)] = sums[2 * f:2 * f + 2]
+        del D
+    fold = torch.arange(F).repeat_interleave(N)
+    out = np.zeros((len(constraints), N))
+    for c, constraint in enumerate(constraints):
+        opts = dataclasses.replace(options, constraint=constraint,
+                                   interactions=constraint != "diagonal")
+        fit = fit_grouped(D_all[present], counts_tr[fold][:, present],
+                          sums_tr.reshape(F * N, U)[:, present], opts)
+        W = torch.as_tensor(fit.W, dtype=torch.float64)
+        q = _fold(term_weights(W, *terms), D_all, terms=terms)
+        score = grouped_spearman(q, counts_te[fold], sums_te.reshape(F * N, U),
+                                 n_te[fold, None])
+        out[c] = score.reshape(F, N).mean(dim=0).numpy()
     return out
