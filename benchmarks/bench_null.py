@@ -6,11 +6,12 @@ encoded in windows), level="feature", cv=5, the default training options: ``n_nu
 then each ``--n-null`` value.  The null models are trained like the observed ones, so the
 training grows linearly with the ``1 + n_null * n_tests`` models per time point (1,001 at
 n_null=200 with the interaction test's two fits; with categorical features they share
-the observed ranks, ``core/fastnull.py``: n_null=200 took about 3 minutes of CPU on this
-design).  All runs are in this process, one after the other (serially), with
+the observed ranks, ``core/fastnull.py``: n_null=200 took about 2.2 minutes of CPU on
+this design).  All runs are in this process, one after the other (serially), with
 the same seed; the script prints the wall and CPU (process) times (with one torch thread
 the CPU time does not depend on what else the machine runs), their ratios to n_null=0,
-and with ``--profile`` where the time goes.
+and with ``--profile`` where the time goes.  With ``--n-jobs`` the CPU time is the main
+process's alone: read the wall time.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_null.py [--n-times 100] [--n-null 5 10]
         [--batch-size full] [--n-jobs 2]
@@ -79,7 +80,11 @@ def main():
                                                   for t in res.tests})
         if prof:
             out = io.StringIO()
-            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(12)
+            stats = pstats.Stats(prof, stream=out)
+            stats.sort_stats("tottime").print_stats(12)
+            stats.sort_stats("cumulative").print_stats(r"mlem_neuro.*\((train|rank_sums|"
+                                                       r"null_statistics|interaction_"
+                                                       r"scores|rdm|fit_stack)\)")
             print(out.getvalue())
 
 

@@ -314,7 +314,9 @@ def interaction_scores(source, table, options, folds, constraints):
     row once, and both fits train on those sums (:func:`~mlem_neuro.core.engine.
     fit_grouped`), the models of every fold in one stack; the held-out score is the
     exact grouped Spearman.  The numbers are those of ``run_cv`` with full batches, up to
-    rounding.
+    rounding.  With ``options.n_jobs`` above 1 the models are split into blocks that run
+    in worker processes (each model trains on its own, so the split changes nothing but
+    rounding).
     """
     from .engine import FULL_BATCH_PAIRS
 
