@@ -456,6 +456,9 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
         if opts.model_interactions and len(names) >= 2:
             seed = int(rng.integers(2**63 - 1))
             if isinstance(source, (DenseRDMSource, SphereRDMSource)):
+                # its own progress is silenced (it repeats the analysis's): say what runs
+                logger.info("MLEM: test of interactions, %d %s x %d null dataset(s) x 2 "
+                            "fits", M, desc, opts.n_null)
                 out.tests["interactions"] = _interaction_test(source, table, opts, groups,
                                                               seed)
             else:
