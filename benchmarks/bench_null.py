@@ -23,7 +23,7 @@ import pstats
 import time
 
 import torch
-from _common import add_device_argument, clock, describe, warm_up
+from _common import add_device_argument, add_optimiser_arguments, clock, describe, warm_up
 
 import mlem_neuro
 from mlem_neuro.simulation import simulate_epochs
@@ -45,6 +45,7 @@ def main():
                              "below the CPU time)")
     parser.add_argument("--profile", action="store_true")
     add_device_argument(parser)
+    add_optimiser_arguments(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     warm_up(args.device)
@@ -53,11 +54,13 @@ def main():
                                          random_state=0)
     batch_size = int(args.batch_size) if args.batch_size.isdigit() else args.batch_size
     kw = dict(times=times, level="feature", cv=5, batch_size=batch_size, device=args.device,
-              n_jobs=args.n_jobs, random_state=0)
+              n_jobs=args.n_jobs, lr=args.lr, patience=args.patience, tol=args.tol,
+              random_state=0)
     print(describe(args.device))
     print(f"{args.n_trials} trials x {args.n_channels} channels x {args.n_times} time points, "
           f"features {list(table.columns)} (binary), level='feature', cv=5, "
-          f"batch_size={batch_size!r}, n_jobs={args.n_jobs}")
+          f"batch_size={batch_size!r}, n_jobs={args.n_jobs}, lr={args.lr:g}, "
+          f"patience={args.patience}, tol={args.tol:g}")
     t0, c0 = clock(args.device), time.process_time()
     ref = mlem_neuro.mlem_array(data, table, **kw)
     t_ref, c_ref = clock(args.device) - t0, time.process_time() - c0
