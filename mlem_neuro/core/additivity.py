@@ -147,17 +147,29 @@ class PatternNullSource:
 
     def rdm(self, stimuli, device="cpu"):
         """Distances ``(n_models, n_pairs)`` between ``stimuli`` (see
-        :class:`~mlem_neuro.core.sources.RDMSource`); one base computation per
-        replicate present."""
+        :class:`~mlem_neuro.core.sources.RDMSource`).
+
+        The residual coordinates ``Z = QᵀY`` and the main effects' fit ``Y − Q Z`` of the
+        base models are computed once and shared by every replicate present; replicate
+        ``b``'s patterns are then one product, ``Y − Q Z + Q[:, π_b⁻¹] Z``
+        (``Q (Z[π]) = Q[:, π⁻¹] Z``).
+        """
         from .pairs import n_pairs
 
         out = torch.empty(self.n_models, n_pairs(len(stimuli)), dtype=torch.float64,
                           device=device)
+        rows, inv = np.unique(self.models, return_inverse=True)
+        base = self.base.subset(rows)
+        Y = np.asarray(_patterns(base), dtype=np.float64)
+        Z = self.basis.T @ Y                                 # (..., n_resid, units)
+        fitted = Y - self.basis @ Z
         for b in np.unique(self.reps):
             sel = np.flatnonzero(self.reps == b)
-            sub = self.base.subset(self.models[sel])
-            if b != 0:
-                sub = _permuted(sub, self.basis, self.perms[b])
+            if b == 0:
+                sub = base.subset(inv[sel])
+            else:
+                Qb = self.basis[:, np.argsort(self.perms[b])]
+                sub = _replicate(base, fitted, Qb, Z, inv[sel])
             out[torch.as_tensor(sel, device=device)] = sub.rdm(stimuli, device)
         return out
 
@@ -166,14 +178,11 @@ def _patterns(source):
     return source.Y if isinstance(source, DenseRDMSource) else source.X
 
 
-def _permuted(source, basis, perm):
-    """``source`` with its patterns replaced by ``Ŷ + Q (QᵀY)[perm]`` (stimulus axis -2)."""
-    Y = np.asarray(_patterns(source), dtype=np.float64)
-    Z = basis.T @ Y
-    Y = Y - basis @ Z + basis @ Z[..., perm, :]
-    if isinstance(source, DenseRDMSource):
-        return DenseRDMSource(Y, source.metric)
-    return SphereRDMSource(Y, source.A, source.metric)
+def _replicate(base, fitted, Qb, Z, models):
+    """The source of ``models`` of ``base`` with patterns ``fitted + Qb Z``."""
+    if isinstance(base, DenseRDMSource):
+        return DenseRDMSource(fitted[models] + Qb @ Z[models], base.metric)
+    return SphereRDMSource(fitted + Qb @ Z, base.A, base.metric).subset(models)
 
 
 def _check_inputs(source, table, options, n_null):
