@@ -125,6 +125,13 @@ def torch_threads(n):
             torch.set_num_threads(old)
 
 
+def call_with_threads(threads, function, *args):
+    """``function(*args)`` under ``torch_threads(threads)`` (what a joblib job runs: a
+    worker is a process of its own, so it sets its threads itself)."""
+    with torch_threads(threads):
+        return function(*args)
+
+
 def limit_threads(method):
     """Decorate a method that trains or scores in this process: it runs under
     ``torch_threads(worker_threads(1))``."""

@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 from joblib import effective_n_jobs
 
-from ._threads import torch_threads, worker_threads
+from ._threads import call_with_threads, torch_threads, worker_threads
 from .core import fastnull
 from .core.engine import PairSetup, fit_stack
 from .core.features import as_feature_table
@@ -245,13 +245,6 @@ def _fold_setup(enc_train, options, seed):
                      check_device(options.device), torch.float32)
 
 
-def _fit_chunk_threads(threads, *args):
-    """:func:`_fit_chunk` with ``threads`` torch intra-op threads (a joblib worker is a
-    process of its own: it sets its threads itself, and restores them after the chunk)."""
-    with torch_threads(threads):
-        return _fit_chunk(*args)
-
-
 def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=None,
                setup=None, plan=None):
     """Train one chunk of models on training pairs; score and permute on held-out pairs.
@@ -443,8 +436,8 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     # torch threads per worker: workers x threads <= cores (main process and each worker)
     threads = worker_threads(effective_n_jobs(opts.n_jobs))
     # chunk data are cut lazily, as joblib asks for the next job
-    jobs = (delayed(_fit_chunk_threads)(threads, source.subset(sl), et, ete, tr, te, opts,
-                                        sd, null, setup, plan)
+    jobs = (delayed(call_with_threads)(threads, _fit_chunk, source.subset(sl), et, ete, tr,
+                                       te, opts, sd, null, setup, plan)
             for _, sl, et, ete, tr, te, sd, plan, setup in _shared_setups(layout, opts))
     logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(layout))
     results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc)

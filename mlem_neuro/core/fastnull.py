@@ -32,14 +32,15 @@ import math
 
 import numpy as np
 import torch
-from joblib import effective_n_jobs
+from joblib import Parallel, delayed, effective_n_jobs
 
+from .._threads import call_with_threads, worker_threads
 from .engine import fit_grouped
 from .importance import _fold
 from .memory import memory_budget
 from .metric import term_index, term_weights
 from .pairs import n_pairs, pair_indices
-from .spearman import _EPS, rankdata, standardize
+from .spearman import _EPS, rankdata, sort_with_ties, standardize
 from .tied import MAX_GROUPS, grouped_spearman
 
 #: most distinct feature rows of the stimuli for which a universe is built.
@@ -249,41 +250,40 @@ def rank_sums(D, sets, U):
     """
     M, P = D.shape
     out = [None] * len(sets)
-    big = [k for k, (lin, _) in enumerate(sets) if 4 * len(lin) > P]
-    labels = {}
-    for k in big:
-        lin, g = sets[k]
-        labels[k] = torch.full((P,), U, dtype=torch.long)
-        labels[k][lin] = g
-        out[k] = torch.empty(M, U, dtype=torch.float64)
+    walks = {}
+    for k, (lin, g) in enumerate(sets):
+        n_set = len(lin)
+        if 4 * n_set > P:
+            label = torch.full((P,), U, dtype=torch.long)
+            label[lin] = g
+            # ranks 1..n_set: mean (n_set + 1) / 2, centred norm sqrt(n_set (n_set² - 1) / 12)
+            shift = torch.bincount(g, minlength=U).double() * ((n_set + 1) / 2.0)
+            norm = max(math.sqrt(n_set * (n_set * n_set - 1) / 12.0), _EPS)
+            walks[k] = (label, shift, norm)
+            out[k] = torch.empty(M, U, dtype=torch.float64)
+        else:
+            out[k] = _ranked_sums(D, lin, g, U)
     step = max(1, RANK_WALK_ELEMENTS // max(P, 1))
-    for r0 in range(0, M if big else 0, step):
+    for r0 in range(0, M if walks else 0, step):
         Db = D[r0:r0 + step]
-        order = torch.from_numpy(np.argsort(Db.numpy(), axis=1))
-        s = Db.gather(1, order)
-        tied = (s[:, 1:] == s[:, :-1]).any(dim=1)
-        del s
-        for k in big:
-            lin, g = sets[k]
-            n_set = len(lin)
-            walk = labels[k][order]                          # rows in sorted order
+        order, _, tied = sort_with_ties(Db)
+        rows = tied.nonzero()[:, 0]
+        for k, (label, shift, norm) in walks.items():
+            walk = label[order]                              # rows in sorted order
             pos = torch.cumsum(walk < U, dim=1, dtype=torch.int32).double()
             rsum = torch.zeros(len(Db), U + 1, dtype=torch.float64).scatter_add_(
                 1, walk, pos)[:, :U]
-            count = torch.bincount(g, minlength=U).double()
-            # ranks 1..n_set: mean (n_set + 1) / 2, centred norm sqrt(n_set (n_set² - 1) / 12)
-            norm = max(math.sqrt(n_set * (n_set * n_set - 1) / 12.0), _EPS)
-            block = (rsum - count * ((n_set + 1) / 2.0)) / norm
-            if bool(tied.any()):
-                rows = tied.nonzero()[:, 0]
-                block[rows] = torch.zeros(len(rows), U, dtype=torch.float64).index_add_(
-                    1, g, standardize(rankdata(Db[rows][:, lin])))
+            block = (rsum - shift) / norm
+            if len(rows):
+                block[rows] = _ranked_sums(Db[rows], *sets[k], U)
             out[k][r0:r0 + step] = block
-    for k, (lin, g) in enumerate(sets):
-        if out[k] is None:
-            out[k] = torch.zeros(M, U, dtype=torch.float64).index_add_(
-                1, g, standardize(rankdata(D[:, lin])))
     return out
+
+
+def _ranked_sums(D, lin, g, U):
+    """Sums over the rows ``g`` of the standardised ranks of ``D``'s columns ``lin``."""
+    return torch.zeros(len(D), U, dtype=torch.float64).index_add_(
+        1, g, standardize(rankdata(D[:, lin])))
 
 
 def _lin(stimuli, n):
@@ -352,28 +352,14 @@ def interaction_scores(source, table, options, folds, constraints):
     shared = (groups, D_all, present, counts_tr, counts_te, n_te, (kk, ll), options,
               constraints)
     blocks = [np.arange(lo, min(lo + outer, N)) for lo in range(0, N, outer)]
+    threads = worker_threads(workers)
+    results = Parallel(n_jobs=options.n_jobs)(
+        delayed(call_with_threads)(threads, _interaction_block, source.subset(rows), *shared)
+        for rows in blocks)
     out = np.zeros((len(constraints), N))
-    if workers > 1 and len(blocks) > 1:
-        from joblib import Parallel, delayed
-
-        from .._threads import worker_threads
-
-        threads = worker_threads(workers)
-        results = Parallel(n_jobs=options.n_jobs)(
-            delayed(_interaction_block_threads)(threads, source.subset(rows), *shared)
-            for rows in blocks)
-    else:
-        results = (_interaction_block(source.subset(rows), *shared) for rows in blocks)
     for rows, scores in zip(blocks, results):
         out[:, rows] = scores
     return out
-
-
-def _interaction_block_threads(threads, *args):
-    from .._threads import torch_threads
-
-    with torch_threads(threads):
-        return _interaction_block(*args)
 
 
 def _interaction_block(source, groups, D_all, present, counts_tr, counts_te, n_te, terms,

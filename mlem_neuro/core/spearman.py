@@ -49,6 +49,14 @@ def inverse_order(order):
     return torch.empty_like(order).scatter_(-1, order, ar)
 
 
+def sort_with_ties(x):
+    """``(order, sorted, tied)`` of the rows of ``x (M, n)``: :func:`sort_order`, the
+    sorted rows and whether each row holds equal values."""
+    order = sort_order(x)
+    s = x.gather(-1, order)
+    return order, s, (s[:, 1:] == s[:, :-1]).any(dim=-1)
+
+
 def rankdata(x):
     """Average ranks (1-based, ties share their mean rank) along the last axis.
 
@@ -60,9 +68,7 @@ def rankdata(x):
     shape = x.shape
     n = shape[-1]
     flat = x.reshape(-1, n)
-    order = sort_order(flat)
-    s = flat.gather(-1, order)
-    tied = (s[:, 1:] == s[:, :-1]).any(dim=-1)
+    order, s, tied = sort_with_ties(flat)
     pos = torch.arange(1, n + 1, device=x.device, dtype=torch.float64).expand(flat.shape)
     ranks = torch.empty(flat.shape, dtype=torch.float64, device=x.device).scatter_(
         1, order, pos)
