@@ -447,6 +447,10 @@ def _print_tests(res, what):
     counts = ", ".join(f"{t} {int(res.significant(t).sum())}" for t in res.tests)
     print(f"Permutation tests ({n_null} null relabellings), {what} with FWE-corrected "
           f"p < 0.05: {counts} (of {len(res.pvalues)})")
+    if n_null is not None and 1.0 / (1 + n_null) >= 0.05:
+        _note(f"with --n-null {n_null} the smallest p-value is 1/{n_null + 1} = "
+              f"{1.0 / (1 + n_null):.3g}: no model can reach p < 0.05; pass --n-null 20 "
+              "or more (e.g. 99) to test at that level")
 
 
 def run_epochs(args):

@@ -739,3 +739,28 @@ def test_searchlight_cross_validated_distances_across_runs(tmp_path, capsys):
     no_items = [a for a in argv if a not in ("--items", "trial_type")]
     assert main(no_items + ["--distance", "crossnobis", "--out", str(tmp_path / "o2")]) == 2
     assert "pass --items" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("n_null, noted", [(9, True), (19, True), (20, False), (99, False)])
+def test_tests_summary_says_when_too_few_nulls_to_reach_p_005(n_null, noted, capsys):
+    """The summary counts models with FWE-corrected p < 0.05; with n_null <= 19 the
+    smallest p-value, 1 / (1 + n_null), is >= 0.05, so the count is 0 whatever the data:
+    the summary says so instead of reporting a bare 0."""
+    from mlem_neuro.cli import _print_tests
+
+    rng = np.random.default_rng(0)
+    p_min = 1.0 / (1 + n_null)
+    pvalues = np.full((5, 2), p_min)                 # the strongest possible evidence
+    res = BrainMapResult(rng.normal(size=(2, 5, 1)), rng.normal(size=(2, 5)),
+                         np.ones((2, 5, 1, 1)), np.ones((2, 5)), ["a"], ["a"],
+                         dict(n_null=n_null), affine=np.eye(4), shape=(5, 1, 1),
+                         voxel_indices=np.c_[np.arange(5), np.zeros((5, 2), int)],
+                         tests=["score", "a"], pvalues=pvalues, pvalues_fwe=pvalues)
+    _print_tests(res, "spheres")
+    captured = capsys.readouterr()
+    assert f"Permutation tests ({n_null} null relabellings)" in captured.out
+    note = (f"with --n-null {n_null} the smallest p-value is 1/{n_null + 1} = "
+            f"{p_min:.3g}: no model can reach p < 0.05; pass --n-null 20 or more")
+    assert (note in captured.err) == noted
+    if not noted:
+        assert "score 5, a 5 (of 5)" in captured.out
