@@ -94,6 +94,21 @@ def mean_background(img4d, shape, affine):
     return np.asarray(mean.dataobj, dtype=np.float32)
 
 
+def _warn_single_voxels(sizes, radius, affine):
+    """Warn when no sphere holds more than its centre voxel (a voxel-wise analysis)."""
+    if sizes.max() > 1:
+        return
+    import warnings
+
+    side = " x ".join(f"{v:.3g}" for v in np.linalg.norm(np.asarray(affine)[:3, :3],
+                                                          axis=0))
+    warnings.warn(f"every sphere holds a single voxel (radius={radius:g} mm, voxels of "
+                  f"{side} mm): the distances are those of one voxel's values, not of "
+                  "multivoxel patterns. radius is in mm of world coordinates: increase it "
+                  "(e.g. radius=6.0) for a multivoxel searchlight.", UserWarning,
+                  stacklevel=4)
+
+
 def _prepare(imgs, features, mask_img, items, groups, name="mask_img", partitions=None,
              distance="euclidean"):
     img4d = load_images(imgs)
@@ -252,6 +267,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
             f"of mask_img within radius={radius} mm (e.g. centre voxel "
             f"{tuple(int(v) for v in centre_ijk[bad[0]])}); restrict process_mask_img to "
             "the mask (nilearn.masking.intersect_masks) or increase radius.")
+    _warn_single_voxels(sizes, radius, img4d.affine)
     X = _standardize(mask_data(img4d, mask), runs, runs_from)
     logger.info("MLEM searchlight: %d images, %d voxels in mask, %d spheres of %d voxels "
                 "(median; %d-%d)", X.shape[0], X.shape[1], len(sizes), int(np.median(sizes)),

@@ -1,5 +1,7 @@
 """Searchlight and ROI MLEM on NIfTI images: neighbourhoods, sphere RDMs, ground truth in
 space, chunk/backend invariance (dask), and clear errors on bad input."""
+import warnings
+
 import nibabel as nib
 import numpy as np
 import pandas as pd
@@ -316,8 +318,25 @@ def test_bad_distance_and_constant_patterns(small):
     with pytest.raises(ValueError, match="distance must be one of"):
         mlem_neuro.mlem_searchlight(imgs, table, mask, distance="manhattan")
     # one-voxel spheres: the correlation across a sphere's voxels is undefined
-    with pytest.raises(ValueError, match="distance='correlation' is undefined"):
+    with pytest.raises(ValueError, match="distance='correlation' is undefined"), \
+            pytest.warns(UserWarning, match="single voxel"):
         mlem_neuro.mlem_searchlight(imgs, table, mask, radius=1.0, distance="correlation")
+
+
+def test_radius_below_the_voxel_size_warns(small):
+    """A radius smaller than the voxels (e.g. given in cm) leaves every sphere with its
+    centre voxel alone: a voxel-wise analysis, not a multivoxel one.  Warned, not refused
+    (nilearn's neighbourhoods allow it); one more voxel in some sphere is silent."""
+    imgs, table, mask, _ = small
+    kw = dict(cv=2, max_steps=5, n_permutations=1, random_state=0)
+    with pytest.warns(UserWarning, match=r"every sphere holds a single voxel.*"
+                      r"radius=0\.6 mm.*voxels of 3 x 3 x 3 mm"):
+        res = mlem_neuro.mlem_searchlight(imgs, table, mask, radius=0.6, **kw)
+    assert res.settings["median_sphere_size"] == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = mlem_neuro.mlem_searchlight(imgs, table, mask, radius=3.0, **kw)
+    assert res.settings["median_sphere_size"] > 1
 
 
 def test_non_finite_voxels(small):
