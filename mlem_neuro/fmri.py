@@ -413,7 +413,11 @@ def trial_images(bold_imgs, events, t_r, mask_img=None, *, model="trial",
         Repetition time in seconds.
     mask_img : 3D image | None | False
         Passed to ``FirstLevelModel`` (``None`` computes an EPI mask, ``False`` keeps every
-        voxel).  Betas are 0 outside it.
+        voxel).  Betas are 0 outside it.  A mask on another grid than the BOLD runs
+        gives its grid to the betas: nilearn resamples the runs to it (e.g. a 1 mm
+        anatomical mask turns 3 mm runs into 1 mm betas, 27 times the voxels).  To keep
+        the BOLD voxels, resample the mask first:
+        ``nilearn.image.resample_to_img(mask, run, interpolation="nearest")``.
     model : {"trial", "condition"}
     condition_col : str
         Column naming the condition (used by ``model="condition"``; a feature column by

@@ -377,3 +377,22 @@ def test_haxby_category_effect_needs_z_scoring_within_run():
              for name, st in [("raw", None), ("z", "run")]}
     assert abs(score["raw"]) < 0.05
     assert score["z"] > 0.08
+
+
+def test_mask_on_another_grid_gives_its_grid_to_the_betas(sim):
+    """As the docstring says: nilearn resamples the runs to the mask's grid, so a finer
+    mask gives finer betas; a mask resampled to the runs first keeps the BOLD grid."""
+    from nilearn.image import resample_to_img
+
+    runs, events, _, _, _ = sim
+    fine = AFFINE.copy()
+    fine[:3, :3] /= 3.0
+    fine[:3, 3] -= 1.0
+    fine_mask = nib.Nifti1Image(np.ones((9, 9, 6), np.int8), fine)
+    with pytest.warns(UserWarning, match="resampled to the mask_img resolution"):
+        imgs, _ = trial_images(runs, events, T_R, mask_img=fine_mask, noise_model="ols")
+    assert imgs.shape[:3] == (9, 9, 6) and np.allclose(imgs.affine, fine)
+    on_bold = resample_to_img(fine_mask, runs[0], interpolation="nearest",
+                              force_resample=True, copy_header=True)
+    imgs, _ = trial_images(runs, events, T_R, mask_img=on_bold, noise_model="ols")
+    assert imgs.shape[:3] == runs[0].shape[:3] and np.allclose(imgs.affine, AFFINE)
