@@ -322,7 +322,7 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
     window = check_window(window, sfreq)
     keep = time_mask(times, sfreq, tmin, tmax, decim, window=window)
     if labels is not None:
-        A, names = label_neighbourhoods(labels, vertices, kind)
+        A, names = label_neighbourhoods(labels, vertices, kind, subject)
         vertex_model = np.asarray(A.argmax(axis=0)).ravel()
         covered = np.asarray(A.sum(axis=0)).ravel() > 0
         # the result's estimates hold the labels' vertices only
@@ -331,7 +331,8 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
         vertex_model = vertex_model[covered]
         desc = "labels"
     else:
-        A = src_neighbourhoods(src, vertices, kind, spatial_radius, n_jobs=n_jobs)
+        A = src_neighbourhoods(src, vertices, kind, spatial_radius, n_jobs=n_jobs,
+                               subject=subject)
         names, out_vertices, vertex_model, desc = None, vertices, None, "patches"
     data, times = stcs_array(stcs, keep, sfreq, window), times[keep]
     del stcs

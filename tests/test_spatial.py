@@ -385,6 +385,39 @@ def test_surface_inputs_are_validated():
         mlem_neuro.mlem_stcs(stcs, table, small, spatial_radius=0.01)
 
 
+def test_labels_and_src_of_another_subject_refused():
+    """Vertex numbers index one subject's surface: labels or a source space of another
+    subject would silently pick other places (MNE's stc.in_label refuses it too).  A
+    subject that is unknown on either side (None) is not checked."""
+    src = sphere_src()                                  # subject_his_id "sphere"
+    vertices = [s["vertno"] for s in src]
+    rng = np.random.default_rng(0)
+    kw = dict(cv=2, max_steps=2, n_permutations=1, random_state=0)
+    table = pd.DataFrame({"a": [0, 1] * 4})
+
+    def stcs(subject):
+        return [mne.SourceEstimate(rng.standard_normal((400, 2)), vertices, 0.0, 0.01,
+                                   subject=subject) for _ in range(8)]
+
+    label = mne.Label(np.arange(50), hemi="lh", subject="fsaverage", name="x")
+    with pytest.raises(ValueError, match="label 'x' belongs to subject 'fsaverage' but "
+                                         "the estimates to 'sample'"):
+        mlem_neuro.mlem_stcs(stcs("sample"), table, labels=[label], **kw)
+    bi = (mne.Label(np.arange(50), hemi="lh", subject="fsaverage", name="b-lh")
+          + mne.Label(np.arange(50), hemi="rh", subject="fsaverage", name="b-rh"))
+    with pytest.raises(ValueError, match="label 'b-lh \\+ b-rh' belongs to subject "
+                                         "'fsaverage'"):
+        mlem_neuro.mlem_stcs(stcs("sample"), table, labels=[bi], **kw)
+    with pytest.raises(ValueError, match="src belongs to subject 'sphere' but the "
+                                         "estimates to 'sample'"):
+        mlem_neuro.mlem_stcs(stcs("sample"), table, src, spatial_radius=0.01, **kw)
+    # same subject, or a subject unknown on one side: accepted
+    mlem_neuro.mlem_stcs(stcs("fsaverage"), table, labels=[label], **kw)
+    mlem_neuro.mlem_stcs(stcs(None), table, labels=[label], **kw)
+    mlem_neuro.mlem_stcs(stcs("sphere"), table, src, spatial_radius=0.01, **kw)
+    mlem_neuro.mlem_stcs(stcs(None), table, src, spatial_radius=0.01, **kw)
+
+
 def test_sensor_inputs_are_validated():
     epochs, _ = eeg_epochs(n=6, T=5)
     kw = dict(features=["a", "b"], cv=2, max_steps=2)

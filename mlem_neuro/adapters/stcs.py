@@ -157,7 +157,18 @@ def _step(times):
     return float(np.min(np.diff(times))) if len(times) > 1 else 1.0
 
 
-def _check_src(src, kind, vertices):
+def _other_subject(what, theirs, subject):
+    """A ValueError when ``theirs`` and the estimates' ``subject`` are both known and
+    differ (vertex numbers index one subject's surface); ``None`` otherwise."""
+    if theirs is None or subject is None or theirs == subject:
+        return None
+    return ValueError(f"{what} belongs to subject {theirs!r} but the estimates to "
+                      f"{subject!r}: vertex numbers of one subject's source space pick "
+                      "other places in another's. Use the labels / source space of the "
+                      "estimates' subject (or morph the estimates, mne.compute_source_morph).")
+
+
+def _check_src(src, kind, vertices, subject=None):
     from mne import SourceSpaces
 
     if not isinstance(src, SourceSpaces):
@@ -170,6 +181,9 @@ def _check_src(src, kind, vertices):
         raise ValueError(f"src is a {src.kind} source space with {len(src)} part(s) but the "
                          f"estimates are {kind} estimates with {len(vertices)} part(s); pass "
                          "the source space they were computed on.")
+    err = _other_subject("src", src[0].get("subject_his_id"), subject)
+    if err is not None:
+        raise err
     for h, (s, v) in enumerate(zip(src, vertices)):
         missing = np.setdiff1d(v, s["vertno"])
         if missing.size:
@@ -195,7 +209,7 @@ def _surface_distances(src, radius, n_jobs):
     return src
 
 
-def src_neighbourhoods(src, vertices, kind, radius, n_jobs=None):
+def src_neighbourhoods(src, vertices, kind, radius, n_jobs=None, subject=None):
     """Searchlight patches around every source of the estimates, from MNE's distances.
 
     Parameters
@@ -210,6 +224,9 @@ def src_neighbourhoods(src, vertices, kind, radius, n_jobs=None):
         Patch radius in metres.
     n_jobs : int | None
         Jobs for :func:`mne.add_source_space_distances` (surface, when computed).
+    subject : str | None
+        The estimates' subject: a source space of another subject is refused (not
+        checked when either is ``None``).
 
     Returns
     -------
@@ -218,7 +235,7 @@ def src_neighbourhoods(src, vertices, kind, radius, n_jobs=None):
         surface, geodesic distance within the hemisphere (``src[h]["dist"]``); in a volume,
         straight-line distance between the grid points (``src[0]["rr"]``).
     """
-    _check_src(src, kind, vertices)
+    _check_src(src, kind, vertices, subject)
     blocks = []
     if kind == "surface":
         src = _surface_distances(src, radius, n_jobs)
@@ -238,7 +255,7 @@ def src_neighbourhoods(src, vertices, kind, radius, n_jobs=None):
     return sp.csr_matrix(sp.block_diag(blocks, format="csr"))
 
 
-def label_neighbourhoods(labels, vertices, kind):
+def label_neighbourhoods(labels, vertices, kind, subject=None):
     """One neighbourhood per label: the label's vertices among the estimates' vertices.
 
     Parameters
@@ -249,6 +266,9 @@ def label_neighbourhoods(labels, vertices, kind):
         The surface estimates' vertices (left, right hemisphere).
     kind : str
         Kind of the estimates (labels need ``"surface"``).
+    subject : str | None
+        The estimates' subject: labels of another subject are refused (not checked when
+        either is ``None``).
 
     Returns
     -------
@@ -273,6 +293,10 @@ def label_neighbourhoods(labels, vertices, kind):
         parts = [label.lh, label.rh] if isinstance(label, BiHemiLabel) else [label]
         idx = []
         for part in parts:
+            err = _other_subject(f"label {label.name or f'label {k}'!r}", part.subject,
+                                 subject)
+            if err is not None:
+                raise err
             h = {"lh": 0, "rh": 1}[part.hemi]
             hit = np.flatnonzero(np.isin(vertices[h], part.vertices))
             idx.append(offsets[h] + hit)
