@@ -428,7 +428,9 @@ standardize : "run" | None
     distances are computed.  The run of each image is the ``run`` level of the
     features' index (the ``(run, trial)`` index that
     :func:`~mlem_neuro.fmri.trial_images` returns) or, without it, ``groups``; each run
-    needs at least two images.  Recommended for trial or condition betas estimated per
+    needs at least two images.  ``groups`` also groups the folds by run; to z-score
+    within run without that (e.g. ``items`` presented in every run), name the index:
+    ``features.set_index(pd.Index(runs, name="run"))``.  Recommended for trial or condition betas estimated per
     run, whose run-to-run differences (drift, global signal, position) otherwise
     dominate the distances: on the Haxby data a whole-brain region's held-out Spearman
     goes from about 0 (raw betas) to about 0.09 (:doc:`/options`).

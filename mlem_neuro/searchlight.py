@@ -110,7 +110,7 @@ def _warn_single_voxels(sizes, radius, affine):
 
 
 def _prepare(imgs, features, mask_img, items, groups, name="mask_img", partitions=None,
-             distance="euclidean"):
+             distance="euclidean", runs_from=None):
     img4d = load_images(imgs)
     n = img4d.shape[3]
     table = as_feature_table(features, name="features")
@@ -123,7 +123,15 @@ def _prepare(imgs, features, mask_img, items, groups, name="mask_img", partition
         table = table.drop(columns=part_col)       # an identifier, not a feature
     if items is not None:          # checked before any image is masked
         table = items.reduce_table(items.drop_from(table))
-        groups = items.reduce_groups(groups)
+        try:
+            groups = items.reduce_groups(groups)
+        except ValueError as err:
+            if runs_from != "groups":
+                raise
+            raise ValueError(
+                f"{err} To z-score within run (standardize='run') without grouping the "
+                "folds by run, give the runs in the features' index instead of groups: "
+                "features.set_index(pd.Index(runs, name='run')).") from None
     mask = load_mask(mask_img, img4d, name) if mask_img is not None else None
     return img4d, table, mask, items, groups, partitions, part_col
 
@@ -251,7 +259,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     runs, runs_from = _standardize_runs(standardize, features, groups)
     img4d, table, mask, items, groups, partitions, part_col = _prepare(
         imgs, features, mask_img, items, groups, partitions=partitions,
-        distance=options.distance)
+        distance=options.distance, runs_from=runs_from)
     if process_mask_img is None:
         centres_mask, centres_affine = mask, img4d.affine
     else:
@@ -363,7 +371,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=No
     runs, runs_from = _standardize_runs(standardize, features, groups)
     img4d, table, mask, items, groups, partitions, part_col = _prepare(
         imgs, features, mask_img, items, groups, partitions=partitions,
-        distance=options.distance)
+        distance=options.distance, runs_from=runs_from)
     limg = _check_3d(labels_img, "labels_img")
     if limg.shape != img4d.shape[:3] or not np.allclose(limg.affine, img4d.affine, atol=1e-4):
         limg = resample_to_img(limg, img4d.slicer[..., 0], interpolation="nearest",

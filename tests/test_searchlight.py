@@ -430,6 +430,14 @@ def test_standardize_run_refusals():
         mlem_neuro.mlem_roi(imgs, table, mask, standardize="auto")
     with pytest.raises(ValueError, match="True is ambiguous"):
         mlem_neuro.mlem_searchlight(imgs, table, mask, standardize=True)
+    # items presented in every run: runs given as groups would also group the folds,
+    # which items across runs forbid; the error points to the features' index
+    item = np.tile(np.arange(4), 3)
+    by_item = pd.DataFrame({"item": item, "a": item % 2, "b": item // 2})
+    for analysis in (mlem_neuro.mlem_searchlight, mlem_neuro.mlem_roi):
+        with pytest.raises(ValueError, match=r"disagree on groups.*standardize='run'.*"
+                           r"features\.set_index\(pd\.Index\(runs, name='run'\)\)"):
+            analysis(imgs, by_item, mask, items="item", groups=runs, standardize="run")
 
 
 # -------------------------------------------------------------------- backgrounds
