@@ -425,20 +425,20 @@ docdict["standardize_images"] = """
 standardize : "run" | None
     ``"run"``: z-score each voxel across the images of each run (mean 0, standard
     deviation 1 with ``ddof=1``; a voxel constant over a run becomes 0) before the
-    distances are computed.  The run of each image is the ``run`` level of the
-    features' index (the ``(run, trial)`` index that
-    :func:`~mlem_neuro.fmri.trial_images` returns) or, without it, ``groups``; each run
-    needs at least two images.  ``groups`` also groups the folds by run; to z-score
-    within run without that (e.g. ``items`` presented in every run), name the index:
-    ``features.set_index(pd.Index(runs, name="run"))``.  Recommended for trial or condition betas estimated per
-    run, whose run-to-run differences (drift, global signal, position) otherwise
-    dominate the distances: on the Haxby data a whole-brain region's held-out Spearman
-    goes from about 0 (raw betas) to about 0.09 (:doc:`/options`).
-    :func:`~mlem_neuro.fmri.trial_images` already z-scores its trial betas within run
-    by default (z-scoring them again changes nothing).  ``None`` (default): the images
-    as given.  The transform uses no feature values, so it carries no feature
-    information across folds; with folds grouped by run, each run's mean and standard
-    deviation come from one side of the fold only.
+    distances are computed.  The run of each image is the ``run`` level of the features'
+    index (the ``(run, trial)`` index that :func:`~mlem_neuro.fmri.trial_images`
+    returns) or, without it, ``groups``; each run needs at least two images.  ``groups``
+    also groups the folds by run; to z-score within run without that (e.g. ``items``
+    presented in every run), name the index: ``features.set_index(pd.Index(runs,
+    name="run"))``.  Recommended for trial or condition betas estimated per run, whose
+    run-to-run differences (drift, global signal, position) otherwise dominate the
+    distances: on the Haxby data a whole-brain region's held-out Spearman goes from
+    about 0 (raw betas) to about 0.09 (:doc:`/options`).
+    :func:`~mlem_neuro.fmri.trial_images` already z-scores its trial betas within run by
+    default (z-scoring them again changes nothing).  ``None`` (default): the images as
+    given.  The transform uses no feature values, so it carries no feature information
+    across folds; with folds grouped by run, each run's mean and standard deviation come
+    from one side of the fold only.
 """
 
 # --------------------------------------------------------------------------------- T
