@@ -109,6 +109,24 @@ def _warn_single_voxels(sizes, radius, affine):
                   stacklevel=4)
 
 
+def _warn_flat_models(X, A, what, name):
+    """Warn about the models (rows of ``A``) whose voxels all hold one value in every
+    image (columns of ``X`` constant): every distance 0, score and importance 0 by
+    convention, indistinguishable on a map from a measured 0.  ``name(k)`` says which
+    model ``k`` is."""
+    varying = (np.ptp(X, axis=0) > 0).astype(np.float64)
+    flat = np.flatnonzero(A @ varying == 0)
+    if not len(flat):
+        return
+    import warnings
+
+    warnings.warn(f"{len(flat)} of {A.shape[0]} {what} hold only voxels whose value is the "
+                  f"same in every image (e.g. {name(flat[0])}): all their distances are 0, "
+                  "so their score and importance are 0 (p = 1) without being measured. "
+                  "Restrict mask_img to the voxels that hold data (e.g. the mask the "
+                  "betas were estimated in).", UserWarning, stacklevel=4)
+
+
 def _prepare(imgs, features, mask_img, items, groups, name="mask_img", partitions=None,
              distance="euclidean", runs_from=None):
     img4d = load_images(imgs)
@@ -277,6 +295,8 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
             "the mask (nilearn.masking.intersect_masks) or increase radius.")
     _warn_single_voxels(sizes, radius, img4d.affine)
     X = _standardize(mask_data(img4d, mask), runs, runs_from)
+    _warn_flat_models(X, A, "spheres",
+                      lambda k: f"centre voxel {tuple(int(v) for v in centre_ijk[k])}")
     logger.info("MLEM searchlight: %d images, %d voxels in mask, %d spheres of %d voxels "
                 "(median; %d-%d)", X.shape[0], X.shape[1], len(sizes), int(np.median(sizes)),
                 sizes.min(), sizes.max())
@@ -395,6 +415,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=No
         warnings.warn(f"{len(lost)} region(s) of labels_img have no voxel inside mask_img and "
                       f"are left out: labels {lost.tolist()}", UserWarning, stacklevel=3)
     X = _standardize(mask_data(img4d, voxel_mask), runs, runs_from)
+    _warn_flat_models(X, A, "regions", lambda k: f"label {region_labels[k]:g}")
     logger.info("MLEM ROI: %d images, %d regions, %d voxels", X.shape[0], A.shape[0],
                 X.shape[1])
     source, item_settings = _image_source(X, A, items, partitions, options)

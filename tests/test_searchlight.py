@@ -341,10 +341,34 @@ def test_radius_below_the_voxel_size_warns(small):
 
 def test_non_finite_voxels(small):
     imgs, table, mask, _ = small
-    data = imgs.get_fdata()
+    data = imgs.get_fdata().copy()                 # not the shared fixture's cache
     data[1, 2, 3, 4] = np.nan
     with pytest.raises(ValueError, match=r"NaN or infinite.*\(1, 2, 3\)"):
         mlem_neuro.mlem_searchlight(nib.Nifti1Image(data, AFFINE), table, mask)
+
+
+def test_models_without_signal_warn(small):
+    """Spheres / regions whose voxels hold the same value in every image (e.g. 0 outside
+    the mask the betas were estimated in) have every distance 0: their score and
+    importance come out 0 (p = 1), which a map cannot tell from "no effect"; warned."""
+    imgs, table, mask, _ = small
+    kw = dict(cv=2, max_steps=5, n_permutations=1, random_state=0)
+    data = imgs.get_fdata().copy()                 # not the shared fixture's cache
+    data[3] = 0.0                    # the last x slab: no data, but every 3 mm sphere
+    with warnings.catch_warnings():  # centred there also holds a voxel of x = 2
+        warnings.simplefilter("error")
+        mlem_neuro.mlem_searchlight(nib.Nifti1Image(data, AFFINE), table, mask,
+                                    radius=3.0, **kw)
+    data[2] = 0.0                    # now the 16 centres of x = 3 see no data
+    flat = nib.Nifti1Image(data, AFFINE)
+    with pytest.warns(UserWarning, match=r"16 of 64 spheres hold only voxels whose "
+                      r"value is the same in every image.*e\.g\. centre voxel \(3, 0, 0\)"):
+        res = mlem_neuro.mlem_searchlight(flat, table, mask, radius=3.0, **kw)
+    assert np.all(res.score[res.voxel_indices[:, 0] == 3] == 0)
+    labels = nib.Nifti1Image((np.indices((4, 4, 4))[0] + 1).astype(np.int16), AFFINE)
+    with pytest.warns(UserWarning, match=r"2 of 4 regions hold only voxels .*"
+                      r"e\.g\. label 3"):
+        mlem_neuro.mlem_roi(flat, table, labels, **kw)
 
 
 def test_roi_bad_labels(small):
