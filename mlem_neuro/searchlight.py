@@ -341,7 +341,9 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=No
     labels_img : 3D image
         Integer atlas (0 = background), resampled to the images' grid with nearest
         neighbours when needed (a deterministic atlas, as for
-        :class:`nilearn.maskers.NiftiLabelsMasker`).
+        :class:`nilearn.maskers.NiftiLabelsMasker`).  Regions left without a voxel on
+        that grid (outside the images, or smaller than their voxels) are dropped with a
+        warning.
     mask_img : 3D image | None
         Restrict the regions to these voxels.  Regions left without voxels are dropped
         with a warning.
@@ -393,6 +395,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=No
         imgs, features, mask_img, items, groups, partitions=partitions,
         distance=options.distance, runs_from=runs_from)
     limg = _check_3d(labels_img, "labels_img")
+    given = np.unique(np.asarray(limg.dataobj))
     if limg.shape != img4d.shape[:3] or not np.allclose(limg.affine, img4d.affine, atol=1e-4):
         limg = resample_to_img(limg, img4d.slicer[..., 0], interpolation="nearest",
                                force_resample=True, copy_header=True)
@@ -405,6 +408,14 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=No
     if len(all_labels) == 0:
         raise ValueError("labels_img has no region: every voxel is 0 (background) on the "
                          "images' grid.")
+    off_grid = np.setdiff1d(given[np.isfinite(given) & (given != 0)], all_labels)
+    if len(off_grid):
+        import warnings
+
+        warnings.warn(f"{len(off_grid)} region(s) of labels_img have no voxel on the images' "
+                      "grid (after nearest-neighbour resampling: outside the images' field "
+                      "of view, or smaller than their voxels) and are left out: labels "
+                      f"{[v.item() for v in off_grid]}", UserWarning, stacklevel=3)
     A, region_labels, voxel_mask = region_membership(labels, mask)
     lost = np.setdiff1d(all_labels, region_labels)
     if len(region_labels) == 0:

@@ -371,6 +371,26 @@ def test_models_without_signal_warn(small):
         mlem_neuro.mlem_roi(flat, table, labels, **kw)
 
 
+def test_roi_regions_lost_on_the_images_grid_warn(small):
+    """An atlas on a finer grid, or covering more space than the images, can lose regions
+    when resampled to the images' grid (nearest neighbours): they are left out with a
+    warning that names them, as regions outside mask_img are."""
+    imgs, table, _, _ = small
+    fine = AFFINE.copy()                               # 1 mm voxels, same corner
+    fine[:3, :3] /= 3.0
+    fine[:3, 3] -= 1.0
+    labels = np.zeros((18, 12, 12), np.int16)          # x beyond the 4 x 3 mm images
+    labels[:6] = 1
+    labels[6:12] = 2
+    labels[13:, 0, 0] = 7                              # only beyond the images' voxels
+    labels[5, 5, 5] = 8                                # one 1 mm voxel between centres
+    kw = dict(cv=2, max_steps=5, n_permutations=1, random_state=0)
+    with pytest.warns(UserWarning, match=r"2 region\(s\) of labels_img have no voxel on "
+                      r"the images' grid.*labels \[7, 8\]"):
+        res = mlem_neuro.mlem_roi(imgs, table, nib.Nifti1Image(labels, fine), **kw)
+    assert res.region_labels == [1, 2]
+
+
 def test_roi_bad_labels(small):
     imgs, table, _, _ = small
     with pytest.raises(ValueError, match="labels_img has no region"):
