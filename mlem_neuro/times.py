@@ -55,7 +55,10 @@ def window_average(data, sfreq, window):
 
     Samples near the edges average the neighbours that exist.  Returns a new array.
     """
-    half = int(round(float(window) * sfreq / 2.0))
+    # the samples k with |k| / sfreq <= window / 2 (the tolerance absorbs float noise, as
+    # in 0.06 * 100 / 2 = 3.0000000000000004; rounding would take 0.03 s at 100 Hz as
+    # +-2 samples)
+    half = int(np.floor(float(window) * sfreq / 2.0 + 1e-9))
     if half < 1:
         return np.array(data, dtype=float)
     T = data.shape[-1]

@@ -524,7 +524,7 @@ def test_mlem_array_crops_and_decimates_like_mlem_epochs():
     after the same window averaging."""
     X, y, times = simulate(n=40, n_channels=6, n_times=30)
     kw = dict(cv=2, n_permutations=1, max_steps=10, random_state=0)
-    sel = dict(tmin=0.0, tmax=0.2, decim=2, window=0.03)   # +-1.5 samples: rounding agrees
+    sel = dict(tmin=0.0, tmax=0.2, decim=2, window=0.03)   # +-1 sample at 100 Hz
     res = mlem_array(X * 1e-6, y, times=times, **sel, **kw)        # the Epochs' volts
     ref = mlem_epochs(to_epochs(X, y, times), features=list(y.columns), **sel, **kw)
     np.testing.assert_allclose(res.times, ref.times)

@@ -114,3 +114,17 @@ def test_no_good_data_channel(mixed_epochs):
 
 def test_picking_uses_no_private_mne_module():
     assert "_fiff" not in inspect.getsource(ep_adapter)
+
+
+@pytest.mark.parametrize("window, half", [(0.02, 1), (0.03, 1), (0.04, 2), (0.05, 2),
+                                          (0.06, 3), (0.07, 3), (0.1, 5), (0.015, 0)])
+def test_window_average_keeps_the_samples_within_half_a_window(window, half):
+    """``window`` averages the samples within ``±window / 2`` s, as documented: at 100 Hz
+    0.03 s is ±1 sample and 0.07 s ±3 (Python's round-half-to-even gave ±2 and ±4, so
+    0.03 and 0.05 s averaged alike, and 0.07 s reached 40 ms on each side)."""
+    sfreq, T = 100.0, 15
+    x = np.random.default_rng(0).standard_normal((2, 3, T))
+    out = tm.window_average(x, sfreq, window)
+    for t in range(T):
+        lo, hi = max(0, t - half), min(T, t + half + 1)
+        np.testing.assert_allclose(out[..., t], x[..., lo:hi].mean(-1))
