@@ -232,6 +232,10 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     data = _check_data(data)
     n, C, T = data.shape
     in_seconds = times is not None or sfreq is not None
+    if not in_seconds and (tmin is not None or tmax is not None):
+        raise ValueError("tmin and tmax are in seconds, but without times= or sfreq= the "
+                         "samples are numbered 0, 1, ...: pass times= or sfreq= (or crop "
+                         "the array yourself).")
     times, sfreq = _check_times(times, sfreq, T)
     window = check_window(window, sfreq)
     if ch_names is not None:

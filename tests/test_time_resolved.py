@@ -538,6 +538,18 @@ def test_mlem_array_crops_and_decimates_like_mlem_epochs():
         mlem_array(X, y, times=times, decim=0, **kw)
 
 
+def test_mlem_array_refuses_tmin_tmax_without_a_time_axis():
+    """tmin / tmax are seconds: without times or sfreq the samples are numbered 0, 1...,
+    and tmin=-0.1, tmax=0.3 silently kept sample 0 alone."""
+    X, y, times = simulate(n=30, n_channels=4, n_times=12)
+    kw = dict(cv=2, n_permutations=1, max_steps=5, random_state=0)
+    for sel in (dict(tmin=-0.1, tmax=0.3), dict(tmin=0.1), dict(tmax=0.3)):
+        with pytest.raises(ValueError, match="tmin and tmax are in seconds.*times= or sfreq="):
+            mlem_array(X, y, **sel, **kw)
+    res = mlem_array(X, y, sfreq=SFREQ, tmin=0.0, tmax=0.03, **kw)     # with a rate: fine
+    np.testing.assert_allclose(res.times, [0.0, 0.01, 0.02, 0.03])
+
+
 def test_folds_with_each_condition_once_explain_leave_one_run_out():
     """Held-out folds with one trial per condition (leave-one-run-out, each condition
     once per run): every held-out pair differs in the condition, so its importance is 0
