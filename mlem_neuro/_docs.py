@@ -176,7 +176,7 @@ groups : array-like | str | None
     One label per epoch (run, session, item...): folds keep each group's epochs
     together (an int ``cv`` then gives :class:`~sklearn.model_selection.GroupKFold`
     folds; a splitter receives ``groups``).  A str names an ``epochs.metadata`` column
-    holding the labels.
+    holding the labels (left out of the features when ``features`` is ``None``).
 """
 
 docdict["groups_images"] = """

@@ -575,3 +575,19 @@ def test_folds_with_each_condition_once_explain_leave_one_run_out():
         warnings.simplefilter("error", UserWarning)
         mlem_array(data, table[["cond"]], sfreq=10.0, cv=2, groups=run, n_permutations=2,
                    max_steps=20, random_state=0)
+
+
+def test_groups_column_is_not_a_feature_of_the_default_table(sim):
+    """groups='run' names the folds' groups: with features=None (every metadata column)
+    that column is left out of the features, as the items and partitions columns are and
+    as the command line's --groups does; named in features explicitly it stays one."""
+    X, y, times = sim
+    meta = y.assign(run=np.repeat(np.arange(6), len(y) // 6))
+    epochs = to_epochs(X[:, :, :4], meta, times[:4])
+    kw = dict(cv=3, max_steps=5, n_permutations=1, random_state=0)
+    res = mlem_epochs(epochs, groups="run", **kw)
+    assert res.terms == ["A", "B", "C"] and res.settings["n_groups"] == 6
+    ref = mlem_array(X[:, :, :4], y, times=times[:4], groups=meta["run"].to_numpy(), **kw)
+    np.testing.assert_allclose(res.importance, ref.importance)
+    res = mlem_epochs(epochs, features=["A", "run"], groups="run", **kw)
+    assert res.terms == ["A", "run"]
