@@ -140,6 +140,8 @@ feature_groups : dict | None
 docdict["feature_kinds"] = """
 feature_kinds : dict | None
     Override inferred feature kinds, ``{column: "categorical" | "ordinal" | "numeric"}``.
+    An ordinal column's levels follow its ordered pandas Categorical, else their sorted
+    order (numbers by value; strings alphabetically, with a warning).
 """
 
 docdict["feature_names"] = """

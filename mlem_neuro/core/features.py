@@ -20,6 +20,7 @@ Distances, for a pair of stimuli ``(i, j)`` and one feature:
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -236,6 +237,13 @@ def _fit_levels(spec, sub):
             cats = list(col.dtype.categories)
         else:
             cats = sorted(present.unique())
+            if not pd.api.types.is_numeric_dtype(col.dtype):
+                # sorted strings are alphabetical ("high" < "low" < "medium", "10" < "2")
+                warnings.warn(f"feature {name!r} is declared ordinal on unordered values: "
+                              f"its levels are taken in sorted order {cats}. If that is not "
+                              "their order, pass an ordered pandas Categorical, e.g. "
+                              "pd.Categorical(values, categories=[...], ordered=True).",
+                              UserWarning, stacklevel=2)
     else:
         cats = list(pd.unique(present))
     if present.nunique() < 2:
