@@ -299,7 +299,9 @@ n_null : int
     Null relabellings of the stimuli for single-subject permutation tests (``0``, the
     default: no test).  With ``n_null > 0`` each model (time point, sphere, region) also
     trains ``n_null`` null models per test, in the same stack, and the result gains
-    ``tests`` (``"score"`` then one per feature), ``pvalues`` and ``pvalues_fwe``
+    ``tests`` (``"score"``, one per feature, then ``"interactions"``, the test of
+    non-additivity of the method page, when interactions are modelled with two or more
+    features and the distances come from patterns), ``pvalues`` and ``pvalues_fwe``
     ``(n_models, n_tests)``: ``(1 + #{null >= observed}) / (1 + n_null)``, and the same
     against the maximum over models of each null (family-wise error over models).  The
     score's null relabels all stimuli; a feature's null relabels stimuli only among those
@@ -450,8 +452,8 @@ terms : list of str
 
 docdict["tests"] = """
 tests : list of str | None
-    Names of the single-subject permutation tests (``"score"``, then one per feature),
-    ``None`` when none was run (``n_null=0``).
+    Names of the single-subject permutation tests (``"score"``, then one per feature,
+    then ``"interactions"`` when it ran), ``None`` when none was run (``n_null=0``).
 """
 
 docdict["tmax"] = """

@@ -119,7 +119,9 @@ class TimeCourseResult(BaseResult):
             Columns ``time``, ``term``, ``importance`` (fold mean), ``importance_fold_std``
             (fold spread), ``score`` and ``score_std`` (held-out Spearman ρ at that time);
             with tests (``n_null > 0``) also ``pvalue``, ``pvalue_fwe`` (the term's test;
-            NaN for a term without one), ``score_pvalue`` and ``score_pvalue_fwe``.
+            NaN for a term without one), ``score_pvalue`` and ``score_pvalue_fwe``, and
+            ``interactions_pvalue`` and ``interactions_pvalue_fwe`` when the test of
+            interactions ran.
         """
         df = self._long_frame({"time": self.times})
         df["score_std"] = np.repeat(self.score_std, len(self.terms))
