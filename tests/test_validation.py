@@ -639,3 +639,22 @@ class TestCuda:
                                              level=level)
             assert imp.shape == (rows, 3)
             assert np.isfinite(imp["importance"]).all()
+
+
+def test_numbers_stored_as_text_warn_that_they_are_categorical():
+    """A column of numbers stored as text (a CSV column with a stray string, metadata
+    built from strings) is compared as categorical (equal or not), silently losing the
+    numeric distance; with 3 or more values a warning says so.  Two values are alike
+    either way, and a declared kind (or real numbers) gives no warning."""
+    level = np.tile([1, 2, 10], N // 3 + 1)[:N]
+    X = _neural(level)
+    text = pd.DataFrame({"load": level.astype(str)})
+    with pytest.warns(UserWarning, match=r"'load' holds numbers stored as text.*"
+                                         r"categorical.*pd.to_numeric.*feature_kinds"):
+        MLEM(**FAST).fit(X, text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        MLEM(feature_kinds={"load": "categorical"}, **FAST).fit(X, text)
+        MLEM(**FAST).fit(X, pd.DataFrame({"load": level}))
+        MLEM(**FAST).fit(X, pd.DataFrame({"load": (level > 1).astype(int).astype(str)}))
+        MLEM(**FAST).fit(X, pd.DataFrame({"load": np.where(level > 1, "hi", "lo")}))

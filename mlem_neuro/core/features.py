@@ -342,6 +342,22 @@ def _missing_value(name, missing):
     return miss
 
 
+def _warn_numbers_as_text(name, col):
+    """Warn when a column inferred categorical holds 3 or more numbers stored as text
+    (compared as equal or not; with two values both kinds give the same distances)."""
+    if pd.api.types.is_bool_dtype(col.dtype) or isinstance(col.dtype, pd.CategoricalDtype):
+        return
+    values = pd.Series(col.dropna().unique())
+    if len(values) < 3 or not values.map(lambda v: isinstance(v, str)).all():
+        return
+    if pd.to_numeric(values, errors="coerce").notna().all():
+        warnings.warn(f"feature {name!r} holds numbers stored as text (e.g. "
+                      f"{values.tolist()[:3]}): it is compared as categorical (equal or "
+                      "not). Convert it (pd.to_numeric) for a numeric distance, or declare "
+                      f"feature_kinds={{{name!r}: 'categorical'}} to keep it categorical.",
+                      UserWarning, stacklevel=3)
+
+
 def _feature_kind(name, table, kinds, groups):
     """The declared or inferred kind of feature ``name`` (grouped features: numeric)."""
     if name in groups:
@@ -351,6 +367,8 @@ def _feature_kind(name, table, kinds, groups):
                              f"kind {kind!r}")
     else:
         kind = kinds.get(name, _infer_kind(table[name]))
+        if name not in kinds and kind == "categorical":
+            _warn_numbers_as_text(name, table[name])
     if kind not in KINDS:
         raise ValueError(f"kind of feature {name!r} must be one of {list(KINDS)}; "
                          f"got {kind!r}")
