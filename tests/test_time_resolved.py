@@ -316,6 +316,30 @@ def test_features_from_events_consistent_positions():
         features_from_events(ep, names=["modality"])
 
 
+def test_numbered_event_names_are_labels_without_a_warning(sim):
+    """mne.Epochs without event_id names its events "1", "2"...: features_from_events
+    gives them as unordered categoricals (labels, compared as equal or not), so the
+    numbers-as-text warning of feature tables stays silent on the default epochs."""
+    X, y, times = sim
+    ep = _tagged_epochs(["1", "2", "3"], [0, 1, 2, 2, 1, 0])
+    tbl = features_from_events(ep)
+    assert isinstance(tbl["event"].dtype, pd.CategoricalDtype)
+    assert not tbl["event"].cat.ordered
+    assert tbl["event"].tolist() == ["1", "2", "3", "3", "2", "1"]
+    codes = np.tile([1, 2, 3], 10)
+    info = mne.create_info(4, SFREQ, "eeg")
+    events = np.column_stack([np.arange(30) * 100, np.zeros(30, int), codes])
+    epochs = mne.EpochsArray(X[:30, :4, :3], info, events=events, verbose=False)
+    assert epochs.event_id == {"1": 1, "2": 2, "3": 3}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        res = mlem_epochs(epochs, cv=3, max_steps=5, n_permutations=1, random_state=0)
+    assert res.terms == ["event"]
+    with pytest.warns(UserWarning, match="numbers stored as text"):      # a plain table
+        mlem_epochs(epochs, features=tbl.astype(str).iloc[[0, 1, 2] * 10], cv=3,
+                    max_steps=5, n_permutations=1, random_state=0)
+
+
 def test_features_from_events_inconsistent_tags_give_boolean_columns():
     # "left" moves between positions and names have 1 or 2 tags: one column per tag
     names = ["auditory/left", "left/visual", "visual", "auditory"]

@@ -350,9 +350,11 @@ def _warn_numbers_as_text(name, col):
     values = pd.Series(col.dropna().unique())
     if len(values) < 3 or not values.map(lambda v: isinstance(v, str)).all():
         return
-    if pd.to_numeric(values, errors="coerce").notna().all():
+    numbers = pd.to_numeric(values, errors="coerce")
+    if numbers.notna().all():
+        smallest = values.iloc[np.argsort(numbers.to_numpy(), kind="stable")].tolist()[:3]
         warnings.warn(f"feature {name!r} holds numbers stored as text (e.g. "
-                      f"{values.tolist()[:3]}): it is compared as categorical (equal or "
+                      f"{smallest}): it is compared as categorical (equal or "
                       "not). Convert it (pd.to_numeric) for a numeric distance, or declare "
                       f"feature_kinds={{{name!r}: 'categorical'}} to keep it categorical.",
                       UserWarning, stacklevel=3)
