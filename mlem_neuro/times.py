@@ -70,11 +70,14 @@ def window_average(data, sfreq, window):
 
 
 def _decim_mask(times, sfreq, decim):
-    """Every ``decim``-th sample, on a grid anchored at ``t = 0`` when ``sfreq`` is known."""
-    if sfreq is not None:
-        samples = np.round(times * sfreq).astype(np.int64)
-    else:
-        samples = np.arange(len(times))
+    """Every ``decim``-th sample, on a grid anchored at ``t = 0`` when ``sfreq`` is known
+    (at the sample nearest ``t = 0`` for times between sample instants, such as bin
+    centres; the times are evenly spaced by ``1 / sfreq``)."""
+    samples = np.arange(len(times))
+    if sfreq is not None and len(times):
+        # one anchor for all samples: rounding each time (np.round, half to even) took
+        # 0.5, 1.5, 2.5 samples to 0, 2, 2 and kept irregular samples
+        samples = samples - int(np.floor(-float(times[0]) * sfreq + 0.5))
     return (samples % decim) == 0
 
 
