@@ -81,8 +81,9 @@ cv : None | int | scikit-learn splitter | iterable of (train, test)
 # --------------------------------------------------------------------------------- D
 docdict["decim"] = """
 decim : int
-    Keep one sample in ``decim``, on a grid anchored at ``t = 0`` (as MNE) when the
-    sampling rate is known.  ``window`` averaging is applied on the full-rate data,
+    Keep one sample in ``decim``, on a grid anchored at ``t = 0`` (as MNE; at the
+    sample nearest ``t = 0`` for times between sample instants, such as bin centres)
+    when the sampling rate is known.  ``window`` averaging is applied on the full-rate data,
     before decimation: e.g. spikes binned at 1 ms with ``window=0.05, decim=25`` give
     50 ms averages every 25 ms.  Low-pass the data first (or use ``window``) to avoid
     aliasing.
