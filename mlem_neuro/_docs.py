@@ -81,8 +81,9 @@ cv : None | int | scikit-learn splitter | iterable of (train, test)
 # --------------------------------------------------------------------------------- D
 docdict["decim"] = """
 decim : int
-    Keep one sample in ``decim``, on a grid anchored at ``t = 0`` (as MNE) when the
-    sampling rate is known.  ``window`` averaging is applied on the full-rate data,
+    Keep one sample in ``decim``, on a grid anchored at ``t = 0`` (as MNE; at the
+    sample nearest ``t = 0`` for times between sample instants, such as bin centres)
+    when the sampling rate is known.  ``window`` averaging is applied on the full-rate data,
     before decimation: e.g. spikes binned at 1 ms with ``window=0.05, decim=25`` give
     50 ms averages every 25 ms.  Low-pass the data first (or use ``window``) to avoid
     aliasing.
@@ -140,6 +141,8 @@ feature_groups : dict | None
 docdict["feature_kinds"] = """
 feature_kinds : dict | None
     Override inferred feature kinds, ``{column: "categorical" | "ordinal" | "numeric"}``.
+    An ordinal column's levels follow its ordered pandas Categorical, else their sorted
+    order (numbers by value; strings alphabetically, with a warning).
 """
 
 docdict["feature_names"] = """
@@ -176,7 +179,7 @@ groups : array-like | str | None
     One label per epoch (run, session, item...): folds keep each group's epochs
     together (an int ``cv`` then gives :class:`~sklearn.model_selection.GroupKFold`
     folds; a splitter receives ``groups``).  A str names an ``epochs.metadata`` column
-    holding the labels.
+    holding the labels (left out of the features when ``features`` is ``None``).
 """
 
 docdict["groups_images"] = """
@@ -297,7 +300,9 @@ n_null : int
     Null relabellings of the stimuli for single-subject permutation tests (``0``, the
     default: no test).  With ``n_null > 0`` each model (time point, sphere, region) also
     trains ``n_null`` null models per test, in the same stack, and the result gains
-    ``tests`` (``"score"`` then one per feature), ``pvalues`` and ``pvalues_fwe``
+    ``tests`` (``"score"``, one per feature, then ``"interactions"``, the test of
+    non-additivity of the method page, when interactions are modelled with two or more
+    features and the distances come from patterns), ``pvalues`` and ``pvalues_fwe``
     ``(n_models, n_tests)``: ``(1 + #{null >= observed}) / (1 + n_null)``, and the same
     against the maximum over models of each null (family-wise error over models).  The
     score's null relabels all stimuli; a feature's null relabels stimuli only among those
@@ -450,8 +455,8 @@ terms : list of str
 
 docdict["tests"] = """
 tests : list of str | None
-    Names of the single-subject permutation tests (``"score"``, then one per feature),
-    ``None`` when none was run (``n_null=0``).
+    Names of the single-subject permutation tests (``"score"``, then one per feature,
+    then ``"interactions"`` when it ran), ``None`` when none was run (``n_null=0``).
 """
 
 docdict["tmax"] = """

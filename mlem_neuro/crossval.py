@@ -425,6 +425,8 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
         # results do not depend on chunk_size or n_jobs
         layout.append((f, enc_train, enc_test, train, test, int(rng.integers(2**63 - 1))))
     _warn_flat(flat)
+    if opts.n_null:
+        _check_test_names(names)
     # drawn after the folds' seeds: the observed results do not depend on n_null
     null = _draw_nulls(opts, table, rng) if opts.n_null else None
     plans = _null_plans(layout, table, opts, null)
@@ -541,6 +543,17 @@ def _draw_nulls(opts, table, rng):
     space = opts.feature_space().fit(table)
     null_rng = np.random.default_rng(int(rng.integers(2**63 - 1)))
     return null_permutations(space.transform(table), space.kinds_, opts.n_null, null_rng)
+
+
+def _check_test_names(names):
+    """Refuse a feature named like a test that is not a feature's (its test would
+    replace that one under the same name)."""
+    clash = [name for name in names if name in ("score", "interactions")]
+    if clash:
+        raise ValueError(f"a feature named {clash[0]!r} would share its name with a "
+                         "permutation test (the tests are 'score', one per feature, and "
+                         f"'interactions'): rename it (e.g. {clash[0] + '_'!r}), or run "
+                         "without n_null.")
 
 
 def _add_tests(out):

@@ -232,6 +232,10 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     data = _check_data(data)
     n, C, T = data.shape
     in_seconds = times is not None or sfreq is not None
+    if not in_seconds and (tmin is not None or tmax is not None):
+        raise ValueError("tmin and tmax are in seconds, but without times= or sfreq= the "
+                         "samples are numbered 0, 1, ...: pass times= or sfreq= (or crop "
+                         "the array yourself).")
     times, sfreq = _check_times(times, sfreq, T)
     window = check_window(window, sfreq)
     if ch_names is not None:
@@ -281,8 +285,9 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     epochs : mne.Epochs
         The trials.  Non-preloaded epochs are read through a copy (bad epochs dropped).
     features : None | str | list of str | DataFrame
-        ``None``: ``epochs.metadata`` when present (every column is a feature), else the
-        table of :func:`mlem_neuro.features_from_events` (``/``-tagged event names).
+        ``None``: ``epochs.metadata`` when present (every column is a feature but those
+        that ``groups``, ``items`` and ``partitions`` name), else the table of
+        :func:`mlem_neuro.features_from_events` (``/``-tagged event names).
         Column name(s) of ``epochs.metadata``.  Or a DataFrame with one row per epoch (or
         one per original event, aligned with ``epochs.selection`` so that dropped epochs
         stay matched to their rows).
@@ -355,7 +360,12 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
                     tmax=None if tmax is None else float(tmax), times_in_seconds=True,
                     n_epochs=int(len(work)))
     if isinstance(groups, str):         # a metadata column names the groups
-        groups = _metadata_column(work, groups)
+        column, groups = groups, _metadata_column(work, groups)
+        if features is None and column in table.columns:
+            # an identifier, not a feature (as the items and partitions columns)
+            logger.info("groups: the column %r names the groups and is not a feature",
+                        column)
+            table = table.drop(columns=column)
     if spatial_radius is not None:
         from .spatial import check_spatial_items
 

@@ -55,7 +55,10 @@ def window_average(data, sfreq, window):
 
     Samples near the edges average the neighbours that exist.  Returns a new array.
     """
-    half = int(round(float(window) * sfreq / 2.0))
+    # the samples k with |k| / sfreq <= window / 2 (the tolerance absorbs float noise, as
+    # in 0.06 * 100 / 2 = 3.0000000000000004; rounding would take 0.03 s at 100 Hz as
+    # +-2 samples)
+    half = int(np.floor(float(window) * sfreq / 2.0 + 1e-9))
     if half < 1:
         return np.array(data, dtype=float)
     T = data.shape[-1]
@@ -67,11 +70,14 @@ def window_average(data, sfreq, window):
 
 
 def _decim_mask(times, sfreq, decim):
-    """Every ``decim``-th sample, on a grid anchored at ``t = 0`` when ``sfreq`` is known."""
-    if sfreq is not None:
-        samples = np.round(times * sfreq).astype(np.int64)
-    else:
-        samples = np.arange(len(times))
+    """Every ``decim``-th sample, on a grid anchored at ``t = 0`` when ``sfreq`` is known
+    (at the sample nearest ``t = 0`` for times between sample instants, such as bin
+    centres; the times are evenly spaced by ``1 / sfreq``)."""
+    samples = np.arange(len(times))
+    if sfreq is not None and len(times):
+        # one anchor for all samples: rounding each time (np.round, half to even) took
+        # 0.5, 1.5, 2.5 samples to 0, 2, 2 and kept irregular samples
+        samples = samples - int(np.floor(-float(times[0]) * sfreq + 0.5))
     return (samples % decim) == 0
 
 

@@ -235,6 +235,11 @@ def test_frame_columns_and_plot_marks(tmp_path):
         assert col in df
     a = df[df.term == "A"]
     np.testing.assert_array_equal(a["pvalue_fwe"], res.pvalues_fwe[:, 1])
+    # every test reaches the frame: the test of interactions (not a term) as the score's
+    assert res.tests[-1] == "interactions"
+    for col, p in (("interactions_pvalue", res.pvalues), ("interactions_pvalue_fwe",
+                                                          res.pvalues_fwe)):
+        np.testing.assert_array_equal(a[col], p[:, -1])
     assert res.significant("A").any()
     fig = res.plot(show=False)
     n_lines = len(fig.axes[0].lines)
@@ -323,3 +328,16 @@ def test_identity_relabelling_reproduces_the_observed_statistics(monkeypatch, le
         np.testing.assert_allclose(out.fold_null[:, :, 1 + f, :],
                                    np.repeat(out.importance[:, :, col, None], 2, axis=-1),
                                    atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["score", "interactions"])
+def test_a_feature_named_like_a_test_is_refused(name):
+    """The tests are named "score", each feature, "interactions": a feature named
+    "score" replaced the score's test under its name (res.tests stayed ["score", "A",
+    "interactions"], its p-values the feature's), so it is refused with n_null."""
+    data, table = _noise(5)
+    table = table.rename(columns={"B": name})
+    with pytest.raises(ValueError, match=f"feature named {name!r}.*rename it"):
+        mlem_array(data, table, random_state=0, n_null=2, **SMALL)
+    res = mlem_array(data, table, random_state=0, **SMALL)       # no tests: no clash
+    assert name in res.terms

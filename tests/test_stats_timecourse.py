@@ -139,3 +139,26 @@ def test_group_analysis_from_simulated_subjects_end_to_end():
     assert sig[0][6:11].all() and not sig[0][:5].any() and not sig[0][12:].any()
     assert st.significant(0.05) and permutation_cluster_test(
         results, "C", seed=0).significant(0.05) == []
+
+
+def test_in_sample_results_warn_that_the_group_test_is_not_valid(group):
+    """Results without cross-validation (cv=None) score and permute on the training
+    stimuli: scores and importances sit above 0 even on noise.  Measured: 8 noise subjects
+    (mlem_array, 40 trials x 8 channels x 6 times, two binary features, max_steps=50):
+    mean score 0.025 and a "significant" score cluster (p = 0.004) in-sample, against
+    0.002 and no cluster with cv=3.  The group test says so instead of staying silent."""
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((20, 4, 5))
+    feats = pd.DataFrame({"a": np.arange(20) % 2 == 0, "b": np.arange(20) % 3 == 0})
+    kw = dict(sfreq=100.0, max_steps=5, n_permutations=1, random_state=0)
+    in_sample = mlem_neuro.mlem_array(data, feats, cv=None, **kw)
+    held_out = mlem_neuro.mlem_array(data, feats, cv=2, **kw)
+    assert in_sample.score_kind == "in-sample"
+    for measure in ("score", "importance"):
+        with pytest.warns(UserWarning, match=r"1 of 2 results .*cv=None.*not valid"):
+            permutation_cluster_test([held_out, in_sample], "a", measure=measure,
+                                     n_permutations=4, seed=0)
+    other = mlem_neuro.mlem_array(data[::-1], feats, cv=2, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        permutation_cluster_test([held_out, other], "a", n_permutations=4, seed=0)

@@ -316,6 +316,30 @@ def test_features_from_events_consistent_positions():
         features_from_events(ep, names=["modality"])
 
 
+def test_numbered_event_names_are_labels_without_a_warning(sim):
+    """mne.Epochs without event_id names its events "1", "2"...: features_from_events
+    gives them as unordered categoricals (labels, compared as equal or not), so the
+    numbers-as-text warning of feature tables stays silent on the default epochs."""
+    X, y, times = sim
+    ep = _tagged_epochs(["1", "2", "3"], [0, 1, 2, 2, 1, 0])
+    tbl = features_from_events(ep)
+    assert isinstance(tbl["event"].dtype, pd.CategoricalDtype)
+    assert not tbl["event"].cat.ordered
+    assert tbl["event"].tolist() == ["1", "2", "3", "3", "2", "1"]
+    codes = np.tile([1, 2, 3], 10)
+    info = mne.create_info(4, SFREQ, "eeg")
+    events = np.column_stack([np.arange(30) * 100, np.zeros(30, int), codes])
+    epochs = mne.EpochsArray(X[:30, :4, :3], info, events=events, verbose=False)
+    assert epochs.event_id == {"1": 1, "2": 2, "3": 3}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        res = mlem_epochs(epochs, cv=3, max_steps=5, n_permutations=1, random_state=0)
+    assert res.terms == ["event"]
+    with pytest.warns(UserWarning, match="numbers stored as text"):      # a plain table
+        mlem_epochs(epochs, features=tbl.astype(str).iloc[[0, 1, 2] * 10], cv=3,
+                    max_steps=5, n_permutations=1, random_state=0)
+
+
 def test_features_from_events_inconsistent_tags_give_boolean_columns():
     # "left" moves between positions and names have 1 or 2 tags: one column per tag
     names = ["auditory/left", "left/visual", "visual", "auditory"]
@@ -524,7 +548,7 @@ def test_mlem_array_crops_and_decimates_like_mlem_epochs():
     after the same window averaging."""
     X, y, times = simulate(n=40, n_channels=6, n_times=30)
     kw = dict(cv=2, n_permutations=1, max_steps=10, random_state=0)
-    sel = dict(tmin=0.0, tmax=0.2, decim=2, window=0.03)   # +-1.5 samples: rounding agrees
+    sel = dict(tmin=0.0, tmax=0.2, decim=2, window=0.03)   # +-1 sample at 100 Hz
     res = mlem_array(X * 1e-6, y, times=times, **sel, **kw)        # the Epochs' volts
     ref = mlem_epochs(to_epochs(X, y, times), features=list(y.columns), **sel, **kw)
     np.testing.assert_allclose(res.times, ref.times)
@@ -536,6 +560,18 @@ def test_mlem_array_crops_and_decimates_like_mlem_epochs():
         mlem_array(X, y, times=times, tmin=5.0, **kw)
     with pytest.raises(ValueError, match="decim must be an int"):
         mlem_array(X, y, times=times, decim=0, **kw)
+
+
+def test_mlem_array_refuses_tmin_tmax_without_a_time_axis():
+    """tmin / tmax are seconds: without times or sfreq the samples are numbered 0, 1...,
+    and tmin=-0.1, tmax=0.3 silently kept sample 0 alone."""
+    X, y, times = simulate(n=30, n_channels=4, n_times=12)
+    kw = dict(cv=2, n_permutations=1, max_steps=5, random_state=0)
+    for sel in (dict(tmin=-0.1, tmax=0.3), dict(tmin=0.1), dict(tmax=0.3)):
+        with pytest.raises(ValueError, match="tmin and tmax are in seconds.*times= or sfreq="):
+            mlem_array(X, y, **sel, **kw)
+    res = mlem_array(X, y, sfreq=SFREQ, tmin=0.0, tmax=0.03, **kw)     # with a rate: fine
+    np.testing.assert_allclose(res.times, [0.0, 0.01, 0.02, 0.03])
 
 
 def test_folds_with_each_condition_once_explain_leave_one_run_out():
@@ -563,3 +599,19 @@ def test_folds_with_each_condition_once_explain_leave_one_run_out():
         warnings.simplefilter("error", UserWarning)
         mlem_array(data, table[["cond"]], sfreq=10.0, cv=2, groups=run, n_permutations=2,
                    max_steps=20, random_state=0)
+
+
+def test_groups_column_is_not_a_feature_of_the_default_table(sim):
+    """groups='run' names the folds' groups: with features=None (every metadata column)
+    that column is left out of the features, as the items and partitions columns are and
+    as the command line's --groups does; named in features explicitly it stays one."""
+    X, y, times = sim
+    meta = y.assign(run=np.repeat(np.arange(6), len(y) // 6))
+    epochs = to_epochs(X[:, :, :4], meta, times[:4])
+    kw = dict(cv=3, max_steps=5, n_permutations=1, random_state=0)
+    res = mlem_epochs(epochs, groups="run", **kw)
+    assert res.terms == ["A", "B", "C"] and res.settings["n_groups"] == 6
+    ref = mlem_array(X[:, :, :4], y, times=times[:4], groups=meta["run"].to_numpy(), **kw)
+    np.testing.assert_allclose(res.importance, ref.importance)
+    res = mlem_epochs(epochs, features=["A", "run"], groups="run", **kw)
+    assert res.terms == ["A", "run"]

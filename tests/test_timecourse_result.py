@@ -187,3 +187,19 @@ def test_plot_subset_and_given_axes(result):
     with pytest.raises(ValueError, match="one or two"):
         result.plot(axes=plt.subplots(3)[1], show=False)
     plt.close("all")
+
+
+def test_to_evoked_warns_when_times_are_off_mnes_sample_grid():
+    """MNE puts an Evoked's samples at multiples of 1 / sfreq: times between sample
+    instants (bin centres 0.005, 0.015... s at 100 Hz) came back 5 ms early, silently.
+    A warning names the shift; on-grid times give none."""
+    import warnings
+
+    res = synthetic(times=0.005 + np.arange(5) / 100.0)
+    with pytest.warns(UserWarning, match=r"shifts them by [+-]0.005 s"):
+        ev = res.to_evoked()              # half a sample: MNE rounds either way
+    np.testing.assert_allclose(abs(ev.times - res.times), 0.005, atol=1e-9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        ev = synthetic(times=-0.02 + np.arange(5) / 100.0).to_evoked()
+    np.testing.assert_allclose(ev.times, -0.02 + np.arange(5) / 100.0, atol=1e-9)

@@ -114,3 +114,33 @@ def test_no_good_data_channel(mixed_epochs):
 
 def test_picking_uses_no_private_mne_module():
     assert "_fiff" not in inspect.getsource(ep_adapter)
+
+
+@pytest.mark.parametrize("window, half", [(0.02, 1), (0.03, 1), (0.04, 2), (0.05, 2),
+                                          (0.06, 3), (0.07, 3), (0.1, 5), (0.015, 0)])
+def test_window_average_keeps_the_samples_within_half_a_window(window, half):
+    """``window`` averages the samples within ``±window / 2`` s, as documented: at 100 Hz
+    0.03 s is ±1 sample and 0.07 s ±3 (Python's round-half-to-even gave ±2 and ±4, so
+    0.03 and 0.05 s averaged alike, and 0.07 s reached 40 ms on each side)."""
+    sfreq, T = 100.0, 15
+    x = np.random.default_rng(0).standard_normal((2, 3, T))
+    out = tm.window_average(x, sfreq, window)
+    for t in range(T):
+        lo, hi = max(0, t - half), min(T, t + half + 1)
+        np.testing.assert_allclose(out[..., t], x[..., lo:hi].mean(-1))
+
+
+@pytest.mark.parametrize("offset", [0.5, 0.25, 0.4999999999, 0.5000000001])
+def test_decim_keeps_every_decim_th_sample_when_times_are_off_the_zero_grid(offset):
+    """Times between sample instants (bin centres, e.g. spike rates at 5, 15, 25 ms at
+    100 Hz) still decimate to every decim-th sample, on the grid of the sample nearest
+    t = 0.  np.round on half samples (round half to even) kept 9 of 10 samples with
+    decim=2 (0.5, 1.5, 2.5 -> 0, 2, 2)."""
+    sfreq = 100.0
+    times = (offset + np.arange(-10, 20)) / sfreq
+    for decim in (2, 3, 5):
+        kept = np.flatnonzero(tm.time_mask(times, sfreq, decim=decim))
+        assert np.all(np.diff(kept) == decim), (decim, kept)
+        assert abs(times[kept]).min() < 1.0 / sfreq          # anchored next to t = 0
+    bins = 0.005 + np.arange(10) / sfreq                     # float noise at half samples
+    assert np.flatnonzero(tm.time_mask(bins, sfreq, decim=2)).tolist() == [0, 2, 4, 6, 8]

@@ -5,6 +5,7 @@ of every supported kind (pandas dtypes, one feature, missing values, groups, kin
 must fit and be encoded as documented in :mod:`mlem_neuro.core.features`.
 """
 import re
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -493,9 +494,19 @@ def test_feature_kinds_categorical_integer_column():
 
 
 def test_feature_kinds_ordinal_on_strings():
+    """Strings declared ordinal take their levels in sorted order, and a warning names
+    that order (alphabetical: 'high' < 'low' < 'medium', '10' < '2' would be silently
+    wrong); an ordered Categorical or a numeric column sets the order without one."""
     table = pd.DataFrame({"size": np.tile(["a", "c", "b", "d"], N // 4)})
     X = _neural(np.tile([0, 2, 1, 3], N // 4))
-    est = MLEM(feature_kinds={"size": "ordinal"}, **FAST).fit(X, table)
+    with pytest.warns(UserWarning, match=r"'size' is declared ordinal.*sorted order "
+                                         r"\['a', 'b', 'c', 'd'\].*ordered=True"):
+        est = MLEM(feature_kinds={"size": "ordinal"}, **FAST).fit(X, table)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        for col in (pd.Categorical(table["size"], categories=list("abcd"), ordered=True),
+                    np.tile([0, 2, 1, 3], N // 4)):
+            MLEM(feature_kinds={"size": "ordinal"}, **FAST).fit(X, pd.DataFrame({"size": col}))
     D, i, j = _pair_distances(est, table)
     rank = np.tile([0, 2, 1, 3], N // 4)
     np.testing.assert_allclose(D[:, 0], np.abs(rank[i] - rank[j]) / 3.0)
@@ -628,3 +639,22 @@ class TestCuda:
                                              level=level)
             assert imp.shape == (rows, 3)
             assert np.isfinite(imp["importance"]).all()
+
+
+def test_numbers_stored_as_text_warn_that_they_are_categorical():
+    """A column of numbers stored as text (a CSV column with a stray string, metadata
+    built from strings) is compared as categorical (equal or not), silently losing the
+    numeric distance; with 3 or more values a warning says so.  Two values are alike
+    either way, and a declared kind (or real numbers) gives no warning."""
+    level = np.tile([1, 2, 10], N // 3 + 1)[:N]
+    X = _neural(level)
+    text = pd.DataFrame({"load": level.astype(str)})
+    with pytest.warns(UserWarning, match=r"'load' holds numbers stored as text.*"
+                                         r"categorical.*pd.to_numeric.*feature_kinds"):
+        MLEM(**FAST).fit(X, text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        MLEM(feature_kinds={"load": "categorical"}, **FAST).fit(X, text)
+        MLEM(**FAST).fit(X, pd.DataFrame({"load": level}))
+        MLEM(**FAST).fit(X, pd.DataFrame({"load": (level > 1).astype(int).astype(str)}))
+        MLEM(**FAST).fit(X, pd.DataFrame({"load": np.where(level > 1, "hi", "lo")}))

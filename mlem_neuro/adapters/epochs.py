@@ -83,7 +83,8 @@ def features_from_events(epochs, names=None, verbose=None):
     -------
     DataFrame
         One row per epoch (in the order of ``epochs.events``), one column per varying tag
-        position (categorical strings) or, when positions are inconsistent, one boolean
+        position (unordered :class:`pandas.Categorical` of the tags) or, when positions are
+        inconsistent, one boolean
         column per tag.  ``attrs["layout"]`` is ``"positions"`` or ``"tags"``.
 
     Raises
@@ -138,7 +139,9 @@ def features_from_events(epochs, names=None, verbose=None):
                 raise ValueError(f"names must give {L} distinct column name(s), one per tag "
                                  f"position of the event names (e.g. {conds[0]!r}); got "
                                  f"{list(names)!r}.")
-        table = pd.DataFrame({col: [tags[c][p] for c in per_epoch]
+        # unordered categoricals: tags are labels, even numbered ones ("1", "2": the
+        # names mne.Epochs gives events without event_id)
+        table = pd.DataFrame({col: pd.Categorical([tags[c][p] for c in per_epoch])
                               for p, col in enumerate(cols)})
         layout = "positions"
     else:

@@ -20,6 +20,7 @@ Distances, for a pair of stimuli ``(i, j)`` and one feature:
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -236,6 +237,13 @@ def _fit_levels(spec, sub):
             cats = list(col.dtype.categories)
         else:
             cats = sorted(present.unique())
+            if not pd.api.types.is_numeric_dtype(col.dtype):
+                # sorted strings are alphabetical ("high" < "low" < "medium", "10" < "2")
+                warnings.warn(f"feature {name!r} is declared ordinal on unordered values: "
+                              f"its levels are taken in sorted order {cats}. If that is not "
+                              "their order, pass an ordered pandas Categorical, e.g. "
+                              "pd.Categorical(values, categories=[...], ordered=True).",
+                              UserWarning, stacklevel=2)
     else:
         cats = list(pd.unique(present))
     if present.nunique() < 2:
@@ -334,6 +342,24 @@ def _missing_value(name, missing):
     return miss
 
 
+def _warn_numbers_as_text(name, col):
+    """Warn when a column inferred categorical holds 3 or more numbers stored as text
+    (compared as equal or not; with two values both kinds give the same distances)."""
+    if pd.api.types.is_bool_dtype(col.dtype) or isinstance(col.dtype, pd.CategoricalDtype):
+        return
+    values = pd.Series(col.dropna().unique())
+    if len(values) < 3 or not values.map(lambda v: isinstance(v, str)).all():
+        return
+    numbers = pd.to_numeric(values, errors="coerce")
+    if numbers.notna().all():
+        smallest = values.iloc[np.argsort(numbers.to_numpy(), kind="stable")].tolist()[:3]
+        warnings.warn(f"feature {name!r} holds numbers stored as text (e.g. "
+                      f"{smallest}): it is compared as categorical (equal or "
+                      "not). Convert it (pd.to_numeric) for a numeric distance, or declare "
+                      f"feature_kinds={{{name!r}: 'categorical'}} to keep it categorical.",
+                      UserWarning, stacklevel=3)
+
+
 def _feature_kind(name, table, kinds, groups):
     """The declared or inferred kind of feature ``name`` (grouped features: numeric)."""
     if name in groups:
@@ -343,6 +369,8 @@ def _feature_kind(name, table, kinds, groups):
                              f"kind {kind!r}")
     else:
         kind = kinds.get(name, _infer_kind(table[name]))
+        if name not in kinds and kind == "categorical":
+            _warn_numbers_as_text(name, table[name])
     if kind not in KINDS:
         raise ValueError(f"kind of feature {name!r} must be one of {list(KINDS)}; "
                          f"got {kind!r}")

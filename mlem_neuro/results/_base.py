@@ -206,8 +206,10 @@ class BaseResult:
         if self.tests is not None:
             for name, p in (("pvalue", self.pvalues), ("pvalue_fwe", self.pvalues_fwe)):
                 data[name] = self._term_pvalues(p).ravel()
-                if "score" in self.tests:
-                    data[f"score_{name}"] = np.repeat(p[:, self.tests.index("score")], T)
+                # the tests of no term ("score", "interactions"): one column each
+                for k, test in enumerate(self.tests):
+                    if test == "score" or test not in self.terms:
+                        data[f"{test}_{name}"] = np.repeat(p[:, k], T)
         return pd.DataFrame(data)
 
     def _term_pvalues(self, p):

@@ -1,6 +1,8 @@
 """Time courses of MLEM results: one model per time point (MEG, EEG, ECoG...)."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from .._docs import fill_doc
@@ -119,7 +121,9 @@ class TimeCourseResult(BaseResult):
             Columns ``time``, ``term``, ``importance`` (fold mean), ``importance_fold_std``
             (fold spread), ``score`` and ``score_std`` (held-out Spearman ρ at that time);
             with tests (``n_null > 0``) also ``pvalue``, ``pvalue_fwe`` (the term's test;
-            NaN for a term without one), ``score_pvalue`` and ``score_pvalue_fwe``.
+            NaN for a term without one), ``score_pvalue`` and ``score_pvalue_fwe``, and
+            ``interactions_pvalue`` and ``interactions_pvalue_fwe`` when the test of
+            interactions ran.
         """
         df = self._long_frame({"time": self.times})
         df["score_std"] = np.repeat(self.score_std, len(self.terms))
@@ -157,8 +161,16 @@ class TimeCourseResult(BaseResult):
             data = np.vstack([data, self.score[None]])
             names.append("score")
         info = mne.create_info(names, sfreq, ch_types="misc")
-        return mne.EvokedArray(data, info, tmin=float(self.times[0]), nave=self.n_folds,
-                               comment="MLEM importance", verbose=False)
+        evoked = mne.EvokedArray(data, info, tmin=float(self.times[0]), nave=self.n_folds,
+                                 comment="MLEM importance", verbose=False)
+        shift = float(evoked.times[0] - self.times[0])
+        if abs(shift) > 1e-3 / sfreq:
+            # MNE rounds tmin to a multiple of 1 / sfreq (e.g. bin centres at 5, 15 ms)
+            warnings.warn(f"these times ({self.times[0]:g}, {self.times[1]:g} s...) lie "
+                          "between MNE's sample instants (multiples of 1 / sfreq), so the "
+                          f"Evoked shifts them by {shift:+.3g} s; use to_data_frame() for "
+                          "the exact times.", UserWarning, stacklevel=2)
+        return evoked
 
     def plot(self, terms=None, axes=None, show=True, score=True, alpha=0.05):
         """Importance over time, fold mean ± fold spread (std), and the held-out score.

@@ -130,6 +130,13 @@ def _check_results(results, term, measure):
         if list(r.terms) != list(ref.terms):
             raise ValueError(f"result {k} has different terms from result 0 ({r.terms} vs "
                              f"{ref.terms}); use the same features for every subject.")
+    in_sample = [k for k, r in enumerate(results) if r.score_kind == "in-sample"]
+    if in_sample:
+        warnings.warn(f"{len(in_sample)} of {len(results)} results (e.g. result "
+                      f"{in_sample[0]}) were computed without cross-validation (cv=None): "
+                      "their scores and importances are in-sample, above 0 even on noise, "
+                      "so a test against 0 is not valid. Analyse every subject with cv "
+                      "(e.g. cv=5).", UserWarning, stacklevel=4)
     if measure == "score":
         return results, "score", np.stack([r.score for r in results])
     if term is None:
@@ -154,7 +161,8 @@ def permutation_cluster_test(results, term=None, *, measure="importance",
     Parameters
     ----------
     results : list of TimeCourseResult
-        One per subject, with the same times and terms.
+        One per subject, with the same times and terms, cross-validated (results of
+        ``cv=None`` are in-sample, above 0 even on noise: a warning says so).
     term : str | None
         Term to test (a feature ``"f"`` or an interaction ``"f:g"``).
     measure : {"importance", "score"}
