@@ -313,7 +313,8 @@ n_null : int
     method page).  The cost grows with ``n_null`` times the number of tests (measured
     on 200 trials x 100 time points: 200 nulls took 2.2 minutes of CPU, 106x the
     analysis; ``n_jobs=2`` ran them in 77 s);
-    the smallest p-value is ``1 / (1 + n_null)``.
+    the smallest p-value is ``1 / (1 + n_null)``, so a test at 0.05 (``p < 0.05``)
+    needs ``n_null >= 20`` (99 or more is usual).
 """
 
 docdict["n_permutations"] = """

@@ -444,7 +444,9 @@ def _print_tests(res, what):
     if res.tests is None:
         return
     n_null = res.settings.get("n_null")
-    counts = ", ".join(f"{t} {int(res.significant(t).sum())}" for t in res.tests)
+    with warnings.catch_warnings():          # the note below says it for the CLI
+        warnings.simplefilter("ignore", UserWarning)
+        counts = ", ".join(f"{t} {int(res.significant(t).sum())}" for t in res.tests)
     print(f"Permutation tests ({n_null} null relabellings), {what} with FWE-corrected "
           f"p < 0.05: {counts} (of {len(res.pvalues)})")
     if n_null is not None and 1.0 / (1 + n_null) >= 0.05:

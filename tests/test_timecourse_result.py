@@ -203,3 +203,27 @@ def test_to_evoked_warns_when_times_are_off_mnes_sample_grid():
         warnings.simplefilter("error", UserWarning)
         ev = synthetic(times=-0.02 + np.arange(5) / 100.0).to_evoked()
     np.testing.assert_allclose(ev.times, -0.02 + np.arange(5) / 100.0, atol=1e-9)
+
+
+@pytest.mark.parametrize("n_null, alpha, warns", [(19, 0.05, True), (20, 0.05, False),
+                                                  (99, 0.01, True), (100, 0.01, False)])
+def test_significant_warns_when_alpha_cannot_be_reached(n_null, alpha, warns):
+    import warnings
+
+    res = synthetic(M=4)
+    smallest = 1.0 / (1 + n_null)                  # p = (1 + #null >= obs) / (1 + n_null)
+    p = np.array([[smallest], [smallest], [0.5], [1.0]])
+    res = TimeCourseResult(**{k: getattr(res, k) for k in (
+        "fold_importance", "fold_score", "fold_weights", "n_iter", "terms", "feature_names",
+        "times", "fold_importance_perm_std", "converged")},
+        settings={"n_null": n_null}, tests=["score"], pvalues=p, pvalues_fwe=p)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mask = res.significant("score", alpha=alpha)
+    said = [w for w in caught if "smallest p-value" in str(w.message)]
+    assert bool(said) == warns
+    np.testing.assert_array_equal(mask, [not warns, not warns, False, False])
+    if warns:
+        assert f"n_null >= {n_null + 1}" in str(said[0].message)
+    with pytest.raises(ValueError, match="alpha"):
+        res.significant("score", alpha=0)

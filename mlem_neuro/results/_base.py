@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import math
 import os
 import tempfile
 import warnings
@@ -24,6 +25,15 @@ RESULT_MODULES = {
     "SourceMapResult": "mlem_neuro.results.spacetime",
 }
 _FORMAT = 1
+
+
+def _least_n_null(alpha):
+    """Fewest null relabellings whose smallest p-value, ``1 / (1 + n_null)``, is below
+    ``alpha``."""
+    n = max(0, math.floor(1.0 / alpha) - 1)
+    while 1.0 / (1 + n) >= alpha:
+        n += 1
+    return n
 
 
 @fill_doc
@@ -118,9 +128,24 @@ class BaseResult:
         Returns
         -------
         mask : ndarray of bool (n_models,)
+
+        Notes
+        -----
+        A p-value is ``(1 + #null >= observed) / (1 + n_null)``, at least
+        ``1 / (1 + n_null)``: with ``n_null=19`` none is below 0.05, and a warning says
+        so (use ``n_null=99`` or more).
         """
         k = self._test_index(test)
+        if not 0 < alpha <= 1:
+            raise ValueError(f"alpha must be in (0, 1]; got {alpha!r}")
         p = self.pvalues_fwe if corrected else self.pvalues
+        n_null = self.settings.get("n_null")
+        if n_null is not None and 1.0 / (1 + n_null) >= alpha:
+            warnings.warn(f"with n_null={n_null} the smallest p-value is 1/{n_null + 1} = "
+                          f"{1.0 / (1 + n_null):.3g}, not below alpha={alpha:g}: no model "
+                          "can be significant. Run the analysis with more null "
+                          f"relabellings (n_null >= {_least_n_null(alpha)}, e.g. 99).",
+                          UserWarning, stacklevel=2)
         return p[:, k] < alpha
 
     # ------------------------------------------------------------- summaries

@@ -313,7 +313,9 @@ class BrainMapResult(BaseResult):
             ``importance``, ``importance_fold_std``, ``score``.  ROI: ``region`` (label),
             ``n_voxels``, ``x, y, z`` (region centroid, mm), then the same value columns.
             With tests (``n_null > 0``) also ``pvalue`` and ``pvalue_fwe`` (the term's
-            test; NaN for a term without one) and ``score_pvalue``, ``score_pvalue_fwe``.
+            test; NaN for a term without one), ``score_pvalue``, ``score_pvalue_fwe``,
+            and ``interactions_pvalue``, ``interactions_pvalue_fwe`` when the test of
+            interactions ran.
         """
         xyz = self.model_coords()
         if self.kind == "searchlight":
