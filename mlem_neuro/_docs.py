@@ -179,7 +179,9 @@ groups : array-like | str | None
     One label per epoch (run, session, item...): folds keep each group's epochs
     together (an int ``cv`` then gives :class:`~sklearn.model_selection.GroupKFold`
     folds; a splitter receives ``groups``).  A str names an ``epochs.metadata`` column
-    holding the labels (left out of the features when ``features`` is ``None``).
+    holding the labels (left out of the features when ``features`` is ``None``).  Labels
+    of every original event (``len(epochs.drop_log)``) are aligned with
+    ``epochs.selection``, as the feature table (epochs dropped on reading keep theirs).
 """
 
 docdict["groups_images"] = """
@@ -228,7 +230,8 @@ items : None | str | array-like (n_trials,)
 docdict["items_epochs"] = """
 items : None | str | array-like (n_epochs,)
     The item (stimulus) of each epoch: a column of the feature table or of
-    ``epochs.metadata``, or one label per epoch.  The epochs of an item are averaged into
+    ``epochs.metadata``, or one label per epoch (or per original event, aligned with
+    ``epochs.selection`` as ``groups``).  The epochs of an item are averaged into
     one stimulus before the analysis (per channel and time point), the feature table
     keeps one row per item (the column named here is an identifier and is dropped from
     the features; a ValueError names the item and the column when epochs of an item
@@ -353,7 +356,8 @@ docdict["partitions"] = """
 partitions : None | str | array-like
     With ``distance="crossnobis"`` or ``"cv_euclidean"`` (which need ``items``): the
     independent partition of each trial (runs, sessions: a column name or one label per
-    trial; every item needs trials in every partition).  ``None`` deals each item's trials
+    trial; every item needs trials in every partition; for epochs, also one per original
+    event, aligned with ``epochs.selection``).  ``None`` deals each item's trials
     in turn (shuffled by ``random_state``) into as many parts as the rarest item has
     trials (half as many for crossnobis, which also needs residuals within each part).
 """

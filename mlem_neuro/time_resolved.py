@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._docs import fill_doc
-from .adapters.epochs import epochs_data, epochs_feature_table
+from .adapters.epochs import epochs_data, epochs_feature_table, per_epoch
 from .core.features import as_feature_table
 from .core.options import CROSSVALIDATED_DISTANCES, MLEMOptions
 from .core.sources import CondensedRDMSource, DenseRDMSource
@@ -353,6 +353,8 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     if len(table) != data.shape[0]:    # pragma: no cover - epochs_feature_table checks it
         raise ValueError(f"the feature table has {len(table)} rows but there are "
                          f"{data.shape[0]} epochs.")
+    groups, items, partitions = (per_epoch(v, work, name) for v, name in (
+        (groups, "groups"), (items, "items"), (partitions, "partitions")))
     sfreq = float(epochs.info["sfreq"])
     settings = dict(window=None if window is None else float(window), scale=bool(scale),
                     sfreq=sfreq / int(decim), decim=int(decim), picks=picks,

@@ -292,6 +292,36 @@ def test_non_preloaded_epochs_are_not_modified():
     np.testing.assert_array_equal(epochs.events, events)
 
 
+def test_labels_of_every_original_event_follow_the_selection():
+    """groups / items of all 24 events (one dropped on reading) keep the labels of the kept
+    epochs (as a feature table of 24 rows), not an error the user cannot avoid."""
+    rng = np.random.default_rng(1)
+    info = mne.create_info(["a", "b", "c"], 100.0, "eeg")
+    data = rng.standard_normal((3, 3000)) * 1e-6
+    data[0, 1065:1070] = 1e-3                                 # an artefact: epoch 8 is bad
+    raw = mne.io.RawArray(data, info, verbose=False)
+    n_ev = 24
+    events = np.column_stack([100 + 120 * np.arange(n_ev), np.zeros(n_ev, int),
+                              1 + np.arange(n_ev) % 2])
+    epochs = mne.Epochs(raw, events, {"x/left": 1, "x/right": 2}, tmin=0, tmax=0.2,
+                        baseline=None, reject=dict(eeg=1e-4), preload=False,
+                        verbose=False)
+    kept = epochs.copy().drop_bad().selection
+    assert len(kept) == n_ev - 1
+    kw = dict(cv=3, max_steps=5, random_state=0)
+    groups = np.arange(n_ev) // 4
+    a = mlem_epochs(epochs, groups=groups, **kw)
+    b = mlem_epochs(epochs, groups=groups[kept], **kw)
+    np.testing.assert_array_equal(a.fold_score, b.fold_score)
+    items = np.arange(n_ev) % 12                              # epochs k, k + 12: one side
+    a = mlem_epochs(epochs, items=items, **kw)
+    b = mlem_epochs(epochs, items=items[kept], **kw)
+    np.testing.assert_array_equal(a.fold_score, b.fold_score)
+    assert a.settings["trials_per_item"] == b.settings["trials_per_item"]
+    with pytest.raises(ValueError, match="groups"):           # other lengths: still refused
+        mlem_epochs(epochs, groups=groups[:20], **kw)
+
+
 # ------------------------------------------------------------------- feature tables
 def _tagged_epochs(names, codes):
     info = mne.create_info(2, 100.0, "eeg")

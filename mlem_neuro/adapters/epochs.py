@@ -224,6 +224,23 @@ def epochs_feature_table(epochs, features=None):
                     f"DataFrame with one row per epoch; got {type(features).__name__}.")
 
 
+def per_epoch(values, epochs, name):
+    """``values`` (one label per epoch) aligned with the kept epochs: an array of one
+    label per *original* event (``len(epochs.drop_log)``, as reading non-preloaded epochs
+    can drop some) keeps the labels of ``epochs.selection``, as the feature table does.
+    ``None``, a column name or an array of another length is returned as given (the
+    analyses check it)."""
+    if values is None or isinstance(values, str):
+        return values
+    arr = np.asarray(values)
+    n, n_orig = len(epochs), len(epochs.drop_log)
+    if arr.ndim == 1 and len(arr) == n_orig and n_orig != n:
+        logger.info("%s: %d labels = original events; keeping the %d of the epochs that "
+                    "were not dropped (epochs.selection)", name, n_orig, n)
+        return arr[np.asarray(epochs.selection)]
+    return values
+
+
 def _empty_picks(picks):
     """Whether ``picks`` is an empty list / array (which MNE reads as "no channel")."""
     if picks is None or isinstance(picks, (str, slice)):
