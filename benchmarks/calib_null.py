@@ -11,6 +11,17 @@ Simulated time-resolved data (trials x channels x time points) where the truth i
   FWE.  ``--unconditional`` also reports what a null that relabels all stimuli would give
   for ``A`` (the score's relabellings used for ``A``'s statistic), the reason for the
   conditional null.
+* ``correlated``: two binary features correlated and unbalanced (``B`` true in 30 % of
+  trials, ``A == B`` in 75 %): pure noise (every test, as ``noise``), then ``B`` strongly
+  encoded at every time point and ``A`` not (``A``'s and the interactions' rates).
+* ``levels-numeric``: a categorical feature ``C`` with 4 levels of unequal sizes and a
+  numeric feature ``X`` correlated with it; ``X`` encoded (1-D embedding, linear or
+  saturating), ``C`` not: ``C``'s rates (its strata are ``X``'s quantile bins) and the
+  interactions'.
+* ``items``: pure noise, ``items=`` with 1 to 4 trials per item (items analysed by their
+  averages), two balanced binary features per item; trial counts drawn independently of
+  the features, then (``tied``) 2 trials per item where ``A`` is true and 4 where it is
+  false, with the Euclidean distance and with ``distance="cv_euclidean"``.
 * ``power``: :func:`mlem_neuro.simulation.simulate_epochs` with ``A`` encoded in 0.1-0.3 s
   and ``B`` a control: the fraction of datasets where ``A``'s corrected p < 0.05 at some
   time inside the window, and where any time at least 0.1 s from it, or ``B`` anywhere, is
@@ -19,9 +30,13 @@ Simulated time-resolved data (trials x channels x time points) where the truth i
 Run (about 40 min on one busy core)::
 
     OMP_NUM_THREADS=1 python benchmarks/calib_null.py --unconditional
+
+The studies of correlated designs and items are run apart (``--only correlated``,
+``--only levels-numeric``, ``--only items``; ``--datasets`` sets their number of datasets).
 """
 import argparse
 import time
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -63,26 +78,93 @@ def noise(n=36, C=6, T=8, seed=0):
     return rng.standard_normal((n, C, T)), table
 
 
-def run(data, table, n_null, seed, times=None):
+def correlated(n=36, C=6, T=8, encoded=False, amplitude=1.0, seed=0):
+    """Binary ``B`` true in 30 % of trials, ``A == B`` in 75 % (both counts exact);
+    noise, plus ``B`` at every time point when ``encoded``."""
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal((n, C, T))
+    B = rng.permutation(np.arange(n) < round(0.3 * n))
+    A = B ^ rng.permutation(np.arange(n) < round(0.25 * n))
+    if encoded:
+        patterns = rng.standard_normal((2, C))
+        data += amplitude * patterns[B.astype(int)][:, :, None]
+    return data, pd.DataFrame({"A": A, "B": B})
+
+
+LEVEL_SIZES = (16, 10, 6, 4)
+
+
+def levels_numeric(n=36, C=6, T=8, amplitude=1.0, shape="linear", seed=0):
+    """Categorical ``C`` (levels of :data:`LEVEL_SIZES` trials), numeric ``X`` = (level
+    index + uniform(0, 1.5)) / 4.5 (correlated with ``C``), ``X`` encoded along one
+    direction of the channels at every time point (``shape``: ``X`` itself, or
+    ``"saturating"``: ``1 - exp(-4 X)``, which the model's ``|X_i - X_j|`` does not
+    express), ``C`` not."""
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal((n, C, T))
+    codes = rng.permutation(np.repeat(np.arange(len(LEVEL_SIZES)), LEVEL_SIZES))
+    X = (codes + rng.uniform(0, 1.5, n)) / (len(LEVEL_SIZES) + 0.5)
+    direction = rng.standard_normal(C)
+    code = X if shape == "linear" else 1 - np.exp(-4 * X)
+    data += 3 * amplitude * (code[:, None] * direction[None])[:, :, None]
+    return data, pd.DataFrame({"C": pd.Categorical([f"L{c}" for c in codes]), "X": X})
+
+
+def items_noise(n=36, C=6, T=8, tied=False, seed=0):
+    """Pure noise, ``n`` items of 1 to 4 trials (random, or 2 where ``A`` else 4 when
+    ``tied``), balanced binary ``A`` and ``B`` per item; returns data, table with an
+    ``item`` column, and the name of that column."""
+    rng = np.random.default_rng(seed)
+    A = rng.permutation(np.arange(n) % 2).astype(bool)
+    B = rng.permutation(np.arange(n) % 2).astype(bool)
+    counts = np.where(A, 2, 4) if tied else rng.integers(1, 5, n)
+    item = np.repeat(np.arange(n), counts)
+    table = pd.DataFrame({"item": item, "A": A[item], "B": B[item]})
+    return rng.standard_normal((len(item), C, T)), table, "item"
+
+
+def run(data, table, n_null, seed, times=None, items=None, **kwargs):
     # the analysis's seed differs from the data's: folds and relabellings must not be
     # drawn from the bits that made the noise
-    return mlem_neuro.mlem_array(data, table, times=times, n_null=n_null,
-                                 random_state=10**6 + seed, **FIT)
+    return mlem_neuro.mlem_array(data, table, times=times, n_null=n_null, items=items,
+                                 random_state=10**6 + seed, **FIT, **kwargs)
 
 
-def study_noise(n_datasets, n_null):
+def study_noise(n_datasets, n_null, make=noise, **kwargs):
+    """Every test on pure-noise datasets from ``make(seed=s)`` (data, table[, items])."""
     pooled, fwe = [], []
     for s in range(n_datasets):
-        res = run(*noise(seed=s), n_null, s)
+        data, table, *items = make(seed=s)
+        res = run(data, table, n_null, s, items=items[0] if items else None, **kwargs)
         pooled.append(res.pvalues)
         fwe.append((res.pvalues_fwe < 0.05).any(axis=0))
     pooled, fwe = np.concatenate(pooled), np.array(fwe)
     out = {}
     for k, name in enumerate(res.tests):
         ks = stats.kstest(pooled[:, k], "uniform").pvalue
-        out[name] = dict(ks_p=ks, fpr=float((pooled[:, k] < 0.05).mean()),
-                         fwe=float(fwe[:, k].mean()))
+        # the time points of a dataset share its design, folds and relabellings, so the
+        # pooled p-values are dependent: also the KS test of one time point per dataset
+        ks_first = stats.kstest(pooled[::len(pooled) // n_datasets, k], "uniform").pvalue
+        # p-values are multiples of 1 / (1 + n_null): tenths of (0, 1] count p <= 0.1 ...
+        tenths = np.histogram(pooled[:, k], bins=np.linspace(0, 1, 11) + 1e-9)[0]
+        out[name] = dict(ks_p=ks, ks_first=ks_first, fpr=float((pooled[:, k] < 0.05).mean()),
+                         fwe=float(fwe[:, k].mean()), tenths=tenths / len(pooled))
     return out
+
+
+def study_unencoded(n_datasets, n_null, make, tests):
+    """Pointwise and FWE rates of ``tests`` (their nulls true) over datasets from
+    ``make(seed=s)``, and the mean score."""
+    fpr, fwe, score = [], [], []
+    for s in range(n_datasets):
+        res = run(*make(seed=s), n_null, s)
+        cols = [res.tests.index(t) for t in tests]
+        fpr.append(res.pvalues[:, cols] < 0.05)
+        fwe.append((res.pvalues_fwe[:, cols] < 0.05).any(axis=0))
+        score.append(res.score.mean())
+    fpr, fwe = np.concatenate(fpr), np.array(fwe)
+    return {t: dict(fpr=float(fpr[:, k].mean()), fwe=float(fwe[:, k].mean()))
+            for k, t in enumerate(tests)}, float(np.mean(score))
 
 
 def study_other(kind, n_datasets, n_null, unconditional=False):
@@ -143,6 +225,24 @@ def study_power(n_datasets, n_null, amplitude):
                 control_fwe=float(np.mean(control)))
 
 
+def print_noise(results, title):
+    if title:
+        print(f"  {title}:")
+    for name, r in results.items():
+        print(f"  {name:6s} KS p {r['ks_p']:.3f}  pointwise FPR {r['fpr']:.3f}  "
+              f"FWE {r['fwe']:.3f}")
+        if r["ks_p"] < 0.01:
+            print(f"         KS p of the first time point's p-values {r['ks_first']:.3f}; "
+                  "pooled p per tenth of (0, 1]: "
+                  + " ".join(f"{v:.3f}" for v in r["tenths"]))
+
+
+def print_unencoded(results, title):
+    print(f"  {title}:")
+    for name, r in results.items():
+        print(f"  {name:6s} pointwise FPR {r['fpr']:.3f}  FWE {r['fwe']:.3f}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", type=int, default=200)
@@ -150,7 +250,11 @@ def main():
     parser.add_argument("--other-datasets", type=int, default=100)
     parser.add_argument("--power-datasets", type=int, default=50)
     parser.add_argument("--amplitude", type=float, default=1.0)
-    parser.add_argument("--only", default=None, help="run one study: noise, other, power")
+    parser.add_argument("--only", default=None,
+                        choices=("noise", "other", "power", "correlated", "levels-numeric",
+                                 "items"),
+                        help="run one study (correlated, levels-numeric and items run only "
+                             "when named)")
     parser.add_argument("--kind", default=None, choices=KINDS,
                         help="with --only other: one kind of encoded feature B")
     parser.add_argument("--unconditional", action="store_true")
@@ -160,9 +264,7 @@ def main():
     print(f"n_null={args.n_null}, fit {FIT}")
     if args.only in (None, "noise"):
         print(f"noise, {args.datasets} datasets of 36 trials x 6 channels x 8 times:")
-        for name, r in study_noise(args.datasets, args.n_null).items():
-            print(f"  {name:6s} KS p {r['ks_p']:.3f}  pointwise FPR {r['fpr']:.3f}  "
-                  f"FWE {r['fwe']:.3f}")
+        print_noise(study_noise(args.datasets, args.n_null), "")
     if args.only in (None, "other"):
         for kind, r in study_other(args.kind, args.other_datasets, args.n_null,
                                    args.unconditional).items():
@@ -171,6 +273,29 @@ def main():
                   f"FWE {r['fwe']:.3f}" + (f"; unconditional null: FPR "
                                             f"{r['naive_fpr']:.3f}, FWE {r['naive_fwe']:.3f}"
                                             if args.unconditional else ""))
+    if args.only == "correlated":
+        print(f"correlated binary A, B (B in 30 % of trials, A == B in 75 %), "
+              f"{args.datasets} datasets of 36 trials x 6 channels x 8 times:")
+        print_noise(study_noise(args.datasets, args.n_null, correlated), "pure noise")
+        r, score = study_unencoded(args.datasets, args.n_null,
+                                   partial(correlated, encoded=True), ("A", "interactions"))
+        print_unencoded(r, f"B encoded, A not (mean score {score:.2f})")
+    if args.only == "levels-numeric":
+        print(f"C 4 levels of {LEVEL_SIZES} trials, X numeric correlated with C, X encoded, "
+              f"C not, {args.datasets} datasets of 36 trials x 6 channels x 8 times:")
+        for shape in ("linear", "saturating"):
+            r, score = study_unencoded(args.datasets, args.n_null,
+                                       partial(levels_numeric, shape=shape),
+                                       ("C", "interactions"))
+            print_unencoded(r, f"X encoded {shape} (mean score {score:.2f})")
+    if args.only == "items":
+        for tied, distance in ((False, "euclidean"), (True, "euclidean"),
+                               (True, "cv_euclidean")):
+            print(f"items, pure noise, 36 items of {'2 (A) or 4 (not A)' if tied else '1-4'}"
+                  f" trials x 6 channels x 8 times, distance {distance!r}, "
+                  f"{args.datasets} datasets:")
+            print_noise(study_noise(args.datasets, args.n_null,
+                                    partial(items_noise, tied=tied), distance=distance), "")
     if args.only in (None, "power"):
         r = study_power(args.power_datasets, args.n_null, args.amplitude)
         print(f"power, A in 0.1-0.3 s (amplitude {args.amplitude}), 40 trials x 8 channels "
