@@ -205,6 +205,25 @@ def test_to_evoked_warns_when_times_are_off_mnes_sample_grid():
     np.testing.assert_allclose(ev.times, -0.02 + np.arange(5) / 100.0, atol=1e-9)
 
 
+def test_to_evoked_warns_when_times_are_sample_numbers():
+    """mlem_array without times or sfreq numbers the samples 0, 1, ...: the Evoked reads
+    them as seconds at 1 Hz, which a warning says; times in seconds give none."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((24, 3, 4))
+    y = pd.DataFrame({"f": rng.integers(0, 2, 24).astype(bool),
+                      "g": rng.integers(0, 2, 24).astype(bool)})
+    res = mlem_array(X, y, cv=3, max_steps=5, random_state=0)
+    with pytest.warns(UserWarning, match="sample numbers"):
+        ev = res.to_evoked()
+    assert ev.info["sfreq"] == 1.0
+    res = mlem_array(X, y, sfreq=100.0, cv=3, max_steps=5, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        res.to_evoked()
+
+
 @pytest.mark.parametrize("n_null, alpha, warns", [(19, 0.05, True), (20, 0.05, False),
                                                   (99, 0.01, True), (100, 0.01, False)])
 def test_significant_warns_when_alpha_cannot_be_reached(n_null, alpha, warns):

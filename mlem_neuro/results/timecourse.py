@@ -153,6 +153,11 @@ class TimeCourseResult(BaseResult):
         if sfreq is None:
             raise ValueError("to_evoked needs evenly spaced times (at least two); these "
                              f"times are not: {self.times[:5]}...")
+        if self.settings.get("times_in_seconds") is False:
+            warnings.warn("these times are sample numbers (the analysis had neither times "
+                          "nor sfreq), so the Evoked reads them as seconds at 1 Hz; run "
+                          "the analysis with times= or sfreq= for an Evoked in seconds.",
+                          UserWarning, stacklevel=2)
         data = self.importance.T
         names = list(self.terms)
         if include_score:
