@@ -192,10 +192,11 @@ groups : array-like | None
 """
 
 docdict["groups_trials"] = """
-groups : array-like | None
+groups : array-like | str | None
     One label per trial (run, session, item...): folds keep each group's trials
     together (an int ``cv`` then gives :class:`~sklearn.model_selection.GroupKFold`
-    folds; a splitter receives ``groups``).
+    folds; a splitter receives ``groups``).  A str names a column of the features
+    holding the labels (an identifier: it is not a feature).
 """
 
 # --------------------------------------------------------------------------------- I

@@ -106,8 +106,9 @@ def check_groups(groups, n):
         return None
     if isinstance(groups, str):
         raise TypeError("groups must be an array-like with one label per stimulus (e.g. the "
-                        f"run of each trial); got the string {groups!r}. Pass the column's "
-                        "values, e.g. groups=table['run'].")
+                        f"run of each trial) or a column of the features; got the string "
+                        f"{groups!r}, which names no column. Pass the labels, e.g. "
+                        "groups=table['run'].")
     arr = np.asarray(groups)
     if arr.ndim != 1 or len(arr) != n:
         raise ValueError(f"groups must hold one label per stimulus ({n}); got shape "
@@ -116,6 +117,14 @@ def check_groups(groups, n):
             arr.dtype == object and pd.isna(arr).any():
         raise ValueError("groups holds missing values (NaN/None): give every stimulus a group.")
     return arr
+
+
+def groups_from_table(groups, table):
+    """``groups`` naming a column of the feature table: that column's values and the table
+    without it (an identifier, not a feature, as the ``items`` column); else as given."""
+    if isinstance(groups, str) and groups in table.columns:
+        return table[groups].to_numpy(), table.drop(columns=groups)
+    return groups, table
 
 
 def _index_array(values, name, n):

@@ -35,7 +35,7 @@ from .core.features import as_feature_table
 from .core.options import CROSSVALIDATED_DISTANCES, MLEMOptions
 from .core.sources import CondensedRDMSource
 from .core.spacetime import SpaceTimeRDMSource
-from .crossval import result_settings, result_tests, run_cv
+from .crossval import groups_from_table, result_settings, result_tests, run_cv
 from .items import check_items, check_partitions, trial_partitions
 from .results.spacetime import SensorMapResult, SourceMapResult
 from .times import check_window, time_mask
@@ -316,6 +316,7 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
         raise ValueError(f"features has {len(table)} rows but stcs holds {len(stcs)} source "
                          "estimates; the table needs one row per estimate, in the same "
                          "order.")
+    groups, table = groups_from_table(groups, table)
     items, partitions, table, groups, part_col = check_spatial_items(
         items, partitions, options, table, groups)
     sfreq = 1.0 / tstep

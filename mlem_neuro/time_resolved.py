@@ -20,7 +20,7 @@ from .adapters.epochs import epochs_data, epochs_feature_table, per_epoch
 from .core.features import as_feature_table
 from .core.options import CROSSVALIDATED_DISTANCES, MLEMOptions
 from .core.sources import CondensedRDMSource, DenseRDMSource
-from .crossval import result_settings, result_tests, run_cv
+from .crossval import groups_from_table, result_settings, result_tests, run_cv
 from .items import check_items, check_partitions, trial_partitions
 from .results.timecourse import TimeCourseResult
 from .times import check_window, time_mask, window_average
@@ -246,6 +246,7 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     if len(table) != n:
         raise ValueError(f"the feature table has {len(table)} rows but data hold {n} trials; "
                          "pass one row per trial, in the same order.")
+    groups, table = groups_from_table(groups, table)
     items = check_items(items, n, table)
     partitions, part_col = check_partitions(partitions, options.distance, items, n, table)
     if items is not None:

@@ -518,3 +518,18 @@ def test_stcs_time_selection_and_tests():
     np.testing.assert_array_equal(sig.data, res._grid(res.pvalues[:, 1] < 0.5))
     with pytest.raises(ValueError, match="unknown test"):
         res.significance_stc("c")
+
+
+def test_stcs_groups_may_name_a_column_of_the_features():
+    """groups='run' takes that column's labels and leaves it out of the features."""
+    src = mne.setup_volume_source_space(pos=20.0, sphere=(0, 0, 0, 0.04), verbose=False)
+    v = src[0]["vertno"]
+    data, table = planted(len(v), np.zeros(len(v), bool), n=18, T=2)
+    stcs = [mne.VolSourceEstimate(x, [v], tmin=0.0, tstep=0.01) for x in data]
+    runs = np.repeat(np.arange(6), 3)
+    kw = dict(spatial_radius=0.025, cv=3, max_steps=5, random_state=0)
+    a = mlem_neuro.mlem_stcs(stcs, table.assign(run=runs), src, groups="run", **kw)
+    b = mlem_neuro.mlem_stcs(stcs, table, src, groups=runs, **kw)
+    assert a.terms == b.terms and "run" not in a.feature_names
+    assert a.settings["n_groups"] == 6
+    np.testing.assert_allclose(a.fold_score, b.fold_score)

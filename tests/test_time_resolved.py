@@ -645,3 +645,9 @@ def test_groups_column_is_not_a_feature_of_the_default_table(sim):
     np.testing.assert_allclose(res.importance, ref.importance)
     res = mlem_epochs(epochs, features=["A", "run"], groups="run", **kw)
     assert res.terms == ["A", "run"]
+    # mlem_array: a column of the features names the groups (as items does there)
+    res = mlem_array(X[:, :, :4], meta, times=times[:4], groups="run", **kw)
+    assert res.terms == ["A", "B", "C"] and res.settings["n_groups"] == 6
+    np.testing.assert_allclose(res.importance, ref.importance)
+    with pytest.raises(TypeError, match="names no column"):
+        mlem_array(X[:, :, :4], meta, times=times[:4], groups="session", **kw)
