@@ -66,6 +66,12 @@ def _standardize(X, runs, runs_from):
 _TEMPLATE_CODES = (3, 4, 5)
 
 
+def space_code(img4d):
+    """The NIfTI code of the images' world space (the sform's, else the qform's; ``0``
+    when neither is set), which the result's images keep (e.g. 4, MNI152)."""
+    return int(img4d.header["sform_code"]) or int(img4d.header["qform_code"])
+
+
 def mean_background(img4d, shape, affine):
     """Mean absolute value of the images (before any standardisation) on the map grid,
     the default background of native-space maps; ``None`` for images in a standard
@@ -306,7 +312,8 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
                                n_images=img4d.shape[3], n_mask_voxels=X.shape[1],
                                median_sphere_size=float(np.median(sizes)),
                                standardize=runs_from and "run", standardize_runs=runs_from,
-                               partitions=part_col, **item_settings)
+                               partitions=part_col, space_code=space_code(img4d),
+                               **item_settings)
     return BrainMapResult(out.importance, out.score, out.W, out.n_iter, out.terms,
                           out.feature_names, settings, affine=centres_affine,
                           shape=centres_mask.shape, voxel_indices=centre_ijk,
@@ -434,7 +441,8 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=No
     settings = result_settings(options, out, groups, analysis="roi",
                                n_images=img4d.shape[3], n_mask_voxels=X.shape[1],
                                standardize=runs_from and "run", standardize_runs=runs_from,
-                               partitions=part_col, **item_settings)
+                               partitions=part_col, space_code=space_code(img4d),
+                               **item_settings)
     ijk = np.argwhere(voxel_mask)
     voxel_model = A.tocsc().indices if A.shape[0] else np.zeros(0, dtype=int)
     labels_out = [int(v) if float(v).is_integer() else float(v) for v in region_labels]

@@ -522,3 +522,26 @@ def test_native_space_maps_plot_on_the_mean_image(monkeypatch, tmp_path):
     res.plot("a")
     assert seen[-1] == "nilearn default"
     plt.close("all")
+
+
+@pytest.mark.parametrize("code", [4, 1])
+def test_maps_keep_the_images_world_space(small, tmp_path, code):
+    """Images in MNI152 (code 4) or scanner space (1) give maps in that space (nibabel
+    writes code 2, "aligned", by default); the code survives save / read."""
+    imgs, table, mask, _ = small
+    src = nib.Nifti1Image(imgs.get_fdata().astype(np.float32), AFFINE)
+    src.set_sform(AFFINE, code=code)
+    src.set_qform(AFFINE, code=code)
+    kw = dict(cv=3, max_steps=5, random_state=0)
+    res = mlem_neuro.mlem_searchlight(src, table, mask, radius=3.0, **kw)
+    assert res.settings["space_code"] == code
+    path = tmp_path / "res.npz"
+    res.save(path)
+    for r in (res, mlem_neuro.read_result(path)):
+        for img in (r.score_img, r.importance_img("a"), r.to_nifti(), r.mask_img):
+            assert int(img.header["sform_code"]) == code
+            assert int(img.header["qform_code"]) == code
+            np.testing.assert_allclose(img.affine, AFFINE)
+    labels = nib.Nifti1Image(np.repeat([1, 2], 32).reshape(4, 4, 4).astype(np.int16), AFFINE)
+    roi = mlem_neuro.mlem_roi(src, table, labels, **kw)
+    assert int(roi.score_img.header["sform_code"]) == code

@@ -51,7 +51,9 @@ class BrainMapResult(BaseResult):
         analyses store the mean absolute value of the input images (their mean image for
         positive images; the brain's outline for betas) for images in native space, and
         ``None`` for images in a standard space (header sform/qform code Talairach,
-        MNI152 or template), where nilearn's MNI template is the background.
+        MNI152 or template), where nilearn's MNI template is the background.  The
+        result's images (``*_img``, :meth:`to_nifti`) carry the input images' space code
+        (``settings["space_code"]``: sform code, else qform code, e.g. 4 for MNI152).
     %(tests)s
     %(pvalues)s
     %(pvalues_fwe)s
@@ -138,11 +140,10 @@ class BrainMapResult(BaseResult):
     @property
     def mask_img(self):
         """Binary image of the voxels that show a model's value."""
-        import nibabel as nib
 
         data = np.zeros(self.shape, dtype=np.int8)
         data[tuple(self.voxel_indices.T)] = 1
-        return nib.Nifti1Image(data, self.affine)
+        return self._image(data)
 
     def model_coords(self):
         """World coordinates of the models: centre voxel, or centroid of the region's voxels.
@@ -162,14 +163,26 @@ class BrainMapResult(BaseResult):
     # ------------------------------------------------------------------ images
     def _paint(self, values):
         """3D (or 4D for 2-D ``values`` (n_models, k)) image, 0 where no model."""
-        import nibabel as nib
 
         values = np.asarray(values, dtype=float)
         extra = values.shape[1:]
         data = np.zeros(self.shape + extra)
         data[tuple(self.voxel_indices.T)] = values[self.voxel_model]
-        img = nib.Nifti1Image(data, self.affine)
+        img = self._image(data)
         img.header.set_data_dtype(np.float64)
+        return img
+
+    def _image(self, data):
+        """A NIfTI image of ``data`` on the map grid, in the input images' world space
+        (their sform/qform code, ``settings["space_code"]``, e.g. 4 for MNI152; nibabel's
+        default, 2 "aligned", when the images had none)."""
+        import nibabel as nib
+
+        img = nib.Nifti1Image(data, self.affine)
+        code = int(self.settings.get("space_code") or 0)
+        if code:
+            img.set_sform(self.affine, code=code)
+            img.set_qform(self.affine, code=code)
         return img
 
     def importance_img(self, term):
@@ -227,11 +240,10 @@ class BrainMapResult(BaseResult):
     def background_img(self):
         """The default background of :meth:`plot` (:attr:`background` as an image), or
         ``None`` (nilearn's MNI template)."""
-        import nibabel as nib
 
         if self.background is None:
             return None
-        return nib.Nifti1Image(self.background, self.affine)
+        return self._image(self.background)
 
     @property
     def score_img(self):
