@@ -72,7 +72,7 @@ def main_effects_design(space, table):
     enc = space.transform(table)
     cols = [np.ones((enc.n_stimuli, 1))]
     for k, sl in enumerate(enc.slices):
-        block = enc.values[:, sl]
+        block = enc.values[:, sl] * enc.column_scale()[sl]
         miss = enc.missing[:, k]
         if enc.indicator[k]:
             levels = np.unique(block[~miss, 0])

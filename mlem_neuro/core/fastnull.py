@@ -112,7 +112,8 @@ def code_universe(enc):
         return None
     ext_enc = EncodedFeatures(values=ext[:, :dims], missing=ext[:, dims:] > 0.5,
                               slices=enc.slices, indicator=enc.indicator,
-                              missing_distance=enc.missing_distance, names=enc.names)
+                              missing_distance=enc.missing_distance, names=enc.names,
+                              scale=enc.scale)
     a, b = np.triu_indices(E)
     D = ext_enc.to_torch("cpu", torch.float64).pair_distances(torch.as_tensor(a),
                                                                torch.as_tensor(b))

@@ -103,7 +103,9 @@ class EncodedFeatures:
     Attributes
     ----------
     values : ndarray, shape (n_stimuli, n_dims)
-        All features' blocks side by side (NaN-free; missing rows hold 0).
+        All features' blocks side by side (NaN-free; missing rows hold 0): unscaled
+        numeric values minus their training minimum, level codes of ordinal and
+        categorical features.
     missing : ndarray of bool, shape (n_stimuli, n_features)
     slices : list of slice
         ``values[:, slices[k]]`` is feature ``k``'s block.
@@ -111,6 +113,11 @@ class EncodedFeatures:
         Whether feature ``k`` uses the indicator distance (else Euclidean on its block).
     missing_distance : ndarray, shape (n_features,)
     names : list of str
+    scale : ndarray, shape (n_dims,) | None
+        Factor of each column of ``values``, applied to the differences of two stimuli's
+        values (``None``: 1).  Differences are taken before scaling so that equal level
+        gaps (ordinal codes, integer levels) give bitwise equal distances, which exact
+        Spearman then ties.
     """
 
     values: np.ndarray
@@ -119,6 +126,11 @@ class EncodedFeatures:
     indicator: np.ndarray
     missing_distance: np.ndarray
     names: list
+    scale: np.ndarray | None = None
+
+    def column_scale(self):
+        """:attr:`scale`, with ones when it is ``None``."""
+        return np.ones(self.values.shape[1]) if self.scale is None else self.scale
 
     @property
     def n_stimuli(self):
@@ -135,7 +147,8 @@ class EncodedFeatures:
             values=torch.as_tensor(self.values, device=device, dtype=dtype),
             missing=torch.as_tensor(self.missing, device=device),
             slices=self.slices, indicator=self.indicator.tolist(),
-            missing_distance=self.missing_distance.tolist())
+            missing_distance=self.missing_distance.tolist(),
+            scale=torch.as_tensor(self.column_scale(), device=device, dtype=dtype))
 
     def two_valued(self):
         """Whether each feature's pair distances take at most two values (0 and one other).
@@ -156,7 +169,7 @@ class EncodedFeatures:
                                   slices=[slice(0, uniq.shape[1] - 1)],
                                   indicator=self.indicator[[k]],
                                   missing_distance=self.missing_distance[[k]],
-                                  names=[self.names[k]])
+                                  names=[self.names[k]], scale=self.column_scale()[sl])
             d = sub.pair_distances(i, j)[:, 0] if len(i) else np.zeros(0)
             out[k] = len(np.unique(np.append(d, 0.0))) <= 2
         return out
@@ -176,6 +189,7 @@ class _TorchEncoded:
     slices: list
     indicator: list
     missing_distance: list
+    scale: object
 
     def feature_distance(self, k, i, j, perm=None):
         """Distance of feature ``k`` for pairs (i, j); ``perm`` relabels stimuli first."""
@@ -188,9 +202,9 @@ class _TorchEncoded:
         if self.indicator[k]:
             d = (a != b).any(dim=-1).to(block.dtype)
         elif a.shape[-1] == 1:
-            d = (a - b).abs()[..., 0]
+            d = (a - b).abs()[..., 0] * self.scale[self.slices[k]][0]
         else:
-            d = torch.linalg.vector_norm(a - b, dim=-1)
+            d = torch.linalg.vector_norm((a - b) * self.scale[self.slices[k]], dim=-1)
         miss = self.missing[i, k] | self.missing[j, k]
         if bool(miss.any()):
             d = torch.where(miss, torch.full_like(d, self.missing_distance[k]), d)
@@ -259,15 +273,16 @@ _FITTERS = {"numeric": _fit_numeric, "ordinal": _fit_levels, "categorical": _fit
 
 # -------------------------------------------------------------- encoding, per kind
 def _encode_numeric(spec, sub, n):
-    """Scaled block ``(n, n_columns)``, missing rows (0 in the block), indicator flag."""
+    """Block ``(n, n_columns)`` of values minus the training minimum (unscaled), missing
+    rows (0 in the block), indicator flag, column scales."""
     vals = np.column_stack([_numeric_values(sub[c], spec.name) for c in spec.columns])
-    vals = (vals - spec.lo) * spec.scale
+    vals = vals - spec.lo
     m = np.isnan(vals).any(axis=1)
-    return np.where(m[:, None], 0.0, vals), m, False
+    return np.where(m[:, None], 0.0, vals), m, False, spec.scale
 
 
 def _encode_ordinal(spec, sub, n):
-    """Level codes scaled to ``[0, 1]``; a level unseen in fit is an error."""
+    """Level codes (scale ``1 / (n_levels - 1)``); a level unseen in fit is an error."""
     col = sub[spec.columns[0]]
     m = col.isna().to_numpy()
     lookup = {c: k for k, c in enumerate(spec.categories)}
@@ -277,7 +292,7 @@ def _encode_ordinal(spec, sub, n):
         bad = col[np.isnan(codes)].iloc[0]
         raise ValueError(f"ordinal feature {spec.name!r} has level {bad!r} not "
                          f"seen in fit (levels: {spec.categories}).")
-    return (codes / max(len(spec.categories) - 1, 1))[:, None], m, False
+    return codes[:, None], m, False, np.array([1.0 / max(len(spec.categories) - 1, 1)])
 
 
 def _encode_categorical(spec, sub, n):
@@ -295,10 +310,11 @@ def _encode_categorical(spec, sub, n):
             lookup[v] = nxt
             nxt += 1
         codes[r] = lookup[v]
-    return codes[:, None], m, True
+    return codes[:, None], m, True, np.ones(1)
 
 
-#: kind -> ``encode(spec, sub_table, n) -> (block, missing rows, indicator)``.
+#: kind -> ``encode(spec, sub_table, n) -> (block, missing rows, indicator, column
+#: scales)``.
 _ENCODERS = {"numeric": _encode_numeric, "ordinal": _encode_ordinal,
              "categorical": _encode_categorical}
 
@@ -444,11 +460,12 @@ class FeatureSpace:
         if missing_cols:
             raise ValueError(f"the feature table lacks columns {missing_cols} seen in fit.")
         n = len(table)
-        blocks, slices, indicator, miss = [], [], [], []
+        blocks, slices, indicator, miss, scales = [], [], [], [], []
         start = 0
         for s in self.specs_:
-            block, m, ind = _ENCODERS[s.kind](s, table[s.columns], n)
+            block, m, ind, scale = _ENCODERS[s.kind](s, table[s.columns], n)
             blocks.append(np.asarray(block, dtype=float))
+            scales.append(np.asarray(scale, dtype=float))
             slices.append(slice(start, start + blocks[-1].shape[1]))
             start += blocks[-1].shape[1]
             indicator.append(ind)
@@ -458,7 +475,8 @@ class FeatureSpace:
                                slices=slices, indicator=np.array(indicator),
                                missing_distance=np.array([s.missing for s in self.specs_],
                                                          dtype=float),
-                               names=list(self.feature_names_))
+                               names=list(self.feature_names_),
+                               scale=np.concatenate(scales))
 
     def fit_transform(self, table):
         """:meth:`fit` on ``table``, then :meth:`transform` it."""
