@@ -646,7 +646,7 @@ def run_searchlight(args):
     fig, empty = _brain_map_figure(res, bg_img)
     _save_figure(fig, out / "importance.png")
     print(f"Wrote {out / 'mlem.npz'}, {out / 'importance.nii.gz'} (one volume per term: "
-          f"{', '.join(res.terms)}), {out / 'score.nii.gz'} (held-out Spearman rho), "
+          f"{', '.join(res.terms)}), {out / 'score.nii.gz'} ({res.score_kind} Spearman rho), "
           f"{out / 'importance.csv'}, {out / 'importance.png'}")
     if empty:
         _note(f"importance.png leaves out {empty}: importance 0 in every sphere")

@@ -764,3 +764,49 @@ def test_tests_summary_says_when_too_few_nulls_to_reach_p_005(n_null, noted, cap
     assert (note in captured.err) == noted
     if not noted:
         assert "score 5, a 5 (of 5)" in captured.out
+
+
+@pytest.fixture(scope="module")
+def small_fmri(tmp_path_factory):
+    """Two simulated runs on a 6 x 4 x 4 grid of 4 mm voxels (the README's example): 16
+    trials per run, 4 categories, a pattern per category in the voxels with x < 12 mm."""
+    from nilearn.glm.first_level import compute_regressor
+
+    folder = tmp_path_factory.mktemp("fmri")
+    rng = np.random.default_rng(0)
+    t_r, n_scans, shape, affine = 2.0, 100, (6, 4, 4), np.diag([4.0, 4.0, 4.0, 1.0])
+    categories = ["face", "cat", "house", "chair"]
+    patterns = rng.standard_normal((4, *shape))
+    patterns[:, 3:] = 0.0
+    imgs, events = [], []
+    for run in range(2):
+        category = rng.permutation(np.repeat(categories, 4))
+        bold = rng.standard_normal((*shape, n_scans))
+        onsets = 8.0 + 11.0 * np.arange(16)
+        for onset, cat in zip(onsets, category):
+            response, _ = compute_regressor(([onset], [1.0], [1.0]), "glover",
+                                            t_r * np.arange(n_scans))
+            bold += 10 * patterns[categories.index(cat)][..., None] * response[:, 0]
+        imgs.append(str(folder / f"run{run}_bold.nii.gz"))
+        nib.Nifti1Image(bold, affine).to_filename(imgs[-1])
+        events.append(str(folder / f"run{run}_events.tsv"))
+        pd.DataFrame({"onset": onsets, "duration": 1.0, "category": category}).to_csv(
+            events[-1], sep="\t", index=False)
+    mask = str(folder / "mask.nii.gz")
+    nib.Nifti1Image(np.ones(shape, dtype=np.uint8), affine).to_filename(mask)
+    return ["searchlight", "--imgs", *imgs, "--events", *events, "--mask", mask, "--t-r",
+            "2"]
+
+
+@pytest.mark.parametrize("cv, kind", [("0", "in-sample"), ("2", "held-out")])
+def test_searchlight_output_lines_say_what_the_score_is(small_fmri, tmp_path, capsys, cv,
+                                                        kind):
+    """With --cv 0 the score map is in-sample: no printed line calls it held-out."""
+    assert main([*small_fmri, "--cv", cv, "--n-permutations", "1", "--max-steps", "30",
+                 "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert f"score.nii.gz ({kind} Spearman rho)" in out
+    assert ("held-out" in out) == (kind == "held-out")
+    res = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
+    assert res.score_kind == kind
+
