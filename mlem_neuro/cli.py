@@ -680,6 +680,13 @@ def _positive_int(text):
     return v
 
 
+def _non_negative_int(text):
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
 def _cv_folds(text):
     v = int(text)
     if v == 1 or v < 0:
@@ -736,7 +743,7 @@ def _add_demo_parser(sub, kw):
                    help="the paper's own simulation instead (MDS embedding, 256 stimuli, "
                         "16 binary features, 768 units; slower, and its W_true is not "
                         "reachable)")
-    d.add_argument("--seed", type=int, default=0, help="first simulation seed")
+    d.add_argument("--seed", type=_non_negative_int, default=0, help="first simulation seed")
     d.add_argument("--seeds", type=_positive_int, default=10,
                    help="simulations per noise level (seeds --seed, --seed + 1, ...)")
     d.add_argument("--overwrite", action="store_true",

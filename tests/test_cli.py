@@ -810,3 +810,12 @@ def test_searchlight_output_lines_say_what_the_score_is(small_fmri, tmp_path, ca
     res = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
     assert res.score_kind == kind
 
+
+def test_demo_seed_must_be_non_negative(tmp_path, capsys):
+    """A negative --seed is refused by the parser, naming the option, before --out is
+    created (numpy's seeds are >= 0)."""
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--seed", "-1", "--out", str(tmp_path / "demo")])
+    assert exc.value.code == 2
+    assert "argument --seed: must be >= 0, got -1" in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()
