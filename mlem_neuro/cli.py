@@ -290,10 +290,14 @@ def _default_features(table, where, exclude=()):
     ``None`` when that is all of them (the analysis' own default)."""
     columns = [c for c in table.columns if c not in exclude]
     ids = id_columns(table[columns])
-    kept = [c for c in columns if c not in ids]
+    constant = [c for c in columns if table[c].nunique(dropna=False) <= 1]
+    kept = [c for c in columns if c not in ids and c not in constant]
     if ids:
         _note(f"left out the {where} column(s) {ids}: one distinct value per trial (labels "
               "or IDs, not features); name them in --features to use them anyway")
+    if constant:
+        _note(f"left out the {where} column(s) {constant}: one value in every trial (no "
+              "distance); name them in --features to use them anyway")
     if not kept:
         raise CLIError(f"no feature column left in the {where} (columns: "
                        f"{list(table.columns)}); name the features with --features")
@@ -760,7 +764,7 @@ def _add_epochs_parser(sub, kw):
                    help="comma-separated metadata columns (or event-name tags) to use as "
                         "features (default: every metadata column, else the event-name "
                         "tags, leaving out columns with one value per trial such as words "
-                        "or trial numbers)")
+                        "or trial numbers, and columns with one value in every trial)")
     e.add_argument("--picks", help="comma-separated channel names or types, e.g. eeg or "
                                    "MEG0111,MEG0112 (default: the good data channels)")
     e.add_argument("--groups", metavar="COLUMN",
@@ -810,7 +814,8 @@ def _add_searchlight_parser(sub, kw):
     s.add_argument("--features",
                    help="comma-separated events columns (default: every column but onset "
                         "and duration, leaving out columns with one value per trial such "
-                        "as stimulus file names)")
+                        "as stimulus file names, and columns with one value in every "
+                        "trial)")
     s.add_argument("--standardize", choices=("auto", "run", "none"), default="auto",
                    help="run: z-score each voxel's betas across the trials of each run (run "
                         "effects otherwise dominate the distances); none: raw betas; auto: "

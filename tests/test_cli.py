@@ -507,6 +507,24 @@ def test_features_tolerate_spaces_and_leave_out_id_columns(rich_epochs_file, tmp
     assert mlem_neuro.read_result(out / "mlem.npz").terms == ["A", "trial"]
 
 
+
+def test_default_features_leave_out_constant_columns(capsys):
+    """A column with one value in every row (the subject, the session of a one-session
+    file) carries no distance: by default it is left out with a note, as ID columns are;
+    the analysis refused it ('drop it from the table'), so the default run failed."""
+    from mlem_neuro.cli import _default_features
+
+    table = pd.DataFrame({"A": ["x", "y"] * 5, "subject": "sub-01", "run": 1,
+                          "rt": np.linspace(0.3, 0.9, 10), "empty": np.nan})
+    assert _default_features(table, "metadata") == ["A", "rt"]
+    notes = [line for line in capsys.readouterr().err.splitlines() if "note:" in line]
+    assert notes == ["mlem-neuro: note: left out the metadata column(s) ['subject', 'run', "
+                     "'empty']: one value in every trial (no distance); name them in "
+                     "--features to use them anyway"]
+    assert _default_features(table[["A", "rt"]], "metadata") is None   # all of them
+    with pytest.raises(Exception, match="no feature column left"):
+        _default_features(table[["subject", "run"]], "metadata")
+
 def test_id_columns():
     from mlem_neuro.cli import id_columns
 
@@ -543,9 +561,12 @@ def test_searchlight_default_features_leave_out_id_columns(capsys):
     args.features, args.model = None, "condition"   # trial_images drops them itself
     assert _searchlight_features(args, events) is None
     for ev in events:
-        ev["stim_file"] = "same.png"
+        ev["stim_file"] = ["same.png", "other.png", "same.png"]
     args.model = "trial"
     assert _searchlight_features(args, events) is None   # nothing left out
+    for ev in events:
+        ev["stim_file"] = "same.png"                     # one value: no distance
+    assert _searchlight_features(args, events) == ["trial_type", "rt"]
 
 
 # ------------------------------------------------------------ wording, warnings, output
