@@ -285,7 +285,7 @@ def id_columns(table):
     return found
 
 
-def _default_features(table, where, exclude=()):
+def _default_features(table, where, exclude=(), row="trial"):
     """The columns of ``table`` that become features when ``--features`` is not given;
     ``None`` when that is all of them (the analysis' own default)."""
     columns = [c for c in table.columns if c not in exclude]
@@ -293,10 +293,10 @@ def _default_features(table, where, exclude=()):
     constant = [c for c in columns if table[c].nunique(dropna=False) <= 1]
     kept = [c for c in columns if c not in ids and c not in constant]
     if ids:
-        _note(f"left out the {where} column(s) {ids}: one distinct value per trial (labels "
-              "or IDs, not features); name them in --features to use them anyway")
+        _note(f"left out the {where} column(s) {ids}: one distinct value per {row} "
+              "(labels or IDs, not features); name them in --features to use them anyway")
     if constant:
-        _note(f"left out the {where} column(s) {constant}: one value in every trial (no "
+        _note(f"left out the {where} column(s) {constant}: one value in every {row} (no "
               "distance); name them in --features to use them anyway")
     if not kept:
         raise CLIError(f"no feature column left in the {where} (columns: "
@@ -609,6 +609,10 @@ def _fit_searchlight(args, imgs, events, mask):
         betas, table = fmri.trial_images(imgs, events, t_r=args.t_r, mask_img=mask,
                                          model=args.model, feature_cols=feature_cols,
                                          standardize=_standardize(args))
+        if args.features is None and args.model == "condition":
+            # one row per condition: its label and constant columns carry no distance
+            keep = _default_features(table, "condition table", row="condition")
+            table = table if keep is None else table[keep]
         groups = (table.index.get_level_values("run").to_numpy() if args.group_runs
                   else None)
         # cross-validated distances: the runs are the independent partitions

@@ -840,3 +840,26 @@ def test_demo_seed_must_be_non_negative(tmp_path, capsys):
     assert exc.value.code == 2
     assert "argument --seed: must be >= 0, got -1" in capsys.readouterr().err
     assert not (tmp_path / "demo").exists()
+
+
+def test_searchlight_condition_default_features_leave_out_labels_and_constants(
+        small_fmri, tmp_path, capsys):
+    """--model condition without --features: the condition label (one value per condition
+    image: every pair differs, no distance) and a column with one value everywhere are
+    left out with a note, as in the trial model; the constant column failed the run."""
+    argv = list(small_fmri)
+    for k in (argv.index("--events") + 1, argv.index("--events") + 2):
+        ev = pd.read_csv(argv[k], sep="\t")
+        ev["trial_type"] = ev["category"]
+        ev["animacy"] = np.where(ev["category"].isin(["face", "cat"]), "animate", "inanimate")
+        ev["subject"] = "sub-01"
+        argv[k] = str(tmp_path / Path(argv[k]).name)
+        ev.drop(columns="category").to_csv(argv[k], sep="\t", index=False)
+    assert main([*argv, "--model", "condition", "--cv", "0", "--n-permutations", "1",
+                 "--max-steps", "30", "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert ("left out the condition table column(s) ['trial_type']: one distinct value "
+            "per condition") in err
+    assert "['subject']: one value in every condition" in err
+    res = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
+    assert res.terms == ["animacy"] and res.importance.shape == (96, 1)
