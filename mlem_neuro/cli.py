@@ -99,15 +99,18 @@ def _simulation_table(n_stimuli, n_features, noise_levels, seeds, log, kind="rea
             rows.append(dict(noise=noise, seed=seed, model="W_true", frobenius_error=0.0,
                              steps=0, test_spearman=spearmanr(pred, obs)[0], seconds=0.0))
         table = pd.DataFrame(rows)
+
+        def mean_sd(values):               # no spread from a single seed
+            return (f"{values.mean():.3f}" if len(values) < 2
+                    else f"{values.mean():.3f} ± {values.std():.3f}")
+
         for label in (*DEMO_MODELS, "W_true"):
             sub = table[(table["noise"] == noise) & (table["model"] == label)]
             err = ("" if label == "W_true" else
-                   f"|W - W_true|_F = {sub['frobenius_error'].mean():.3f} ± "
-                   f"{sub['frobenius_error'].std():.3f}, {sub['steps'].median():.0f} steps "
-                   "(median), ")
+                   f"|W - W_true|_F = {mean_sd(sub['frobenius_error'])}, "
+                   f"{sub['steps'].median():.0f} steps (median), ")
             log(f"  noise {noise:4.2f} {label:>9}: {err}held-out rho = "
-                f"{sub['test_spearman'].mean():.3f} ± {sub['test_spearman'].std():.3f}  "
-                f"({len(sub)} seeds)")
+                f"{mean_sd(sub['test_spearman'])}  ({len(sub)} seeds)")
     table = pd.DataFrame(rows)
     wide = table.pivot_table(index=["noise", "seed"], columns="model",
                              values=["frobenius_error", "steps"])
