@@ -536,6 +536,11 @@ def _read_events(event_files):
             reason = " ".join(str(err).split())
             raise CLIError(f"cannot read events file {path} as a tab-separated table "
                            f"({reason})") from None
+        columns = list(events[-1].columns)
+        if len(columns) == 1 and "," in str(columns[0]):
+            raise CLIError(f"events file {path} holds one column {columns[0]!r}: it looks "
+                           "comma-separated; BIDS events files are tab-separated (write it "
+                           "with sep='\\t')")
     return events
 
 

@@ -863,3 +863,20 @@ def test_searchlight_condition_default_features_leave_out_labels_and_constants(
     assert "['subject']: one value in every condition" in err
     res = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
     assert res.terms == ["animacy"] and res.importance.shape == (96, 1)
+
+
+def test_comma_separated_events_file_is_named_as_such(tmp_path, capsys):
+    """A comma-separated events file read as one column 'onset,duration,...': the error
+    said it lacked 'onset' and 'duration'; it now says the file is not tab-separated."""
+    from mlem_neuro.cli import CLIError, _read_events
+
+    path = tmp_path / "run1_events.tsv"
+    pd.DataFrame({"onset": [0.0, 8.0], "duration": 2.0,
+                  "trial_type": ["a", "b"]}).to_csv(path, index=False)
+    with pytest.raises(CLIError, match=r"run1_events.tsv holds one column "
+                                       r"'onset,duration,trial_type'.*tab-separated"):
+        _read_events([path])
+    argv = ["searchlight", "--imgs", str(path), "--events", str(path), "--mask", str(path),
+            "--t-r", "2", "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    assert _one_line_error(capsys, "comma-separated").endswith(r"(write it with sep='\t')")
