@@ -490,7 +490,10 @@ def run_epochs(args):
     out.mkdir(parents=True, exist_ok=True)
     res.save(out / "mlem.npz", overwrite=True)
     res.to_data_frame().to_csv(out / "importance.csv", index=False)
-    _save_figure(res.plot(show=False), out / "importance.png")
+    with warnings.catch_warnings():             # too few nulls: _print_tests notes it
+        warnings.filterwarnings("ignore", "with n_null=", UserWarning)
+        fig = res.plot(show=False)
+    _save_figure(fig, out / "importance.png")
     print(f"Wrote {out / 'mlem.npz'}, {out / 'importance.csv'}, {out / 'importance.png'}")
     summary = _peak_summary(res, lambda k: f"at {res.times[k]:.3f} s")
     print(f"Spearman rho ({_score_kind(args, groups)}{_items_note(res)}): {summary}")
@@ -659,7 +662,9 @@ def run_searchlight(args):
     res.to_nifti().to_filename(out / "importance.nii.gz")
     res.score_img.to_filename(out / "score.nii.gz")
     res.to_data_frame().to_csv(out / "importance.csv", index=False)
-    fig, empty = _brain_map_figure(res, bg_img)
+    with warnings.catch_warnings():             # too few nulls: _print_tests notes it
+        warnings.filterwarnings("ignore", "with n_null=", UserWarning)
+        fig, empty = _brain_map_figure(res, bg_img)
     _save_figure(fig, out / "importance.png")
     print(f"Wrote {out / 'mlem.npz'}, {out / 'importance.nii.gz'} (one volume per term: "
           f"{', '.join(res.terms)}), {out / 'score.nii.gz'} ({res.score_kind} Spearman rho), "

@@ -880,3 +880,15 @@ def test_comma_separated_events_file_is_named_as_such(tmp_path, capsys):
             "--t-r", "2", "--out", str(tmp_path / "out")]
     assert main(argv) == 2
     assert _one_line_error(capsys, "comma-separated").endswith(r"(write it with sep='\t')")
+
+
+def test_too_few_nulls_is_said_once(epochs_file, small_fmri, tmp_path, capsys, recwarn):
+    """With --n-null 3 the figure's significance marks warned twice (terms, score) on top
+    of the summary's note: three lines for one fact; the note alone remains."""
+    assert main(["epochs", str(epochs_file), "--features", "A", "--tmax", "0.1", *FAST,
+                 "--n-null", "3", "--max-steps", "20", "--out", str(tmp_path / "out")]) == 0
+    assert main([*small_fmri, "--cv", "2", "--n-permutations", "1", "--max-steps", "20",
+                 "--n-null", "3", "--out", str(tmp_path / "sl")]) == 0
+    assert not [w for w in recwarn if "smallest p-value" in str(w.message)]
+    err = capsys.readouterr().err
+    assert err.count("note: with --n-null 3 the smallest p-value is 1/4") == 2
