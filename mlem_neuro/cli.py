@@ -99,15 +99,18 @@ def _simulation_table(n_stimuli, n_features, noise_levels, seeds, log, kind="rea
             rows.append(dict(noise=noise, seed=seed, model="W_true", frobenius_error=0.0,
                              steps=0, test_spearman=spearmanr(pred, obs)[0], seconds=0.0))
         table = pd.DataFrame(rows)
+
+        def mean_sd(values):               # no spread from a single seed
+            return (f"{values.mean():.3f}" if len(values) < 2
+                    else f"{values.mean():.3f} ± {values.std():.3f}")
+
         for label in (*DEMO_MODELS, "W_true"):
             sub = table[(table["noise"] == noise) & (table["model"] == label)]
             err = ("" if label == "W_true" else
-                   f"|W - W_true|_F = {sub['frobenius_error'].mean():.3f} ± "
-                   f"{sub['frobenius_error'].std():.3f}, {sub['steps'].median():.0f} steps "
-                   "(median), ")
+                   f"|W - W_true|_F = {mean_sd(sub['frobenius_error'])}, "
+                   f"{sub['steps'].median():.0f} steps (median), ")
             log(f"  noise {noise:4.2f} {label:>9}: {err}held-out rho = "
-                f"{sub['test_spearman'].mean():.3f} ± {sub['test_spearman'].std():.3f}  "
-                f"({len(sub)} seeds)")
+                f"{mean_sd(sub['test_spearman'])}  ({len(sub)} seeds)")
     table = pd.DataFrame(rows)
     wide = table.pivot_table(index=["noise", "seed"], columns="model",
                              values=["frobenius_error", "steps"])
@@ -285,15 +288,19 @@ def id_columns(table):
     return found
 
 
-def _default_features(table, where, exclude=()):
+def _default_features(table, where, exclude=(), row="trial"):
     """The columns of ``table`` that become features when ``--features`` is not given;
     ``None`` when that is all of them (the analysis' own default)."""
     columns = [c for c in table.columns if c not in exclude]
     ids = id_columns(table[columns])
-    kept = [c for c in columns if c not in ids]
+    constant = [c for c in columns if table[c].nunique(dropna=False) <= 1]
+    kept = [c for c in columns if c not in ids and c not in constant]
     if ids:
-        _note(f"left out the {where} column(s) {ids}: one distinct value per trial (labels "
-              "or IDs, not features); name them in --features to use them anyway")
+        _note(f"left out the {where} column(s) {ids}: one distinct value per {row} "
+              "(labels or IDs, not features); name them in --features to use them anyway")
+    if constant:
+        _note(f"left out the {where} column(s) {constant}: one value in every {row} (no "
+              "distance); name them in --features to use them anyway")
     if not kept:
         raise CLIError(f"no feature column left in the {where} (columns: "
                        f"{list(table.columns)}); name the features with --features")
@@ -483,7 +490,10 @@ def run_epochs(args):
     out.mkdir(parents=True, exist_ok=True)
     res.save(out / "mlem.npz", overwrite=True)
     res.to_data_frame().to_csv(out / "importance.csv", index=False)
-    _save_figure(res.plot(show=False), out / "importance.png")
+    with warnings.catch_warnings():             # too few nulls: _print_tests notes it
+        warnings.filterwarnings("ignore", "with n_null=", UserWarning)
+        fig = res.plot(show=False)
+    _save_figure(fig, out / "importance.png")
     print(f"Wrote {out / 'mlem.npz'}, {out / 'importance.csv'}, {out / 'importance.png'}")
     summary = _peak_summary(res, lambda k: f"at {res.times[k]:.3f} s")
     print(f"Spearman rho ({_score_kind(args, groups)}{_items_note(res)}): {summary}")
@@ -529,6 +539,11 @@ def _read_events(event_files):
             reason = " ".join(str(err).split())
             raise CLIError(f"cannot read events file {path} as a tab-separated table "
                            f"({reason})") from None
+        columns = list(events[-1].columns)
+        if len(columns) == 1 and "," in str(columns[0]):
+            raise CLIError(f"events file {path} holds one column {columns[0]!r}: it looks "
+                           "comma-separated; BIDS events files are tab-separated (write it "
+                           "with sep='\\t')")
     return events
 
 
@@ -605,6 +620,10 @@ def _fit_searchlight(args, imgs, events, mask):
         betas, table = fmri.trial_images(imgs, events, t_r=args.t_r, mask_img=mask,
                                          model=args.model, feature_cols=feature_cols,
                                          standardize=_standardize(args))
+        if args.features is None and args.model == "condition":
+            # one row per condition: its label and constant columns carry no distance
+            keep = _default_features(table, "condition table", row="condition")
+            table = table if keep is None else table[keep]
         groups = (table.index.get_level_values("run").to_numpy() if args.group_runs
                   else None)
         # cross-validated distances: the runs are the independent partitions
@@ -643,10 +662,12 @@ def run_searchlight(args):
     res.to_nifti().to_filename(out / "importance.nii.gz")
     res.score_img.to_filename(out / "score.nii.gz")
     res.to_data_frame().to_csv(out / "importance.csv", index=False)
-    fig, empty = _brain_map_figure(res, bg_img)
+    with warnings.catch_warnings():             # too few nulls: _print_tests notes it
+        warnings.filterwarnings("ignore", "with n_null=", UserWarning)
+        fig, empty = _brain_map_figure(res, bg_img)
     _save_figure(fig, out / "importance.png")
     print(f"Wrote {out / 'mlem.npz'}, {out / 'importance.nii.gz'} (one volume per term: "
-          f"{', '.join(res.terms)}), {out / 'score.nii.gz'} (held-out Spearman rho), "
+          f"{', '.join(res.terms)}), {out / 'score.nii.gz'} ({res.score_kind} Spearman rho), "
           f"{out / 'importance.csv'}, {out / 'importance.png'}")
     if empty:
         _note(f"importance.png leaves out {empty}: importance 0 in every sphere")
@@ -677,6 +698,13 @@ def _positive_int(text):
     v = int(text)
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _non_negative_int(text):
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
     return v
 
 
@@ -736,7 +764,7 @@ def _add_demo_parser(sub, kw):
                    help="the paper's own simulation instead (MDS embedding, 256 stimuli, "
                         "16 binary features, 768 units; slower, and its W_true is not "
                         "reachable)")
-    d.add_argument("--seed", type=int, default=0, help="first simulation seed")
+    d.add_argument("--seed", type=_non_negative_int, default=0, help="first simulation seed")
     d.add_argument("--seeds", type=_positive_int, default=10,
                    help="simulations per noise level (seeds --seed, --seed + 1, ...)")
     d.add_argument("--overwrite", action="store_true",
@@ -753,7 +781,7 @@ def _add_epochs_parser(sub, kw):
                    help="comma-separated metadata columns (or event-name tags) to use as "
                         "features (default: every metadata column, else the event-name "
                         "tags, leaving out columns with one value per trial such as words "
-                        "or trial numbers)")
+                        "or trial numbers, and columns with one value in every trial)")
     e.add_argument("--picks", help="comma-separated channel names or types, e.g. eeg or "
                                    "MEG0111,MEG0112 (default: the good data channels)")
     e.add_argument("--groups", metavar="COLUMN",
@@ -803,7 +831,8 @@ def _add_searchlight_parser(sub, kw):
     s.add_argument("--features",
                    help="comma-separated events columns (default: every column but onset "
                         "and duration, leaving out columns with one value per trial such "
-                        "as stimulus file names)")
+                        "as stimulus file names, and columns with one value in every "
+                        "trial)")
     s.add_argument("--standardize", choices=("auto", "run", "none"), default="auto",
                    help="run: z-score each voxel's betas across the trials of each run (run "
                         "effects otherwise dominate the distances); none: raw betas; auto: "

@@ -1,6 +1,8 @@
 """Simulated stimuli with a known metric (the MLEM paper's simulation)."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -144,6 +146,10 @@ def simulate_representations(n_stimuli=256, n_features=16, n_units=768, noise=0.
     if kind == "paper" and feature_type != "binary":
         raise ValueError("the paper's simulation has binary features only; use "
                          "kind='realisable' for numeric features")
+    if n_informative is not None and (isinstance(n_informative, (bool, np.bool_))
+                                      or not isinstance(n_informative, (int, np.integer))):
+        raise TypeError(f"n_informative must be None or an int in [1, n_features]; got "
+                        f"{n_informative!r}")
     k = n_features if n_informative is None else int(n_informative)
     if not 1 <= k <= n_features:
         raise ValueError(f"n_informative must be in [1, n_features]; got {n_informative}")
@@ -193,7 +199,9 @@ def simulate_epochs(n_trials=120, n_channels=32, n_times=90, sfreq=100.0, tmin=-
     trial; each level owns a random spatial pattern over channels.  Inside the feature's
     window the pattern of the trial's level is added with a smooth (Hann) envelope; outside
     it the feature leaves no trace.  Features in ``windows`` with value ``None`` are drawn
-    but never encoded (controls).  Gaussian noise (std ``noise``) is added everywhere.
+    but never encoded (controls); a window that holds none of the ``times`` leaves its
+    feature unencoded too, with a warning (the default windows reach 0.6 s).  Gaussian
+    noise (std ``noise``) is added everywhere.
 
     Parameters
     ----------
@@ -220,8 +228,23 @@ def simulate_epochs(n_trials=120, n_channels=32, n_times=90, sfreq=100.0, tmin=-
     rng = check_random_state(random_state)
     if windows is None:
         windows = {"A": (0.1, 0.3), "B": (0.4, 0.6), "C": None}
+    for name, v in (("n_trials", n_trials), ("n_channels", n_channels),
+                    ("n_times", n_times)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name} must be an int >= 1; got {v!r}")
+        if v < 1:
+            raise ValueError(f"{name} must be an int >= 1; got {v}")
     if n_levels < 2:
         raise ValueError(f"n_levels must be >= 2; got {n_levels}")
+    for name, v, low in (("sfreq", sfreq, "> 0"), ("tmin", tmin, None),
+                         ("amplitude", amplitude, None), ("noise", noise, ">= 0")):
+        if not np.isfinite(v) or (low == "> 0" and v <= 0) or (low == ">= 0" and v < 0):
+            raise ValueError(f"{name} must be a finite number{' ' + low if low else ''}; "
+                             f"got {v}")
+    for name, win in windows.items():
+        if win is not None and (np.ndim(win) != 1 or len(win) != 2):
+            raise ValueError(f"window of {name!r} must be None or (start, stop) in "
+                             f"seconds; got {win!r}")
     times = tmin + np.arange(n_times) / float(sfreq)
     data = noise * rng.standard_normal((n_trials, n_channels, n_times))
     table = {}
@@ -235,6 +258,10 @@ def simulate_epochs(n_trials=120, n_channels=32, n_times=90, sfreq=100.0, tmin=-
         if not start < stop:
             raise ValueError(f"window of {name!r} must have start < stop; got {win}")
         inside = (times >= start) & (times <= stop)
+        if not inside.any():
+            warnings.warn(f"window of {name!r} {tuple(win)} holds no time sample (times "
+                          f"{times[0]:g} to {times[-1]:g} s): {name!r} is not encoded. "
+                          "Pass windows= inside the epoch, or more n_times.", stacklevel=2)
         env = np.zeros(n_times)
         env[inside] = np.hanning(inside.sum() + 2)[1:-1]
         patterns = rng.standard_normal((n_levels, n_channels))

@@ -62,6 +62,11 @@ def window_average(data, sfreq, window):
     if half < 1:
         return np.array(data, dtype=float)
     T = data.shape[-1]
+    if T > 1 and half >= T - 1:
+        warnings.warn(f"window={float(window):g} s at {float(sfreq):g} Hz spans all {T} "
+                      "samples: every time point is the average of all of them (a flat "
+                      "time course). window is in seconds: give a fraction of the epoch "
+                      "(e.g. 0.02).", stacklevel=3)
     c = np.cumsum(np.asarray(data, dtype=float), axis=-1)
     c = np.concatenate([np.zeros(c.shape[:-1] + (1,)), c], axis=-1)
     t = np.arange(T)

@@ -507,6 +507,24 @@ def test_features_tolerate_spaces_and_leave_out_id_columns(rich_epochs_file, tmp
     assert mlem_neuro.read_result(out / "mlem.npz").terms == ["A", "trial"]
 
 
+
+def test_default_features_leave_out_constant_columns(capsys):
+    """A column with one value in every row (the subject, the session of a one-session
+    file) carries no distance: by default it is left out with a note, as ID columns are;
+    the analysis refused it ('drop it from the table'), so the default run failed."""
+    from mlem_neuro.cli import _default_features
+
+    table = pd.DataFrame({"A": ["x", "y"] * 5, "subject": "sub-01", "run": 1,
+                          "rt": np.linspace(0.3, 0.9, 10), "empty": np.nan})
+    assert _default_features(table, "metadata") == ["A", "rt"]
+    notes = [line for line in capsys.readouterr().err.splitlines() if "note:" in line]
+    assert notes == ["mlem-neuro: note: left out the metadata column(s) ['subject', 'run', "
+                     "'empty']: one value in every trial (no distance); name them in "
+                     "--features to use them anyway"]
+    assert _default_features(table[["A", "rt"]], "metadata") is None   # all of them
+    with pytest.raises(Exception, match="no feature column left"):
+        _default_features(table[["subject", "run"]], "metadata")
+
 def test_id_columns():
     from mlem_neuro.cli import id_columns
 
@@ -543,9 +561,12 @@ def test_searchlight_default_features_leave_out_id_columns(capsys):
     args.features, args.model = None, "condition"   # trial_images drops them itself
     assert _searchlight_features(args, events) is None
     for ev in events:
-        ev["stim_file"] = "same.png"
+        ev["stim_file"] = ["same.png", "other.png", "same.png"]
     args.model = "trial"
     assert _searchlight_features(args, events) is None   # nothing left out
+    for ev in events:
+        ev["stim_file"] = "same.png"                     # one value: no distance
+    assert _searchlight_features(args, events) == ["trial_type", "rt"]
 
 
 # ------------------------------------------------------------ wording, warnings, output
@@ -764,3 +785,110 @@ def test_tests_summary_says_when_too_few_nulls_to_reach_p_005(n_null, noted, cap
     assert (note in captured.err) == noted
     if not noted:
         assert "score 5, a 5 (of 5)" in captured.out
+
+
+@pytest.fixture(scope="module")
+def small_fmri(tmp_path_factory):
+    """Two simulated runs on a 6 x 4 x 4 grid of 4 mm voxels (the README's example): 16
+    trials per run, 4 categories, a pattern per category in the voxels with x < 12 mm."""
+    from nilearn.glm.first_level import compute_regressor
+
+    folder = tmp_path_factory.mktemp("fmri")
+    rng = np.random.default_rng(0)
+    t_r, n_scans, shape, affine = 2.0, 100, (6, 4, 4), np.diag([4.0, 4.0, 4.0, 1.0])
+    categories = ["face", "cat", "house", "chair"]
+    patterns = rng.standard_normal((4, *shape))
+    patterns[:, 3:] = 0.0
+    imgs, events = [], []
+    for run in range(2):
+        category = rng.permutation(np.repeat(categories, 4))
+        bold = rng.standard_normal((*shape, n_scans))
+        onsets = 8.0 + 11.0 * np.arange(16)
+        for onset, cat in zip(onsets, category):
+            response, _ = compute_regressor(([onset], [1.0], [1.0]), "glover",
+                                            t_r * np.arange(n_scans))
+            bold += 10 * patterns[categories.index(cat)][..., None] * response[:, 0]
+        imgs.append(str(folder / f"run{run}_bold.nii.gz"))
+        nib.Nifti1Image(bold, affine).to_filename(imgs[-1])
+        events.append(str(folder / f"run{run}_events.tsv"))
+        pd.DataFrame({"onset": onsets, "duration": 1.0, "category": category}).to_csv(
+            events[-1], sep="\t", index=False)
+    mask = str(folder / "mask.nii.gz")
+    nib.Nifti1Image(np.ones(shape, dtype=np.uint8), affine).to_filename(mask)
+    return ["searchlight", "--imgs", *imgs, "--events", *events, "--mask", mask, "--t-r",
+            "2"]
+
+
+@pytest.mark.parametrize("cv, kind", [("0", "in-sample"), ("2", "held-out")])
+def test_searchlight_output_lines_say_what_the_score_is(small_fmri, tmp_path, capsys, cv,
+                                                        kind):
+    """With --cv 0 the score map is in-sample: no printed line calls it held-out."""
+    assert main([*small_fmri, "--cv", cv, "--n-permutations", "1", "--max-steps", "30",
+                 "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert f"score.nii.gz ({kind} Spearman rho)" in out
+    assert ("held-out" in out) == (kind == "held-out")
+    res = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
+    assert res.score_kind == kind
+
+
+def test_demo_seed_must_be_non_negative(tmp_path, capsys):
+    """A negative --seed is refused by the parser, naming the option, before --out is
+    created (numpy's seeds are >= 0)."""
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--seed", "-1", "--out", str(tmp_path / "demo")])
+    assert exc.value.code == 2
+    assert "argument --seed: must be >= 0, got -1" in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()
+
+
+def test_searchlight_condition_default_features_leave_out_labels_and_constants(
+        small_fmri, tmp_path, capsys):
+    """--model condition without --features: the condition label (one value per condition
+    image: every pair differs, no distance) and a column with one value everywhere are
+    left out with a note, as in the trial model; the constant column failed the run."""
+    argv = list(small_fmri)
+    for k in (argv.index("--events") + 1, argv.index("--events") + 2):
+        ev = pd.read_csv(argv[k], sep="\t")
+        ev["trial_type"] = ev["category"]
+        ev["animacy"] = np.where(ev["category"].isin(["face", "cat"]), "animate", "inanimate")
+        ev["subject"] = "sub-01"
+        argv[k] = str(tmp_path / Path(argv[k]).name)
+        ev.drop(columns="category").to_csv(argv[k], sep="\t", index=False)
+    assert main([*argv, "--model", "condition", "--cv", "0", "--n-permutations", "1",
+                 "--max-steps", "30", "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert ("left out the condition table column(s) ['trial_type']: one distinct value "
+            "per condition") in err
+    assert "['subject']: one value in every condition" in err
+    res = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
+    assert res.terms == ["animacy"] and res.importance.shape == (96, 1)
+
+
+def test_comma_separated_events_file_is_named_as_such(tmp_path, capsys):
+    """A comma-separated events file read as one column 'onset,duration,...': the error
+    said it lacked 'onset' and 'duration'; it now says the file is not tab-separated."""
+    from mlem_neuro.cli import CLIError, _read_events
+
+    path = tmp_path / "run1_events.tsv"
+    pd.DataFrame({"onset": [0.0, 8.0], "duration": 2.0,
+                  "trial_type": ["a", "b"]}).to_csv(path, index=False)
+    with pytest.raises(CLIError, match=r"run1_events.tsv holds one column "
+                                       r"'onset,duration,trial_type'.*tab-separated"):
+        _read_events([path])
+    argv = ["searchlight", "--imgs", str(path), "--events", str(path), "--mask", str(path),
+            "--t-r", "2", "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    assert _one_line_error(capsys, "comma-separated").endswith(r"(write it with sep='\t')")
+
+
+def test_too_few_nulls_is_said_once(epochs_file, small_fmri, tmp_path, capsys, recwarn):
+    """With --n-null 3 the figure's significance marks warned twice (terms, score) on top
+    of the summary's note: three lines for one fact; the note alone remains."""
+    assert main(["epochs", str(epochs_file), "--features", "A", "--tmax", "0.1", *FAST,
+                 "--n-null", "3", "--max-steps", "20", "--out", str(tmp_path / "out")]) == 0
+    assert main([*small_fmri, "--cv", "2", "--n-permutations", "1", "--max-steps", "20",
+                 "--n-null", "3", "--out", str(tmp_path / "sl")]) == 0
+    assert not [w for w in recwarn if "smallest p-value" in str(w.message)]
+    err = capsys.readouterr().err
+    assert err.count("note: with --n-null 3 the smallest p-value is 1/4") == 2

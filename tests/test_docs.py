@@ -53,3 +53,14 @@ def test_cli_bad_options_exit_nonzero(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["demo", "--bogus"])
     assert exc.value.code != 0
+
+
+def test_simulation_table_log_with_one_seed_has_no_nan_spread():
+    """With one seed (demo --seeds 1) the log printed 'mean ± nan' (the sd of one value)."""
+    from mlem_neuro.cli import _simulation_table
+
+    lines = []
+    _simulation_table(30, 2, noise_levels=(0.5,), seeds=(0,), log=lines.append)
+    assert not [line for line in lines if "nan" in line], lines
+    assert "|W - W_true|_F = 0." in lines[0] and "(1 seeds)" in lines[0]
+    assert "±" not in lines[0]

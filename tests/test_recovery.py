@@ -223,3 +223,45 @@ def test_simulation_refuses_bad_parameters(kwargs, error, match):
     kw = dict(n_stimuli=40, n_features=3, n_units=8) | kwargs
     with pytest.raises(error, match=match):
         simulate_representations(**kw)
+
+
+def test_simulation_refuses_a_fractional_n_informative():
+    """n_informative=1.7 was truncated to 1 informative feature silently."""
+    with pytest.raises(TypeError, match="n_informative must be None or an int"):
+        simulate_representations(n_stimuli=40, n_features=3, n_units=8, n_informative=1.7)
+    _, _, W = simulate_representations(n_stimuli=40, n_features=3, n_units=8,
+                                       n_informative=np.int64(2), random_state=0)
+    assert np.allclose(W[2:], 0) and not np.allclose(W[:2, :2], 0)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(sfreq=0.0), ValueError, r"sfreq must be a finite number > 0"),
+    (dict(sfreq=-100.0), ValueError, r"sfreq must be a finite number > 0"),
+    (dict(n_trials=0), ValueError, r"n_trials must be an int >= 1"),
+    (dict(n_times=2.0), TypeError, r"n_times must be an int >= 1"),
+    (dict(n_channels=0), ValueError, r"n_channels must be an int >= 1"),
+    (dict(noise=-1.0), ValueError, r"noise must be a finite number >= 0"),
+    (dict(amplitude=np.nan), ValueError, r"amplitude must be a finite number"),
+    (dict(windows={"A": 0.2}), ValueError, r"window of 'A' must be None or \(start, stop\)"),
+    (dict(windows={"A": (0.3, 0.1)}), ValueError, r"must have start < stop"),
+])
+def test_simulate_epochs_refuses_bad_parameters(kwargs, error, match):
+    """sfreq=0 gave NaN times and no encoding, a negative sfreq decreasing times, a
+    negative noise was taken as given: all silently."""
+    from mlem_neuro.simulation import simulate_epochs
+
+    with pytest.raises(error, match=match):
+        simulate_epochs(**(dict(n_trials=20, n_channels=4, n_times=10) | kwargs))
+
+
+def test_simulate_epochs_warns_about_a_window_outside_the_epoch():
+    """The default windows reach 0.6 s: with 50 samples at 100 Hz from -0.1 s (to 0.39 s)
+    'B' was silently never encoded."""
+    from mlem_neuro.simulation import simulate_epochs
+
+    with pytest.warns(UserWarning, match=r"window of 'B' \(0.4, 0.6\) holds no time "
+                                         r"sample.*'B' is not encoded"):
+        data, _, times = simulate_epochs(n_trials=20, n_channels=4, n_times=50, sfreq=100.0,
+                                         tmin=-0.1, noise=0.0, random_state=0)
+    inside = (times >= 0.1) & (times <= 0.3)
+    assert np.abs(data[:, :, ~inside]).max() == 0 and np.abs(data[:, :, inside]).max() > 0

@@ -144,3 +144,17 @@ def test_decim_keeps_every_decim_th_sample_when_times_are_off_the_zero_grid(offs
         assert abs(times[kept]).min() < 1.0 / sfreq          # anchored next to t = 0
     bins = 0.005 + np.arange(10) / sfreq                     # float noise at half samples
     assert np.flatnonzero(tm.time_mask(bins, sfreq, decim=2)).tolist() == [0, 2, 4, 6, 8]
+
+
+def test_window_average_warns_when_the_window_spans_every_sample():
+    """A window as long as the data (e.g. 10 s given for 10 ms, or for a 0.86 s epoch)
+    made every time point the average of all samples: a flat time course, silently."""
+    data = np.random.default_rng(0).standard_normal((3, 2, 22))
+    with pytest.warns(UserWarning, match=r"window=10 s at 25 Hz spans all 22 samples"):
+        out = tm.window_average(data, 25.0, 10.0)
+    np.testing.assert_allclose(out, data.mean(-1, keepdims=True).repeat(22, -1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tm.window_average(data, 25.0, 1.6)       # +-20 samples: the ends still differ
+    with pytest.warns(UserWarning, match="spans all 22 samples"):
+        tm.window_average(data, 25.0, 1.68)      # +-21 samples: every one averages all
