@@ -337,7 +337,8 @@ def _analysis_kwargs(args):
                 n_jobs=args.n_jobs, device=args.device, random_state=args.seed,
                 lr=args.lr, max_steps=args.max_steps, patience=args.patience, tol=args.tol,
                 batch_size=args.batch_size, numeric_levels=args.numeric_levels,
-                chunk_size=args.chunk_size, verbose="INFO")
+                chunk_size=args.chunk_size, feature_kinds=args.feature_kinds,
+                verbose="INFO")
 
 
 def _check_options(args):
@@ -347,6 +348,20 @@ def _check_options(args):
     kw = _analysis_kwargs(args)
     kw.pop("verbose")
     MLEMOptions(**kw)
+
+
+def _feature_kinds(text):
+    """``COLUMN=KIND,...`` as a dict (the analyses' ``feature_kinds``)."""
+    kinds = ("categorical", "ordinal", "numeric")
+    out = {}
+    for part in text.split(","):
+        col, sep, kind = (x.strip() for x in part.partition("="))
+        if not sep or not col or kind not in kinds:
+            raise argparse.ArgumentTypeError(
+                f"expected COLUMN=KIND pairs separated by commas, KIND one of "
+                f"{', '.join(kinds)} (e.g. condition=categorical); got {part!r}")
+        out[col] = kind
+    return out
 
 
 def _batch_size(text):
@@ -734,6 +749,13 @@ def _add_analysis_options(p, what):
     p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
     p.add_argument("--seed", type=int, default=0,
                    help="random seed (folds, training batches, permutations)")
+    p.add_argument("--feature-kinds", type=_feature_kinds, default=None,
+                   metavar="COLUMN=KIND,...",
+                   help="how features are compared, overriding the inferred kinds: "
+                        "categorical (same or different), ordinal (levels in order) or "
+                        "numeric (absolute difference); e.g. condition=categorical for "
+                        "conditions coded 1, 2, 3, which are numeric otherwise (default: "
+                        "inferred from the values)")
     chunk_key = "chunk_size_time" if what == "trials" else "chunk_size_spheres"
     # help: the first sentence of the API's docdict entry
     for flag, key, kind, default in (("--lr", "lr", float, 0.03),

@@ -892,3 +892,21 @@ def test_too_few_nulls_is_said_once(epochs_file, small_fmri, tmp_path, capsys, r
     assert not [w for w in recwarn if "smallest p-value" in str(w.message)]
     err = capsys.readouterr().err
     assert err.count("note: with --n-null 3 the smallest p-value is 1/4") == 2
+
+
+def test_feature_kinds_option(rich_epochs_file, tmp_path, capsys):
+    """--feature-kinds reaches the analysis: runs coded 1-4 are numeric by default
+    (|1 - 4| = 3) and categorical when declared, which changes the fit."""
+    base = ["epochs", str(rich_epochs_file), "--features", "A,run", *FAST]
+    assert main(base + ["--out", str(tmp_path / "num")]) == 0
+    assert main(base + ["--feature-kinds", "run=categorical",
+                        "--out", str(tmp_path / "cat")]) == 0
+    num = mlem_neuro.read_result(tmp_path / "num" / "mlem.npz")
+    cat = mlem_neuro.read_result(tmp_path / "cat" / "mlem.npz")
+    assert cat.settings["feature_kinds"] == {"run": "categorical"}
+    assert not np.allclose(num.fold_score, cat.fold_score)
+    for bad in ("run", "run=nominal", "=categorical"):
+        with pytest.raises(SystemExit) as exc:
+            main(base + ["--feature-kinds", bad, "--out", str(tmp_path / "bad")])
+        assert exc.value.code == 2
+        assert "COLUMN=KIND" in capsys.readouterr().err
