@@ -259,6 +259,17 @@ def check_out(out, overwrite, patterns=RESULT_PATTERNS):
     return out
 
 
+def _fresh_out(out):
+    """Create ``out``, or remove the results an earlier run left there (``--overwrite``,
+    checked by :func:`check_out`), so that no file of another analysis stays beside the
+    new ones (e.g. a searchlight's score.nii.gz beside an epochs run's mlem.npz).  Called
+    once the analysis has finished: a failed run loses nothing."""
+    out.mkdir(parents=True, exist_ok=True)
+    for path in sorted({p for pattern in RESULT_PATTERNS for p in out.glob(pattern)}):
+        if path.is_file():
+            path.unlink()
+
+
 def _note(text):
     print(f"mlem-neuro: note: {text}", file=sys.stderr)
 
@@ -502,7 +513,7 @@ def run_epochs(args):
                                     distance=args.distance, **_analysis_kwargs(args))
     if groups is not None:
         res.settings.update(groups=groups, cv=f"GroupKFold({args.cv}) over {groups}")
-    out.mkdir(parents=True, exist_ok=True)
+    _fresh_out(out)
     res.save(out / "mlem.npz", overwrite=True)
     res.to_data_frame().to_csv(out / "importance.csv", index=False)
     with warnings.catch_warnings():             # too few nulls: _print_tests notes it
@@ -672,7 +683,7 @@ def run_searchlight(args):
     matplotlib.use("Agg")
     events = _read_events(event_files)
     res, bg_img = _fit_searchlight(args, imgs, events, mask)
-    out.mkdir(parents=True, exist_ok=True)
+    _fresh_out(out)
     res.save(out / "mlem.npz", overwrite=True)
     res.to_nifti().to_filename(out / "importance.nii.gz")
     res.score_img.to_filename(out / "score.nii.gz")
@@ -772,7 +783,8 @@ def _add_analysis_options(p, what):
     p.add_argument("--out", required=True, help="output folder (created if needed)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the results already in --out (mlem.npz, importance.*, "
-                        "score.*)")
+                        "score.*: all removed once the new analysis has finished, so none "
+                        "of an earlier run stays beside the new ones)")
 
 
 def _add_demo_parser(sub, kw):

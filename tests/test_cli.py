@@ -374,13 +374,19 @@ def test_overwrite_replaces_results(epochs_file, tmp_path, capsys):
     _old_results(out)
     argv = ["epochs", str(epochs_file), "--features", "A", "--tmax", "0.0", *FAST,
             "--out", str(out)]
+    (out / "score.nii.gz").write_bytes(b"an old searchlight's map")
+    (out / "notes.txt").write_text("the user's own file")
     assert main(argv) == 2
     assert (out / "mlem.npz").read_bytes() == b"old result"
+    bad = ["epochs", str(epochs_file), "--features", "Z", *FAST, "--out", str(out)]
+    assert main([*bad, "--overwrite"]) == 2                  # a failed run loses nothing
+    assert (out / "score.nii.gz").exists() and (out / "mlem.npz").read_bytes() == b"old result"
     assert main([*argv, "--overwrite"]) == 0
     res = mlem_neuro.read_result(out / "mlem.npz")
     assert res.terms == ["A"] and len(pd.read_csv(out / "importance.csv")) == len(res.times)
+    # no temporary file, and no result of the earlier (other) analysis beside the new ones
     assert sorted(p.name for p in out.iterdir()) == ["importance.csv", "importance.png",
-                                                     "mlem.npz"]      # no temporary file
+                                                     "mlem.npz", "notes.txt"]
 
 
 def test_demo_out_is_checked_too(tmp_path, capsys, monkeypatch):
