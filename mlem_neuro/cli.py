@@ -851,7 +851,8 @@ def _add_epochs_parser(sub, kw):
 def _add_searchlight_parser(sub, kw):
     s = sub.add_parser("searchlight", help="fMRI searchlight MLEM from BOLD runs + events",
                        description="Beta images per trial (or condition) with nilearn's "
-                                   "GLM, z-scored within run, then a searchlight MLEM; "
+                                   "GLM (per trial: z-scored within run by default, "
+                                   "see --standardize), then a searchlight MLEM; "
                                    "writes mlem.npz, importance.nii.gz, score.nii.gz, "
                                    "importance.csv and importance.png to --out.", **kw)
     s.add_argument("--imgs", nargs="+", required=True, help="BOLD runs (4D NIfTI)")
