@@ -272,18 +272,25 @@ def test_decim_warns_about_aliasing(sim):
         mlem_epochs(epochs, decim=2, window=0.02, cv=3, max_steps=5, random_state=0)
 
 
-def test_non_preloaded_epochs_are_not_modified():
-    rng = np.random.default_rng(0)
+def _lazy_epochs_one_bad(seed, n_ev=24):
+    """Non-preloaded epochs of ``n_ev`` events (x/left, x/right in turn) whose epoch 8
+    is rejected on reading; and the events."""
+    rng = np.random.default_rng(seed)
     info = mne.create_info(["a", "b", "c"], 100.0, "eeg")
     data = rng.standard_normal((3, 3000)) * 1e-6
     data[0, 1065:1070] = 1e-3                                 # an artefact: epoch 8 is bad
     raw = mne.io.RawArray(data, info, verbose=False)
-    n_ev = 24
     events = np.column_stack([100 + 120 * np.arange(n_ev), np.zeros(n_ev, int),
                               1 + np.arange(n_ev) % 2])
     epochs = mne.Epochs(raw, events, {"x/left": 1, "x/right": 2}, tmin=0, tmax=0.2,
                         baseline=None, reject=dict(eeg=1e-4), preload=False,
                         verbose=False)
+    return epochs, events
+
+
+def test_non_preloaded_epochs_are_not_modified():
+    n_ev = 24
+    epochs, events = _lazy_epochs_one_bad(0, n_ev)
     drop_log = epochs.drop_log
     res = mlem_epochs(epochs, cv=3, max_steps=5, random_state=0)
     assert not epochs.preload and epochs.drop_log == drop_log   # nothing dropped in place
@@ -295,17 +302,8 @@ def test_non_preloaded_epochs_are_not_modified():
 def test_labels_of_every_original_event_follow_the_selection():
     """groups / items of all 24 events (one dropped on reading) keep the labels of the kept
     epochs (as a feature table of 24 rows), not an error the user cannot avoid."""
-    rng = np.random.default_rng(1)
-    info = mne.create_info(["a", "b", "c"], 100.0, "eeg")
-    data = rng.standard_normal((3, 3000)) * 1e-6
-    data[0, 1065:1070] = 1e-3                                 # an artefact: epoch 8 is bad
-    raw = mne.io.RawArray(data, info, verbose=False)
     n_ev = 24
-    events = np.column_stack([100 + 120 * np.arange(n_ev), np.zeros(n_ev, int),
-                              1 + np.arange(n_ev) % 2])
-    epochs = mne.Epochs(raw, events, {"x/left": 1, "x/right": 2}, tmin=0, tmax=0.2,
-                        baseline=None, reject=dict(eeg=1e-4), preload=False,
-                        verbose=False)
+    epochs, _ = _lazy_epochs_one_bad(1, n_ev)
     kept = epochs.copy().drop_bad().selection
     assert len(kept) == n_ev - 1
     kw = dict(cv=3, max_steps=5, random_state=0)
