@@ -53,6 +53,12 @@ def _split(y, n_test, rng, feature_type):
     return np.setdiff1d(np.arange(n), test), test
 
 
+def _mean_sd(values):
+    """``mean ± sd`` of a column of seeds (the mean alone for a single seed)."""
+    return (f"{values.mean():.3f}" if len(values) < 2
+            else f"{values.mean():.3f} ± {values.std():.3f}")
+
+
 def _simulation_table(n_stimuli, n_features, noise_levels, seeds, log, kind="realisable",
                       feature_type="numeric", n_units=256):
     """MLEM vs FR-RSA-I vs FR-RSA on simulated data: one row per noise level, seed and model.
@@ -99,18 +105,13 @@ def _simulation_table(n_stimuli, n_features, noise_levels, seeds, log, kind="rea
             rows.append(dict(noise=noise, seed=seed, model="W_true", frobenius_error=0.0,
                              steps=0, test_spearman=spearmanr(pred, obs)[0], seconds=0.0))
         table = pd.DataFrame(rows)
-
-        def mean_sd(values):               # no spread from a single seed
-            return (f"{values.mean():.3f}" if len(values) < 2
-                    else f"{values.mean():.3f} ± {values.std():.3f}")
-
         for label in (*DEMO_MODELS, "W_true"):
             sub = table[(table["noise"] == noise) & (table["model"] == label)]
             err = ("" if label == "W_true" else
-                   f"|W - W_true|_F = {mean_sd(sub['frobenius_error'])}, "
+                   f"|W - W_true|_F = {_mean_sd(sub['frobenius_error'])}, "
                    f"{sub['steps'].median():.0f} steps (median), ")
             log(f"  noise {noise:4.2f} {label:>9}: {err}held-out rho = "
-                f"{mean_sd(sub['test_spearman'])}  ({len(sub)} seeds)")
+                f"{_mean_sd(sub['test_spearman'])}  ({len(sub)} seeds)")
     table = pd.DataFrame(rows)
     wide = table.pivot_table(index=["noise", "seed"], columns="model",
                              values=["frobenius_error", "steps"])
@@ -477,8 +478,8 @@ def _print_tests(res, what):
     if res.tests is None:
         return
     n_null = res.settings.get("n_null")
-    with warnings.catch_warnings():          # the note below says it for the CLI
-        warnings.simplefilter("ignore", UserWarning)
+    with warnings.catch_warnings():          # too few nulls: the note below says it
+        warnings.filterwarnings("ignore", "with n_null=", UserWarning)
         counts = ", ".join(f"{t} {int(res.significant(t).sum())}" for t in res.tests)
     print(f"Permutation tests ({n_null} null relabellings), {what} with FWE-corrected "
           f"p < 0.05: {counts} (of {len(res.pvalues)})")

@@ -233,7 +233,7 @@ class BaseResult:
                 data[name] = self._term_pvalues(p).ravel()
                 # the tests of no term ("score", "interactions"): one column each
                 for k, test in enumerate(self.tests):
-                    if test == "score" or test not in self.terms:
+                    if test not in self.terms:
                         data[f"{test}_{name}"] = np.repeat(p[:, k], T)
         return pd.DataFrame(data)
 

@@ -140,7 +140,6 @@ class BrainMapResult(BaseResult):
     @property
     def mask_img(self):
         """Binary image of the voxels that show a model's value."""
-
         data = np.zeros(self.shape, dtype=np.int8)
         data[tuple(self.voxel_indices.T)] = 1
         return self._image(data)
@@ -163,7 +162,6 @@ class BrainMapResult(BaseResult):
     # ------------------------------------------------------------------ images
     def _paint(self, values):
         """3D (or 4D for 2-D ``values`` (n_models, k)) image, 0 where no model."""
-
         values = np.asarray(values, dtype=float)
         extra = values.shape[1:]
         data = np.zeros(self.shape + extra)
@@ -240,7 +238,6 @@ class BrainMapResult(BaseResult):
     def background_img(self):
         """The default background of :meth:`plot` (:attr:`background` as an image), or
         ``None`` (nilearn's MNI template)."""
-
         if self.background is None:
             return None
         return self._image(self.background)
