@@ -42,6 +42,9 @@ _GET_DEVICE, _GET_IS_CUDA, _GET_IS_CPU, _GET_GRAD = (
 
 #: operations run on emulated CUDA tensors since import (tests check the CUDA path ran)
 CUDA_OPS = [0]
+#: host synchronisations since import: CUDA tensors read by the host (``.item()``,
+#: ``bool()``, ``.tolist()``, ``.cpu()``...), each a wait for the GPU on a real device
+SYNCS = [0]
 
 
 class DeviceMismatch(RuntimeError):
@@ -113,6 +116,7 @@ def _mismatch(func, cuda_args, cpu_args):
 _CROSS_DEVICE_OK = {T.copy_, T.to, T.cpu, T.cuda, T.__setstate__, T.__reduce_ex__,
                     T.__deepcopy__}
 _INDEXING = {T.__getitem__, T.__setitem__}
+_SYNC = {T.item, T.tolist, T.cpu, T.__bool__, T.__int__, T.__float__, T.__index__}
 
 
 class _Tagged(torch.Tensor):
@@ -182,8 +186,13 @@ def _dispatch(func, args, kwargs):
                         "to copy the tensor to host memory first. (emulated CUDA)")
     if func is T.get_device:
         return 0 if on_cuda else -1
+    if on_cuda and func in _SYNC:
+        SYNCS[0] += 1
     if func in (T.cpu, T.cuda, T.to):
-        return _move(func, self, args[1:], kwargs)
+        out = _move(func, self, args[1:], kwargs)
+        if on_cuda and func is T.to and not isinstance(out, CudaTensor):
+            SYNCS[0] += 1
+        return out
     if func == _GET_GRAD:
         out = _run(func, args, kwargs)
         return _tag(out, CudaTensor) if on_cuda and out is not None else out
