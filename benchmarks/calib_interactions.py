@@ -33,6 +33,7 @@ import time
 import numpy as np
 import torch
 
+from mlem_neuro.core import additivity
 from mlem_neuro.core.additivity import interaction_test
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.sources import DenseRDMSource
@@ -52,7 +53,16 @@ SETTINGS = {
     "sub-additive s=0.6": (("binary",) * 3, 48, 5, 10, 5, 0.6),
     "sub-additive s=0.7": (("binary",) * 3, 48, 5, 10, 5, 0.7),
     "sub-additive s=0.8": (("binary",) * 3, 48, 5, 10, 5, 0.8),
+    "numeric (curved codes)": (("numeric",) * 3, 32, 3, 1, 200, 0.0),
+    "numeric x numeric s=2": (("numeric", "numeric", "binary"), 32, 3, 1, 60, 2.0),
+    "numeric x numeric s=3": (("numeric", "numeric", "binary"), 32, 3, 1, 60, 3.0),
 }
+#: additive codes whose numeric features are reported cubed: each code is linear in ``x``
+#: but concave in the reported value ``x³`` (a main effect the linear term misses)
+CURVED = ("numeric (curved codes)",)
+#: numeric x numeric interactions: ``f0``, ``f1`` numeric (uniform on [0, 1], linear codes)
+#: and ``f2`` binary, plus one unit coding ``s · 4 (f0 − 0.5)(f1 − 0.5)``, noise 1
+PRODUCT = ("numeric x numeric s=2", "numeric x numeric s=3")
 
 
 def design(kinds, n, per_design, strength, seed):
@@ -69,6 +79,17 @@ def design(kinds, n, per_design, strength, seed):
     return code[None] + noises[:, None, None] * noise, table
 
 
+def product_design(n, strength, seed):
+    """One dataset of :data:`PRODUCT`'s numeric x numeric interaction, ``(1, n, units)``."""
+    rng = np.random.default_rng(seed)
+    code, table = simulate_codes(n, ("numeric", "numeric", "binary"), n_units=N_UNITS,
+                                 noise=0.0, random_state=rng)
+    x, y = table["f0"].to_numpy(), table["f1"].to_numpy()
+    code[:, -1] = strength * 4 * (x - 0.5) * (y - 0.5)   # a unit the main effects leave
+    noise = rng.standard_normal((1, n, N_UNITS)) / np.sqrt(N_UNITS)
+    return code[None] + noise, table
+
+
 def run_setting(name, scale, n_null, alpha, seed0):
     kinds, n, cv, per_design, n_designs, strength = SETTINGS[name]
     n_designs = max(1, int(round(n_designs * scale)))
@@ -76,7 +97,13 @@ def run_setting(name, scale, n_null, alpha, seed0):
     t0 = time.perf_counter()
     for d in range(n_designs):
         seed = seed0 + 1000 * d
-        Y, table = design(kinds, n, per_design, strength, seed)
+        if name in PRODUCT:
+            Y, table = product_design(n, strength, seed)
+        else:
+            Y, table = design(kinds, n, per_design, strength, seed)
+        if name in CURVED:
+            table = table.assign(**{c: table[c] ** 3 for c in table.columns
+                                    if table[c].dtype.kind == "f"})
         opts = MLEMOptions(cv=cv, random_state=seed)
         obs, null = interaction_test(DenseRDMSource(Y), table, opts, n_null=n_null,
                                      random_state=seed + 1)
@@ -120,13 +147,20 @@ def main():
     parser.add_argument("--settings", default=",".join(SETTINGS),
                         help="comma-separated names among " + ", ".join(SETTINGS))
     parser.add_argument("--json", default=None, help="also write the rows to this file")
+    parser.add_argument("--numeric-degree", type=int, default=None,
+                        help="degree of the numeric features' main effects in the null "
+                             "(default: the package's, additivity.NUMERIC_DEGREE; 1: the "
+                             "linear code the model sees)")
     parser.add_argument("--cost", action="store_true",
                         help="only time interaction_test against one run_cv")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.numeric_degree is not None:
+        additivity.NUMERIC_DEGREE = args.numeric_degree
     if args.cost:
         return cost(args.n_null)
-    print(f"n_null={args.n_null}, alpha={args.alpha}, {N_UNITS} units, "
+    print(f"n_null={args.n_null}, alpha={args.alpha}, {N_UNITS} units, numeric main effects "
+          f"of degree {additivity.NUMERIC_DEGREE} in the null, "
           f"torch {torch.__version__}, 1 thread")
     print(f"{'setting':<22}{'n':>4}{'cv':>4}{'datasets':>10}{'rejection rate':>16}{'± se':>8}"
           f"{'mean p':>8}{'s/dataset':>11}")
