@@ -306,9 +306,10 @@ n_null : int
     trains ``n_null`` null models per test, in the same stack, and the result gains
     ``tests`` (``"score"``, one per feature, then ``"interactions"``, the test of
     non-additivity of the method page, when interactions are modelled with two or more
-    features and the distances come from patterns; its null keeps each numeric feature's
-    effect linear in the feature's coded values, so code numeric features on the scale
-    at which they act, e.g. log frequency), ``pvalues`` and ``pvalues_fwe``
+    features and the distances come from patterns; its null keeps each feature's main
+    effect, a numeric feature's as a cubic polynomial of its values, so a smooth
+    non-linear effect of one feature is not read as an interaction), ``pvalues`` and
+    ``pvalues_fwe``
     ``(n_models, n_tests)``: ``(1 + #{null >= observed}) / (1 + n_null)``, and the same
     against the maximum over models of each null (family-wise error over models).  The
     score's null relabels all stimuli; a feature's null relabels stimuli only among those
