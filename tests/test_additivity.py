@@ -275,9 +275,10 @@ def test_analyses_report_the_interaction_test():
     assert no_int.tests == ["score", "f0", "f1", "f2"]
 
 
-def test_no_residual_degrees_of_freedom_warns():
+def test_too_few_residual_degrees_of_freedom_warn():
     """6 stimuli and 6 main-effect columns: no null dataset differs from the data (every
-    p-value is 1), which the test says instead of reporting p = 1 silently."""
+    p-value is 1), which the test says instead of reporting p = 1 silently; with 2
+    residual dimensions p-values cannot reach 0.05, which it says too."""
     rng = np.random.default_rng(0)
     table = pd.DataFrame({"a": ["x", "y", "z"] * 2, "b": [0.0, 1.0, 2.0, 3.0, 5.0, 8.0]})
     src = DenseRDMSource(rng.standard_normal((2, 6, 5)))
@@ -285,3 +286,10 @@ def test_no_residual_degrees_of_freedom_warns():
         obs, null = interaction_test(src, table, MLEMOptions(cv=None, max_steps=20),
                                      n_null=5, random_state=0)
     assert (_pvalues(obs, null) == 1).all()
+    # 8 stimuli: 2 residual dimensions, 2 distinct null datasets (one of them the data)
+    table = pd.DataFrame({"a": ["x", "y", "z", "x"] * 2,
+                          "b": [0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 9.0, 11.0]})
+    src = DenseRDMSource(rng.standard_normal((2, 8, 5)))
+    with pytest.warns(UserWarning, match="only 2 distinct null datasets"):
+        interaction_test(src, table, MLEMOptions(cv=None, max_steps=20), n_null=5,
+                         random_state=0)

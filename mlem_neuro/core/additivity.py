@@ -39,6 +39,7 @@ test exact under main effects plus i.i.d. Gaussian noise (measured rates: method
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 
 import numpy as np
@@ -304,13 +305,16 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     seed = (options.random_state if _is_int(options.random_state)
             else int(rng.integers(2**31 - 1)))
     basis = residual_basis(main_effects_design(space, table))
-    if basis.shape[1] < 2:
+    r = basis.shape[1]
+    if r < 4:
+        what = ("no null dataset differs from the data and every p-value of the test is 1"
+                if r < 2 else f"only {math.factorial(r)} distinct null datasets exist (one "
+                "of them the data), so its p-values cannot reach 0.05")
         warnings.warn(
-            f"the test of interactions has {basis.shape[1]} residual degree(s) of freedom: "
-            f"{n} stimuli and {n - basis.shape[1]} main-effect columns (intercept, levels of "
-            "categorical features, cubic polynomials of numeric ones), so no null dataset "
-            "differs from the data and every p-value of the test is 1. It needs more "
-            "stimuli than main-effect columns plus 1.", UserWarning, stacklevel=3)
+            f"the test of interactions has {r} residual degree(s) of freedom: {n} stimuli "
+            f"and {n - r} main-effect columns (intercept, levels of categorical features, "
+            f"cubic polynomials of numeric ones), so {what}. It needs at least 4 more "
+            "stimuli than main-effect columns.", UserWarning, stacklevel=3)
     perms = np.stack([np.arange(basis.shape[1])]
                      + [rng.permutation(basis.shape[1]) for _ in range(n_null)])
     logger.info("interaction test: %d model(s) x %d null permutations", M, n_null)
