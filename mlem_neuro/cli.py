@@ -350,6 +350,7 @@ def _analysis_kwargs(args):
                 lr=args.lr, max_steps=args.max_steps, patience=args.patience, tol=args.tol,
                 batch_size=args.batch_size, numeric_levels=args.numeric_levels,
                 chunk_size=args.chunk_size, feature_kinds=args.feature_kinds,
+                feature_groups=args.feature_groups, missing_distance=args.missing_distance,
                 verbose="INFO")
 
 
@@ -373,6 +374,42 @@ def _feature_kinds(text):
                 f"expected COLUMN=KIND pairs separated by commas, KIND one of "
                 f"{', '.join(kinds)} (e.g. condition=categorical); got {part!r}")
         out[col] = kind
+    return out
+
+
+def _feature_groups(text):
+    """``NAME=COLUMN+COLUMN,...`` as a dict (the analyses' ``feature_groups``)."""
+    out = {}
+    for part in text.split(","):
+        name, sep, cols = (x.strip() for x in part.partition("="))
+        cols = [c.strip() for c in cols.split("+")]
+        if not sep or not name or not all(cols):
+            raise argparse.ArgumentTypeError(
+                f"expected NAME=COLUMN+COLUMN groups separated by commas (e.g. "
+                f"position=x+y); got {part!r}")
+        if name in out:
+            raise argparse.ArgumentTypeError(f"feature group {name!r} is given twice")
+        out[name] = cols
+    return out
+
+
+def _missing_distance(text):
+    """A number, or ``FEATURE=NUMBER,...`` (the analyses' ``missing_distance``)."""
+    def number(value, part):
+        try:
+            return float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a number or FEATURE=NUMBER pairs separated by commas (e.g. 0.5 "
+                f"or frequency=1); got {part!r}") from None
+    if "=" not in text:
+        return number(text.strip(), text)
+    out = {}
+    for part in text.split(","):
+        name, sep, value = (x.strip() for x in part.partition("="))
+        if not sep or not name:
+            number("", part)
+        out[name] = number(value, part)
     return out
 
 
@@ -768,6 +805,17 @@ def _add_analysis_options(p, what):
                         "numeric (absolute difference); e.g. condition=categorical for "
                         "conditions coded 1, 2, 3, which are numeric otherwise (default: "
                         "inferred from the values)")
+    p.add_argument("--feature-groups", type=_feature_groups, default=None,
+                   metavar="NAME=COLUMN+COLUMN,...",
+                   help="columns compared together as one feature, by the Euclidean "
+                        "distance of their values (e.g. position=x+y for a 2-D position; "
+                        "the columns must be among the features) (default: every column "
+                        "is its own feature)")
+    p.add_argument("--missing-distance", type=_missing_distance, default=0.0,
+                   metavar="NUMBER | FEATURE=NUMBER,...",
+                   help="feature distance of a pair in which either stimulus lacks the "
+                        "value (empty or NaN in the table): one number for every feature, "
+                        "or per feature (default: 0, the paper's choice)")
     chunk_key = "chunk_size_time" if what == "trials" else "chunk_size_spheres"
     # help: the first sentence of the API's docdict entry
     for flag, key, kind, default in (("--lr", "lr", float, 0.03),

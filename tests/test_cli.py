@@ -900,6 +900,34 @@ def test_too_few_nulls_is_said_once(epochs_file, small_fmri, tmp_path, capsys, r
     assert err.count("note: with --n-null 3 the smallest p-value is 1/4") == 2
 
 
+def test_feature_groups_and_missing_distance_options(rich_epochs_file, tmp_path, capsys):
+    """--feature-groups makes one feature of several columns and --missing-distance sets
+    the distance of pairs missing a value; both reach the analysis and its settings."""
+    base = ["epochs", str(rich_epochs_file), "--features", "A,trial,run", *FAST]
+    assert main(base + ["--feature-groups", "tr = trial + run", "--missing-distance",
+                        "A=0.5,tr=1", "--out", str(tmp_path / "grp")]) == 0
+    res = mlem_neuro.read_result(tmp_path / "grp" / "mlem.npz")
+    assert res.feature_names == ["A", "tr"]
+    assert res.settings["feature_groups"] == {"tr": ["trial", "run"]}
+    assert res.settings["missing_distance"] == {"A": 0.5, "tr": 1.0}
+    assert main(base + ["--missing-distance", "0.25", "--out", str(tmp_path / "one")]) == 0
+    one = mlem_neuro.read_result(tmp_path / "one" / "mlem.npz")
+    assert one.settings["missing_distance"] == 0.25 and one.feature_names == ["A", "trial",
+                                                                                "run"]
+    for flag, bad, expect in (("--feature-groups", "tr", "NAME=COLUMN+COLUMN"),
+                              ("--feature-groups", "tr=trial+", "NAME=COLUMN+COLUMN"),
+                              ("--feature-groups", "g=A,g=run", "given twice"),
+                              ("--missing-distance", "A=", "FEATURE=NUMBER"),
+                              ("--missing-distance", "far", "FEATURE=NUMBER")):
+        with pytest.raises(SystemExit) as exc:
+            main(base + [flag, bad, "--out", str(tmp_path / "bad")])
+        assert exc.value.code == 2
+        assert expect in capsys.readouterr().err
+    # a group naming a column that is not a feature: the analysis's own error, one line
+    assert main(base + ["--feature-groups", "g=trial+B", "--out", str(tmp_path / "b")]) == 2
+    assert "B" in capsys.readouterr().err
+
+
 def test_feature_kinds_option(rich_epochs_file, tmp_path, capsys):
     """--feature-kinds reaches the analysis: runs coded 1-4 are numeric by default
     (|1 - 4| = 3) and categorical when declared, which changes the fit."""

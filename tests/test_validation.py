@@ -192,7 +192,7 @@ class TestBadInput:
 
     def test_feature_groups_unknown_column(self, sim):
         X, _ = sim
-        with pytest.raises(ValueError, match=r"groups name columns \['zzz'\]"):
+        with pytest.raises(ValueError, match=r"feature_groups name columns \['zzz'\]"):
             MLEM(feature_groups={"pos": ["a", "zzz"]}, **FAST).fit(X, _numeric_table())
 
     def test_missing_distance_unknown_feature(self, sim):

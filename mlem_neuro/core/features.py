@@ -336,8 +336,8 @@ def _check_groups(groups, table):
     grouped = [c for cols in groups.values() for c in cols]
     unknown = sorted(set(grouped) - set(table.columns))
     if unknown:
-        raise ValueError(f"groups name columns {unknown} that are not in the feature table "
-                         f"(columns: {list(table.columns)}).")
+        raise ValueError(f"feature_groups name columns {unknown} that are not in the feature "
+                         f"table (columns: {list(table.columns)}).")
     if len(grouped) != len(set(grouped)):
         raise ValueError("a column appears in more than one group.")
     for g, cols in groups.items():
