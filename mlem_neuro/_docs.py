@@ -61,7 +61,9 @@ docdict["cv_images"] = """
 cv : None | int | scikit-learn splitter | iterable of (train, test)
     Cross-validation over stimuli (images).  An int gives shuffled K-fold splits
     seeded by ``random_state`` (:class:`~sklearn.model_selection.GroupKFold` folds with
-    ``groups``); a splitter receives ``groups``.  ``None`` trains and scores on all
+    ``groups``; without groups, a split with a fold that cannot be used, a feature
+    constant over its training images or held-out images alike in every feature, is
+    drawn again); a splitter receives ``groups``.  ``None`` trains and scores on all
     images: **optimistic** (in-sample).  With trial-wise betas from several runs, pass
     the runs as ``groups`` and an int ``cv`` smaller than the number of runs (grouped
     k-fold, several runs held out per fold).  Not leave-one-run-out when every condition
@@ -71,8 +73,10 @@ cv : None | int | scikit-learn splitter | iterable of (train, test)
 
 docdict["cv_trials"] = """
 cv : None | int | scikit-learn splitter | iterable of (train, test)
-    Cross-validation over trials: an int gives shuffled K-fold splits (default 5);
-    also a scikit-learn splitter or ``(train, test)`` index pairs.  Each fold's models
+    Cross-validation over trials: an int gives shuffled K-fold splits (default 5; a
+    split with a fold that cannot be used, a feature constant over its training trials
+    or held-out trials alike in every feature, is drawn again); also a scikit-learn
+    splitter or ``(train, test)`` index pairs.  Each fold's models
     are trained on pairs of training trials and scored / permuted on pairs of held-out
     trials; results keep every fold (means and spreads on the result).  ``None``
     trains and scores on all trials: **optimistic** (in-sample), for exploration only.

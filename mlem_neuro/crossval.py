@@ -178,13 +178,22 @@ def _group_kfold(n_splits, groups, rng, repeated=False):
     return splitter.split(np.zeros((len(groups), 1)), groups=groups)
 
 
-def check_cv(cv, n, rng, groups=None, n_repeats=1):
+#: random K-fold splits drawn at most per repeat until every fold can be used
+#: (:func:`check_cv`'s ``usable``); past it the first draw is kept, and its folds' own
+#: errors say what is wrong.
+MAX_SPLIT_DRAWS = 100
+
+
+def check_cv(cv, n, rng, groups=None, n_repeats=1, usable=None):
     """Folds ``[(train, test), ...]`` of ``n`` stimuli from ``cv`` (validated).
 
     With ``groups``, an int ``cv`` gives :class:`~sklearn.model_selection.GroupKFold`
     folds, a splitter receives the groups, and every fold is checked to keep each group
     on one side.  ``n_repeats > 1`` (an int ``cv`` only) draws that many independent
-    K-fold splits, one after the other: ``n_repeats × cv`` folds.
+    K-fold splits, one after the other: ``n_repeats × cv`` folds.  ``usable(train,
+    test)`` (an int ``cv`` without groups) says whether a fold can be used: a random split
+    with an unusable fold is drawn again (up to :data:`MAX_SPLIT_DRAWS` times), so a
+    split that works is the one that would have been drawn anyway.
     """
     groups = check_groups(groups, n)
     if cv is None:
@@ -192,7 +201,8 @@ def check_cv(cv, n, rng, groups=None, n_repeats=1):
         return [(idx, idx)]
     if isinstance(cv, (numbers.Integral, np.integer)) and not isinstance(cv, bool):
         if groups is None:
-            return [fold for _ in range(n_repeats) for fold in kfold_stimuli(n, int(cv), rng)]
+            return [fold for _ in range(n_repeats)
+                    for fold in _usable_split(n, int(cv), rng, usable)]
         folds = [fold for _ in range(n_repeats)
                  for fold in _group_kfold(int(cv), groups, rng, n_repeats > 1)]
     elif hasattr(cv, "split"):
@@ -216,6 +226,36 @@ def check_cv(cv, n, rng, groups=None, n_repeats=1):
     if groups is not None:
         _check_groups_kept(out, groups)
     return out
+
+
+def _usable_split(n, cv, rng, usable):
+    """One random K-fold split whose folds are all ``usable`` (see :func:`check_cv`)."""
+    first = kfold_stimuli(n, cv, rng)
+    if usable is None or all(usable(tr, te) for tr, te in first):
+        return first
+    for draw in range(2, MAX_SPLIT_DRAWS + 1):
+        split = kfold_stimuli(n, cv, rng)
+        if all(usable(tr, te) for tr, te in split):
+            logger.info("cv: random split %d kept; the earlier ones held out all the "
+                        "stimuli of a feature value (or only stimuli alike) in some fold",
+                        draw)
+            return split
+    return first
+
+
+def fold_usable(options, table):
+    """``usable(train, test)`` for :func:`check_cv`: whether the features can be encoded
+    on the fold's training stimuli and its held-out pairs can be scored (they differ in
+    some feature and agree in another)."""
+    def usable(train, test):
+        try:
+            space = options.feature_space().fit(table.iloc[train])
+        except ValueError:
+            return False
+        names = space.feature_names_
+        flat = {name for name, _ in _flat_features(space.transform(table.iloc[test]), names)}
+        return not names or not set(names) <= flat
+    return usable
 
 
 def _check_groups_kept(folds, groups):
@@ -422,7 +462,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
         raise ValueError(f"the feature table has {len(table)} rows but the data have {n} "
                          "stimuli; they must match one-to-one.")
     rng = check_random_state(opts.random_state)
-    folds = check_cv(opts.cv, n, rng, groups, opts.n_repeats)
+    folds = check_cv(opts.cv, n, rng, groups, opts.n_repeats, fold_usable(opts, table))
     layout, names, flat = [], None, {}
     for f, (train, test) in enumerate(folds):
         space = _fold_space(opts, table, train, f, len(folds))

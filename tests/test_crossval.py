@@ -145,3 +145,40 @@ def test_default_chunks_hold_at_most_max_chunk_models(monkeypatch):
     monkeypatch.setattr(crossval, "MAX_CHUNK_MODELS", 10**6)
     assert sizes(crossval._chunk_slices(2500, 77, None, None)) == [2500]
     assert sizes(crossval._chunk_slices(2500, 77, None, 2)) == [1250, 1250]
+
+
+def test_random_splits_with_an_unusable_fold_are_drawn_again():
+    """24 stimuli, a feature value held by 3 of them, 5 random folds: the first split of
+    seed 0 holds out all 3 in one fold (its training stimuli then all share the value),
+    which raised.  A split with an unusable fold is now drawn again; a split that works is
+    kept as drawn, so results that ran before do not change."""
+    import pandas as pd
+
+    from mlem_neuro.core.pairs import kfold_stimuli
+    from mlem_neuro.crossval import check_cv, fold_usable
+
+    table = pd.DataFrame({"a": ["x"] * 3 + ["y"] * 21, "b": np.tile(["u", "v"], 12)})
+    usable = fold_usable(MLEMOptions(cv=5), table)
+    first = kfold_stimuli(24, 5, np.random.default_rng(0))
+    assert not all(usable(tr, te) for tr, te in first)
+    folds = check_cv(5, 24, np.random.default_rng(0), usable=usable)
+    assert all(usable(tr, te) for tr, te in folds)
+    assert [te.tolist() for _, te in folds] != [te.tolist() for _, te in first]
+    # the analysis runs (it raised "fold k of 5: over its 19 training stimuli..." before)
+    rng = np.random.default_rng(1)
+    res = _run_cv(DenseRDMSource(rng.standard_normal((2, 24, 6))), table,
+                  MLEMOptions(cv=5, max_steps=20, n_permutations=1, random_state=0))
+    assert res.score.shape == (5, 2)
+    # a design whose first split works keeps it: the folds of the analysis are that split
+    table = pd.DataFrame({"a": np.tile(["x", "y"], 12), "b": np.repeat(["u", "v"], 12)})
+    usable = fold_usable(MLEMOptions(cv=5), table)
+    first = kfold_stimuli(24, 5, np.random.default_rng(0))
+    assert all(usable(tr, te) for tr, te in first)
+    res = _run_cv(DenseRDMSource(rng.standard_normal((2, 24, 6))), table,
+                  MLEMOptions(cv=5, max_steps=20, n_permutations=1, random_state=0))
+    assert [te.tolist() for _, te in res.folds] == [te.tolist() for _, te in first]
+    # a feature no split can use: the fold's own error, as before
+    table = pd.DataFrame({"a": ["x"] + ["y"] * 23, "b": np.tile(["u", "v"], 12)})
+    with pytest.raises(ValueError, match="rarer values are all held out"):
+        _run_cv(DenseRDMSource(rng.standard_normal((1, 24, 6))), table,
+                MLEMOptions(cv=5, max_steps=20, n_permutations=1, random_state=0))

@@ -294,14 +294,14 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     :func:`~mlem_neuro.crossval.run_cv` of the same data, less the per-call overhead that
     the stacks share.
     """
-    from ..crossval import check_cv, run_cv
+    from ..crossval import check_cv, fold_usable, run_cv
 
     table = as_feature_table(features, name="features")
     space = _check_inputs(source, table, options, n_null)
     n, M = source.n_stimuli, source.n_models
     rng = check_random_state(random_state)
     folds = check_cv(options.cv, n, check_random_state(options.random_state), groups,
-                     options.n_repeats)
+                     options.n_repeats, fold_usable(options, table))
     seed = (options.random_state if _is_int(options.random_state)
             else int(rng.integers(2**31 - 1)))
     basis = residual_basis(main_effects_design(space, table))
