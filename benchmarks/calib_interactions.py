@@ -56,13 +56,14 @@ SETTINGS = {
     "numeric (curved codes)": (("numeric",) * 3, 32, 3, 1, 200, 0.0),
     "numeric x numeric s=2": (("numeric", "numeric", "binary"), 32, 3, 1, 60, 2.0),
     "numeric x numeric s=3": (("numeric", "numeric", "binary"), 32, 3, 1, 60, 3.0),
+    "numeric x numeric s=4": (("numeric", "numeric", "binary"), 32, 3, 1, 60, 4.0),
 }
 #: additive codes whose numeric features are reported cubed: each code is linear in ``x``
 #: but concave in the reported value ``x³`` (a main effect the linear term misses)
 CURVED = ("numeric (curved codes)",)
 #: numeric x numeric interactions: ``f0``, ``f1`` numeric (uniform on [0, 1], linear codes)
 #: and ``f2`` binary, plus one unit coding ``s · 4 (f0 − 0.5)(f1 − 0.5)``, noise 1
-PRODUCT = ("numeric x numeric s=2", "numeric x numeric s=3")
+PRODUCT = ("numeric x numeric s=2", "numeric x numeric s=3", "numeric x numeric s=4")
 
 
 def design(kinds, n, per_design, strength, seed):
