@@ -6,7 +6,11 @@ For each recording, the same arrays go to
   the Euclidean RDM of the stimuli's patterns with a feature's RDM (1 where the stimuli
   differ in that feature, else 0);
 * :func:`mlem_neuro.mlem_array` at level ``"feature"`` with each setting of ``--settings``
-  (``cv`` folds, ``n_repeats``, ``n_permutations``).
+  (``cv`` folds, ``n_repeats``, ``n_permutations``); with ``--items``, the IT units'
+  pseudo-trials of one object x position are the trials of one item (``items=``; folds split
+  items, pairs are between items) and ``--distance`` chooses how the items' distances are
+  computed (``euclidean`` between trial means, ``cv_euclidean`` or ``crossnobis`` across
+  the pseudo-trials).
 
 The SNR of a curve is its peak after stimulus onset divided by the standard deviation of
 its values before onset (the baseline).  For the IT units, each curve is also computed on
@@ -22,6 +26,7 @@ Recordings (``../shared/data``; a missing one is skipped):
   62.5 ms windows every 15.6 ms from -0.2 s to 0.6 s.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_snr.py [--settings 5:1:10 5:5:10]
+        [--items [--distance cv_euclidean]]
 """
 import argparse
 import time
@@ -161,10 +166,11 @@ def snr(curve, times):
     return float(curve[times > 0].max() / base.std(ddof=1))
 
 
-def mlem_curves(data, table, times, cv, n_repeats, n_permutations, seed):
+def mlem_curves(data, table, times, cv, n_repeats, n_permutations, seed, items=None,
+                distance="euclidean"):
     res = mlem_neuro.mlem_array(data, table, times=times, cv=cv, n_repeats=n_repeats,
                                 n_permutations=n_permutations, random_state=seed,
-                                verbose="WARNING")
+                                items=items, distance=distance, verbose="WARNING")
     return {f: res.importance[:, res.terms.index(f)] for f in table.columns}
 
 
@@ -175,6 +181,11 @@ def main():
     parser.add_argument("--groups", type=int, default=4,
                         help="pseudo-trials per object x position (IT units)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--items", action="store_true",
+                        help="IT units: one item per object x position (its pseudo-trials)")
+    parser.add_argument("--distance", default="euclidean",
+                        choices=["euclidean", "cv_euclidean", "crossnobis"],
+                        help="distance between items (with --items)")
     parser.add_argument("--recordings", nargs="+", default=["IT units", "EEGLAB"],
                         choices=["IT units", "EEGLAB", "searchlight"])
     parser.add_argument("--n-sims", type=int, default=10,
@@ -196,12 +207,19 @@ def main():
         print(f"\n{name}: {data.shape[0]} stimuli x {data.shape[1]} units x {len(times)} "
               f"time points, features {list(table.columns)}")
         curves = {}
+        items = None
+        if args.items and name == "IT units":
+            items = (table["object"] + "_" + table["position"]).to_numpy()
+            print(f"  MLEM: items= one per object x position ({len(set(items))} items), "
+                  f"distance={args.distance!r}")
         for half, sl in halves:
             for f in table.columns:
                 curves[("RSA", half, f)] = rsa_curve(data[:, sl], table[f])
             for cv, rep, K in settings:
                 t0 = time.process_time()
-                out = mlem_curves(data[:, sl], table, times, cv, rep, K, args.seed)
+                out = mlem_curves(data[:, sl], table, times, cv, rep, K, args.seed,
+                                  items=items,
+                                  distance=args.distance if items is not None else "euclidean")
                 took = time.process_time() - t0
                 for f, c in out.items():
                     curves[(f"MLEM cv={cv} x{rep} K={K}", half, f)] = c

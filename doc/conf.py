@@ -1,4 +1,6 @@
 """Sphinx configuration (sphinx + sphinx-gallery + numpydoc; built offline)."""
+import os
+
 import mlem_neuro
 
 project = "mlem_neuro"
@@ -13,6 +15,10 @@ sphinx_gallery_conf = {
     "filename_pattern": r"/plot_",
     "abort_on_example_error": True,      # a broken tutorial fails the build (and CI)
     "download_all_examples": False,
+    # sphinx-gallery skips a tutorial whose source is unchanged since its last run, so a
+    # change in the package would leave its output stale; the test suite's build sets
+    # MLEM_DOC_RUN_ALL=1 to run every tutorial each time, as on a fresh checkout.
+    "run_stale_examples": os.environ.get("MLEM_DOC_RUN_ALL") == "1",
 }
 nitpicky = False
 html_theme = "pydata_sphinx_theme"
