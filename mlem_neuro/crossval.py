@@ -463,17 +463,19 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
                          "stimuli; they must match one-to-one.")
     rng = check_random_state(opts.random_state)
     folds = check_cv(opts.cv, n, rng, groups, opts.n_repeats, fold_usable(opts, table))
+    # random K-fold splits of the stimuli (not runs, not the user's own splits)
+    random = isinstance(opts.cv, numbers.Integral) and groups is None
     layout, names, flat = [], None, {}
     for f, (train, test) in enumerate(folds):
         space = _fold_space(opts, table, train, f, len(folds))
         names = space.feature_names_
         enc_train = space.transform(table.iloc[train])
         enc_test = space.transform(table.iloc[test])
-        _check_fold_scorable(f, enc_test, names, flat)
+        _check_fold_scorable(f, enc_test, names, flat, grouped=not random)
         # one seed per fold: every chunk draws the same batches and permutations, so
         # results do not depend on chunk_size or n_jobs
         layout.append((f, enc_train, enc_test, train, test, int(rng.integers(2**63 - 1))))
-    _warn_flat(flat)
+    _warn_flat(flat, grouped=not random)
     if opts.n_null:
         _check_test_names(names)
     # drawn after the folds' seeds: the observed results do not depend on n_null
@@ -615,7 +617,7 @@ def _add_tests(out):
         out.tests[name] = (importance[:, col], null[:, 1 + f].T)
 
 
-def _check_fold_scorable(f, enc_test, names, flat):
+def _check_fold_scorable(f, enc_test, names, flat, grouped=True):
     """Record features flat over fold ``f``'s held-out pairs (with whether every pair
     differs in them); refuse a fold flat on all."""
     differ = []
@@ -628,13 +630,18 @@ def _check_fold_scorable(f, enc_test, names, flat):
             f"every held-out pair of fold {f + 1} has the same distance on every feature "
             f"({list(names)}), so the fold cannot be scored: choose folds whose held-out "
             "stimuli differ in some features and agree in others (e.g. fewer folds)."
-            + _differ_advice(differ))
+            + _differ_advice(differ, grouped))
 
 
-def _differ_advice(names):
+def _differ_advice(names, grouped=True):
     """Why a feature distinct at every held-out stimulus is unscorable, and what to do."""
     if not names:
         return ""
+    if not grouped:
+        return (f" Every held-out stimulus has its own value of {names}, so every held-out "
+                "pair differs in it: with few stimuli per fold this happens by chance. "
+                "Fewer folds hold out more stimuli per fold; n_repeats averages over "
+                "several splits.")
     return (f" Every held-out stimulus has its own value of {names}, so every held-out "
             "pair differs in it, as with leave-one-run-out when each condition occurs once "
             "per run: use a grouped k-fold that holds out several runs per fold (an int cv "
@@ -642,7 +649,7 @@ def _differ_advice(names):
             "the same condition from different runs.")
 
 
-def _warn_flat(flat):
+def _warn_flat(flat, grouped=True):
     if flat:
         where = "; ".join(f"{name!r} in fold(s) {', '.join(str(k) for k, _ in folds)}"
                           for name, folds in flat.items())
@@ -651,7 +658,7 @@ def _warn_flat(flat):
         warnings.warn(f"every held-out pair has the same distance on {list(flat)} ({where}): "
                       "importance there is 0 by construction. Choose folds whose held-out "
                       "stimuli vary in these features (e.g. fewer folds)."
-                      + _differ_advice(differ), UserWarning,
+                      + _differ_advice(differ, grouped), UserWarning,
                       stacklevel=6)   # user > verbose wrapper > public > _fit > run_cv > here
 
 

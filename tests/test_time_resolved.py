@@ -602,6 +602,20 @@ def test_mlem_array_refuses_tmin_tmax_without_a_time_axis():
     np.testing.assert_allclose(res.times, [0.0, 0.01, 0.02, 0.03])
 
 
+def test_random_folds_flat_by_chance_advise_fewer_folds():
+    """Random K-fold splits (int cv, no groups) can hold out stimuli that all differ in a
+    feature (7 objects x 3 positions, 7 held out per fold): the warning says it happened
+    by chance and advises fewer folds or repeats, not runs the data do not have."""
+    table = pd.DataFrame({"object": np.repeat(list("abcdefg"), 3),
+                          "position": np.tile(list("xyz"), 7)})
+    data = np.random.default_rng(0).standard_normal((21, 4, 2))
+    with pytest.warns(UserWarning, match=r"own value of \['object'\].*by chance.*Fewer folds") \
+            as record:
+        mlem_array(data, table, sfreq=10.0, cv=3, n_repeats=10, n_permutations=2,
+                   max_steps=20, random_state=0)
+    assert not any("leave-one-run-out" in str(w.message) for w in record)
+
+
 def test_folds_with_each_condition_once_explain_leave_one_run_out():
     """Held-out folds with one trial per condition (leave-one-run-out, each condition
     once per run): every held-out pair differs in the condition, so its importance is 0
