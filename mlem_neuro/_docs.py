@@ -300,7 +300,9 @@ n_jobs : int | None
     cores).  Inside ``joblib.parallel_config(backend="dask")`` the chunks run on a dask
     cluster.  Each worker runs torch on one intra-op thread (never more than the
     available cores / ``n_jobs``; ``MLEM_NEURO_NUM_THREADS`` overrides), and your torch
-    thread setting is restored afterwards.
+    thread setting is restored afterwards.  With ``device="cuda"``, each worker opens its
+    own CUDA context on the same GPU; one process (``None``) is the setting the GPU
+    checks ran, ``n_jobs > 1`` on a GPU has not been measured.
 """
 
 docdict["n_null"] = """
