@@ -22,6 +22,13 @@ Simulated time-resolved data (trials x channels x time points) where the truth i
   averages), two balanced binary features per item; trial counts drawn independently of
   the features, then (``tied``) 2 trials per item where ``A`` is true and 4 where it is
   false, with the Euclidean distance and with ``distance="cv_euclidean"``.
+* ``searchlight``: :func:`mlem_neuro.mlem_searchlight` on simulated images (36 images of
+  6 x 6 x 6 voxels of 3 mm, every voxel a 6 mm sphere centre: 216 spheres, two balanced
+  binary features): pure noise (every test, family-wise over the spheres), then (with
+  ``--amplitude``-scaled ``--sl-amplitude``) ``A`` adding a fixed random pattern inside
+  the 6 mm sphere at the grid's centre: the fraction of datasets where ``A`` is
+  FWE-significant at a centre within 6 mm of the encoded one, at a centre more than
+  12 mm from it (its sphere does not reach the encoded voxels), and ``B`` anywhere.
 * ``power``: :func:`mlem_neuro.simulation.simulate_epochs` with ``A`` encoded in 0.1-0.3 s
   and ``B`` a control: the fraction of datasets where ``A``'s corrected p < 0.05 at some
   time inside the window, and where any time at least 0.1 s from it, or ``B`` anywhere, is
@@ -31,8 +38,10 @@ Run (about 40 min on one busy core)::
 
     OMP_NUM_THREADS=1 python benchmarks/calib_null.py --unconditional
 
-The studies of correlated designs and items are run apart (``--only correlated``,
-``--only levels-numeric``, ``--only items``; ``--datasets`` sets their number of datasets).
+The studies of correlated designs, items and the searchlight are run apart (``--only
+correlated``, ``--only levels-numeric``, ``--only items``, ``--only searchlight``;
+``--datasets`` sets their number of datasets, ``--power-datasets`` the searchlight's
+encoded ones).
 """
 import argparse
 import time
@@ -121,6 +130,62 @@ def items_noise(n=36, C=6, T=8, tied=False, seed=0):
     item = np.repeat(np.arange(n), counts)
     table = pd.DataFrame({"item": item, "A": A[item], "B": B[item]})
     return rng.standard_normal((len(item), C, T)), table, "item"
+
+
+SL_SHAPE, SL_VOXEL, SL_RADIUS = (6, 6, 6), 3.0, 6.0
+
+
+def noise_images(n=36, amplitude=0.0, seed=0):
+    """Noise images (:data:`SL_SHAPE`, :data:`SL_VOXEL` mm voxels), balanced binary ``A``
+    and ``B``; with ``amplitude``, ``A`` adds a fixed random pattern inside the
+    :data:`SL_RADIUS` sphere at the grid's centre. Returns images, table, mask and the
+    encoded centre (mm)."""
+    import nibabel as nib
+
+    rng = np.random.default_rng(seed)
+    A = rng.permutation(np.arange(n) % 2).astype(bool)
+    B = rng.permutation(np.arange(n) % 2).astype(bool)
+    data = rng.standard_normal(SL_SHAPE + (n,))
+    centre = np.array(SL_SHAPE) // 2 * SL_VOXEL
+    if amplitude:
+        grid = np.indices(SL_SHAPE).reshape(3, -1).T * SL_VOXEL
+        inside = (np.linalg.norm(grid - centre, axis=1) <= SL_RADIUS).reshape(SL_SHAPE)
+        data[inside] += amplitude * rng.standard_normal(SL_SHAPE)[inside][:, None] * A
+    affine = np.diag([SL_VOXEL] * 3 + [1.0])
+    return (nib.Nifti1Image(data.astype(np.float32), affine),
+            pd.DataFrame({"A": A, "B": B}),
+            nib.Nifti1Image(np.ones(SL_SHAPE, np.int8), affine), centre)
+
+
+def study_searchlight(n_datasets, n_null, amplitude=0.0):
+    """Pure noise (``amplitude`` 0): every test's pooled p-values and FWE rate over the
+    spheres; else ``A`` encoded at the centre: hits near it, false hits far from it."""
+    pooled, fwe, hit, far, control = [], [], [], [], []
+    for s in range(n_datasets):
+        imgs, table, mask, centre = noise_images(amplitude=amplitude, seed=s)
+        res = mlem_neuro.mlem_searchlight(imgs, table, mask, radius=SL_RADIUS, n_null=n_null,
+                                          random_state=10**6 + s, verbose="WARNING", **FIT)
+        sig = res.pvalues_fwe < 0.05
+        pooled.append(res.pvalues)
+        fwe.append(sig.any(axis=0))
+        dist = np.linalg.norm(res.model_coords() - centre, axis=1)
+        a, b = res.tests.index("A"), res.tests.index("B")
+        hit.append(bool(sig[dist <= SL_RADIUS, a].any()))
+        far.append(bool(sig[dist > 2 * SL_RADIUS, a].any()))
+        control.append(bool(sig[:, b].any()))
+    if amplitude:
+        return dict(power=float(np.mean(hit)), far=float(np.mean(far)),
+                    control_fwe=float(np.mean(control)), spheres=len(dist))
+    pooled, fwe = np.concatenate(pooled), np.array(fwe)
+    out = {}
+    for k, name in enumerate(res.tests):
+        tenths = np.histogram(pooled[:, k], bins=np.linspace(0, 1, 11) + 1e-9)[0]
+        out[name] = dict(ks_p=stats.kstest(pooled[:, k], "uniform").pvalue,
+                         ks_first=stats.kstest(pooled[::len(pooled) // n_datasets, k],
+                                               "uniform").pvalue,
+                         fpr=float((pooled[:, k] < 0.05).mean()),
+                         fwe=float(fwe[:, k].mean()), tenths=tenths / len(pooled))
+    return out
 
 
 def run(data, table, n_null, seed, times=None, items=None, **kwargs):
@@ -252,12 +317,14 @@ def main():
     parser.add_argument("--amplitude", type=float, default=1.0)
     parser.add_argument("--only", default=None,
                         choices=("noise", "other", "power", "correlated", "levels-numeric",
-                                 "items"),
+                                 "items", "searchlight"),
                         help="run one study (correlated, levels-numeric and items run only "
                              "when named)")
     parser.add_argument("--kind", default=None, choices=KINDS,
                         help="with --only other: one kind of encoded feature B")
     parser.add_argument("--unconditional", action="store_true")
+    parser.add_argument("--sl-amplitude", type=float, default=0.8,
+                        help="searchlight: amplitude of A's pattern in the encoded sphere")
     args = parser.parse_args()
     torch.set_num_threads(1)
     t0 = time.perf_counter()
@@ -296,6 +363,19 @@ def main():
                   f"{args.datasets} datasets:")
             print_noise(study_noise(args.datasets, args.n_null,
                                     partial(items_noise, tied=tied), distance=distance), "")
+    if args.only == "searchlight":
+        print(f"searchlight, 36 images of {SL_SHAPE} voxels of {SL_VOXEL:g} mm, radius "
+              f"{SL_RADIUS:g} mm, every voxel a centre:")
+        if args.datasets:
+            print_noise(study_searchlight(args.datasets, args.n_null),
+                        f"pure noise, {args.datasets} datasets (FWE over the spheres)")
+        if args.power_datasets:
+            amp = args.sl_amplitude * args.amplitude
+            r = study_searchlight(args.power_datasets, args.n_null, amp)
+            print(f"  A encoded in the central sphere (amplitude {amp:g}), "
+                  f"{args.power_datasets} datasets: A FWE-significant within "
+                  f"{SL_RADIUS:g} mm {r['power']:.2f}, more than {2 * SL_RADIUS:g} mm away "
+                  f"{r['far']:.2f}, control B anywhere {r['control_fwe']:.2f}")
     if args.only in (None, "power"):
         r = study_power(args.power_datasets, args.n_null, args.amplitude)
         print(f"power, A in 0.1-0.3 s (amplitude {args.amplitude}), 40 trials x 8 channels "
