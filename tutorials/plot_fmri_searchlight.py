@@ -147,8 +147,9 @@ frame.groupby("term")[["importance", "score"]].describe().round(3).T
 # blocks: the held-out Spearman reaches about 0.16 in spheres of the back half of the
 # brain (the six best are centred at y = -37.5 or -62.5 mm, of -87.5 to 87.5 mm), while
 # its median over all spheres is about 0.01 (with only 2 permutations per term, the
-# importances are noisier than a real analysis would give).  Plot the importance maps and the held-out Spearman over the mean EPI image of
-# the first run, on one colour scale (±0.15 here, ±0.4 for the positive control below).
+# importances are noisier than a real analysis would give).  Plot the importance maps and
+# the held-out Spearman over the mean EPI image of the first run, on one colour scale
+# (±0.15 here, ±0.4 for the positive control below).
 # Without ``bg_img``, ``plot`` uses the mean absolute value of the analysed images (the
 # brain they come from): these maps are in the subject's native space, where nilearn's
 # MNI template would not line up.
