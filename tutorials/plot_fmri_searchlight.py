@@ -65,10 +65,11 @@ torch.set_num_threads(1)
 # %%
 # Beta images, one per block
 # --------------------------
-# Each run shows every category once, in a 24 s block.  ``model="trial"`` fits one
-# regressor per row of the events tables (least squares all), so each block gets its own
-# beta image: 12 runs × 8 categories = 96 images.  The table that comes back has the
-# events' feature columns and a ``(run, trial)`` index.
+# Each run shows every category once, in a 24 s block (22.5 s, 9 volumes, in the events
+# tables printed below).  ``model="trial"`` fits one regressor per row of the events
+# tables (least squares all), so each block gets its own beta image: 12 runs × 8
+# categories = 96 images.  The table that comes back has the events' feature columns and
+# a ``(run, trial)`` index.
 #
 # By default (``standardize="auto"``, which is ``"run"`` for trial images) each voxel's
 # betas are z-scored across the blocks of each run: what differs from run to run (drift,
