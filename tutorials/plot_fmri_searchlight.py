@@ -65,10 +65,11 @@ torch.set_num_threads(1)
 # %%
 # Beta images, one per block
 # --------------------------
-# Each run shows every category once, in a 24 s block.  ``model="trial"`` fits one
-# regressor per row of the events tables (least squares all), so each block gets its own
-# beta image: 12 runs × 8 categories = 96 images.  The table that comes back has the
-# events' feature columns and a ``(run, trial)`` index.
+# Each run shows every category once, in a 24 s block (22.5 s, 9 volumes, in the events
+# tables printed below).  ``model="trial"`` fits one regressor per row of the events
+# tables (least squares all), so each block gets its own beta image: 12 runs × 8
+# categories = 96 images.  The table that comes back has the events' feature columns and
+# a ``(run, trial)`` index.
 #
 # By default (``standardize="auto"``, which is ``"run"`` for trial images) each voxel's
 # betas are z-scored across the blocks of each run: what differs from run to run (drift,
@@ -144,11 +145,12 @@ frame.groupby("term")[["importance", "score"]].describe().round(3).T
 
 # %%
 # Even at this coarse resolution some spheres predict the distances between held-out
-# blocks: the held-out Spearman reaches about 0.16 in spheres at the back of the brain
-# (y = -62 mm, visual cortex), while its median over all spheres is about 0.01 (with only
-# 2 permutations per term, the importances are noisier than a real analysis would
-# give).  Plot the importance maps and the held-out Spearman over the mean EPI image of
-# the first run, on one colour scale (±0.15 here, ±0.4 for the positive control below).
+# blocks: the held-out Spearman reaches about 0.16 in spheres of the back half of the
+# brain (the six best are centred at y = -37.5 or -62.5 mm, of -87.5 to 87.5 mm), while
+# its median over all spheres is about 0.01 (with only 2 permutations per term, the
+# importances are noisier than a real analysis would give).  Plot the importance maps and
+# the held-out Spearman over the mean EPI image of the first run, on one colour scale
+# (±0.15 here, ±0.4 for the positive control below).
 # Without ``bg_img``, ``plot`` uses the mean absolute value of the analysed images (the
 # brain they come from): these maps are in the subject's native space, where nilearn's
 # MNI template would not line up.
@@ -190,7 +192,7 @@ pd.DataFrame(compare).round(3)
 # with these 4 folds).  Over 10 random
 # fold assignments (``benchmarks/haxby_standardize.py``), this region's held-out ρ is
 # -0.004 (sd 0.015) raw against 0.089 (sd 0.018) z-scored with 4 folds, and its
-# permutation test (``n_null=200``, 6 folds) gives p = 0.69 raw and p = 0.005
+# permutation test (``n_null=200``, 6 folds) gives p = 0.65 raw and p = 0.005
 # z-scored; the options page has the numbers for other regions.
 
 # %%

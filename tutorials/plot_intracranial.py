@@ -124,12 +124,13 @@ df.loc[df.groupby("term")["importance"].idxmax(), ["term", "time", "importance",
 # 150 ms after onset, and the held-out score rises with it.  Retinal position, as coded
 # here (lower < middle < upper), adds little to the ranking of distances: in this sample
 # of IT units the geometry is dominated by what the object is, not where it is.  Negative
-# importances (before onset, for instance) stay within the spread over folds: a weight
-# learnt from noise in the training
-# pairs ranks held-out pairs slightly worse than none, so permuting its term helps.
+# importances (object's before onset, for instance: −0.03 to −0.05, about one standard
+# deviation over folds below zero) come from a weight learnt from noise in the training
+# pairs: it ranks held-out pairs slightly worse than none, so permuting its term helps.
 #
 # Before onset, every term should stay near zero: a useful check that the folds leak no
-# stimulus identity.
+# stimulus identity (a leak would show as a positive importance; object's small negative
+# mean is the effect just described).
 baseline = res.times < 0
 pd.Series(res.importance[baseline].mean(axis=0), index=res.terms,
           name="mean importance before onset").round(3)
@@ -164,9 +165,10 @@ fig = res_items.plot()
 # %%
 # On the IT recordings the held-out ρ between conditions peaks far higher than between
 # pseudo-trials (0.27 against 0.13 here; 0.35 against 0.19 with ``random_state=1``): the
-# averaged responses are much less noisy, and no pair ties at feature distance 0.  The
-# importance curves are not cleaner, though (object's peak importance over its spread
-# before onset: 15 against 19 here; 8.3 against 13.4 and 7.8 against 8.5 with
+# averaged responses are much less noisy, and no pair ties at feature distance 0.  But
+# the score swings more (from −0.18 to 0.10 up to onset here; its peak is at the last
+# time point), and the importance curves are not cleaner (object's peak importance over
+# its spread before onset: 15 against 19 here; 8.3 against 13.4 and 7.8 against 8.5 with
 # ``random_state=1`` and ``2``): 21 conditions in 2 folds leave 45 or 55 held-out pairs
 # per fold, against about 140 pairs of the 17 held-out pseudo-trials of a fold above.
 # ``items=`` answers the question about stimuli; with few items, the price is fewer

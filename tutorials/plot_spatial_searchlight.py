@@ -45,8 +45,9 @@ epochs = mne.EpochsArray(data * 1e-6, info, tmin=-0.03, metadata=features, verbo
 
 # %%
 # ``spatial_radius=0.045`` (metres) gives each channel a neighbourhood of the channels
-# within 4.5 cm (5 channels on this montage, itself included), from MNE's channel
-# positions.  The result holds one model per (time point, channel).
+# within 4.5 cm (itself included: 2 to 7 channels on this montage, 5 for Oz and for
+# about half of them), from MNE's channel positions.  The result holds one model per
+# (time point, channel).
 res = mlem_neuro.mlem_epochs(epochs, ["a", "b"], spatial_radius=0.045, cv=3,
                              random_state=0)
 print(res)

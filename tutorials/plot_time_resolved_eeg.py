@@ -10,8 +10,8 @@ courses across subjects with a cluster-based permutation test, and ends with a r
 recording.
 
 The data are small (few trials, channels and time points) so that it runs in seconds; the
-analyses themselves use the default settings (5 folds, 10 permutations, the paper's
-training schedule).
+analyses themselves use the default settings (5 folds, 10 permutations, the default
+training options).
 """
 # %%
 from pathlib import Path
