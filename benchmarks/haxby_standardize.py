@@ -77,6 +77,13 @@ def main():
               f"{res.score.max():.3f}, median {np.median(res.score):.3f}, "
               f"{int(res.significant('score').sum())} spheres with FWE p < 0.05 "
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
+        # where the significant spheres are: voxel offsets from the vt voxel, scanner mm
+        centres = np.rint(nib.affines.apply_affine(np.linalg.inv(mask.affine),
+                                                   res.model_coords())).astype(int)
+        for k in np.flatnonzero(res.significant("score")):
+            print(f"  sphere at voxel {centres[k].tolist()} (vt voxel "
+                  f"{(centres[k] - vt).tolist()} away), scanner mm "
+                  f"{np.round(res.model_coords()[k], 1).tolist()}: rho {res.score[k]:.3f}")
 
 
 if __name__ == "__main__":
