@@ -16,10 +16,22 @@ two groups).
   groups with a cluster of ``A`` at p < 0.05 that overlaps the window, with one that holds
   a time at least 0.1 s from it, and with a cluster of ``B``.
 
+Brain maps: :func:`mlem_neuro.stats.second_level_maps` (nilearn's
+``non_parametric_inference``, voxel-level max-t family-wise error over the map) on
+groups of ``--map-subjects`` subjects, each :func:`mlem_neuro.mlem_searchlight` with the
+defaults on 36 simulated images of 5 x 5 x 5 voxels of 3 mm (every voxel a 6 mm sphere
+centre; ``calib_null.noise_images``):
+
+* ``maps``: ``B`` adds a random pattern inside the central sphere (amplitude 0.8), ``A``
+  never: the rate of groups where ``A``'s map has a voxel at FWE p < 0.05.
+* ``maps-power``: ``A`` encoded there with ``--map-amplitude``: groups with an
+  FWE-significant voxel within 6 mm of the encoded centre, with one more than 12 mm from
+  it, and with one in ``B``'s map.
+
 Run (about 1 h on one busy core)::
 
     OMP_NUM_THREADS=1 python benchmarks/calib_group.py [--groups 200] [--subjects 12]
-        [--only other|noise|power] [--amplitude 0.3]
+        [--only other|noise|power|maps|maps-power] [--amplitude 0.3]
 """
 import argparse
 import time
@@ -75,11 +87,48 @@ def study(kind, n_groups, n_subjects, amplitude, n_permutations):
     return out
 
 
+MAP_SHAPE = (5, 5, 5)
+
+
+def map_study(kind, n_groups, n_subjects, amplitude, n_permutations):
+    from calib_null import SL_RADIUS, noise_images
+
+    from mlem_neuro.stats import second_level_maps
+
+    feature, amp = ("B", 0.8) if kind == "maps" else ("A", amplitude)
+    sig = {"A": [], "B": []}
+    hit, far = [], []
+    for g in range(n_groups):
+        results = []
+        for s in range(g * n_subjects, (g + 1) * n_subjects):
+            imgs, table, mask, centre = noise_images(amplitude=amp, seed=s, shape=MAP_SHAPE,
+                                                     feature=feature)
+            results.append(mlem_neuro.mlem_searchlight(imgs, table, mask, radius=SL_RADIUS,
+                                                       random_state=10**6 + s,
+                                                       verbose="WARNING"))
+        for term in ("A", "B") if kind == "maps-power" else ("A",):
+            logp = second_level_maps(results, term, n_perm=n_permutations, random_state=g)
+            p = 10 ** -np.asarray(logp.dataobj, dtype=float)
+            significant = p < 0.05
+            sig[term].append(bool(significant.any()))
+            if term == "A" and kind == "maps-power":
+                grid = np.indices(MAP_SHAPE).reshape(3, -1).T * 3.0
+                dist = np.linalg.norm(grid - centre, axis=1).reshape(MAP_SHAPE)
+                hit.append(bool(significant[dist <= SL_RADIUS].any()))
+                far.append(bool(significant[dist > 2 * SL_RADIUS].any()))
+    if kind == "maps":
+        return {"A": float(np.mean(sig["A"]))}
+    return dict(hit=float(np.mean(hit)), far=float(np.mean(far)), B=float(np.mean(sig["B"])))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", type=int, default=200)
     parser.add_argument("--subjects", type=int, default=12)
-    parser.add_argument("--only", default=None, choices=("other", "noise", "power"))
+    parser.add_argument("--only", default=None,
+                        choices=("other", "noise", "power", "maps", "maps-power"))
+    parser.add_argument("--map-subjects", type=int, default=10)
+    parser.add_argument("--map-amplitude", type=float, default=0.5)
     parser.add_argument("--amplitude", type=float, default=0.3)
     parser.add_argument("--n-permutations", type=int, default=1024)
     args = parser.parse_args()
@@ -102,6 +151,22 @@ def main():
             print(f"A encoded in {WINDOW} s (amplitude {args.amplitude:g}), B never: "
                   f"A cluster overlapping the window {r['hit']:.3f}, A cluster >= 0.1 s "
                   f"away {r['far']:.3f}, any B cluster {r['B']:.3f} ({took:.0f} s CPU)")
+    for kind in ("maps", "maps-power"):
+        if args.only not in (None, kind):
+            continue
+        t0 = time.process_time()
+        r = map_study(kind, args.groups, args.map_subjects, args.map_amplitude,
+                      args.n_permutations)
+        took = time.process_time() - t0
+        print(f"maps, {args.map_subjects} subjects per group, {MAP_SHAPE} voxels: ", end="")
+        if kind == "maps":
+            print(f"B encoded in the central sphere, A never: groups with an FWE-significant "
+                  f"A voxel {r['A']:.3f} ({took:.0f} s CPU)")
+        else:
+            print(f"A encoded in the central sphere (amplitude {args.map_amplitude:g}): "
+                  f"groups with an FWE-significant A voxel within 6 mm {r['hit']:.3f}, "
+                  f"more than 12 mm away {r['far']:.3f}, any B voxel {r['B']:.3f} "
+                  f"({took:.0f} s CPU)")
 
 
 if __name__ == "__main__":

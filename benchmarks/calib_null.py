@@ -135,26 +135,26 @@ def items_noise(n=36, C=6, T=8, tied=False, seed=0):
 SL_SHAPE, SL_VOXEL, SL_RADIUS = (6, 6, 6), 3.0, 6.0
 
 
-def noise_images(n=36, amplitude=0.0, seed=0):
-    """Noise images (:data:`SL_SHAPE`, :data:`SL_VOXEL` mm voxels), balanced binary ``A``
-    and ``B``; with ``amplitude``, ``A`` adds a fixed random pattern inside the
+def noise_images(n=36, amplitude=0.0, seed=0, shape=SL_SHAPE, feature="A"):
+    """Noise images (``shape``, :data:`SL_VOXEL` mm voxels), balanced binary ``A`` and
+    ``B``; with ``amplitude``, ``feature`` adds a fixed random pattern inside the
     :data:`SL_RADIUS` sphere at the grid's centre. Returns images, table, mask and the
     encoded centre (mm)."""
     import nibabel as nib
 
     rng = np.random.default_rng(seed)
-    A = rng.permutation(np.arange(n) % 2).astype(bool)
-    B = rng.permutation(np.arange(n) % 2).astype(bool)
-    data = rng.standard_normal(SL_SHAPE + (n,))
-    centre = np.array(SL_SHAPE) // 2 * SL_VOXEL
+    table = pd.DataFrame({"A": rng.permutation(np.arange(n) % 2).astype(bool),
+                          "B": rng.permutation(np.arange(n) % 2).astype(bool)})
+    data = rng.standard_normal(tuple(shape) + (n,))
+    centre = np.array(shape) // 2 * SL_VOXEL
     if amplitude:
-        grid = np.indices(SL_SHAPE).reshape(3, -1).T * SL_VOXEL
-        inside = (np.linalg.norm(grid - centre, axis=1) <= SL_RADIUS).reshape(SL_SHAPE)
-        data[inside] += amplitude * rng.standard_normal(SL_SHAPE)[inside][:, None] * A
+        grid = np.indices(shape).reshape(3, -1).T * SL_VOXEL
+        inside = (np.linalg.norm(grid - centre, axis=1) <= SL_RADIUS).reshape(shape)
+        data[inside] += (amplitude * rng.standard_normal(shape)[inside][:, None]
+                         * table[feature].to_numpy())
     affine = np.diag([SL_VOXEL] * 3 + [1.0])
-    return (nib.Nifti1Image(data.astype(np.float32), affine),
-            pd.DataFrame({"A": A, "B": B}),
-            nib.Nifti1Image(np.ones(SL_SHAPE, np.int8), affine), centre)
+    return (nib.Nifti1Image(data.astype(np.float32), affine), table,
+            nib.Nifti1Image(np.ones(shape, np.int8), affine), centre)
 
 
 def study_searchlight(n_datasets, n_null, amplitude=0.0):
