@@ -186,6 +186,12 @@ def permutation_cluster_test(results, term=None, *, measure="importance",
         ``.significant(alpha)`` and ``.to_data_frame()``.  Pass it to
         :func:`plot_clusters`.
 
+    Notes
+    -----
+    Measured on simulated subjects analysed with the defaults (method page, "Group
+    level"): groups of 12 with a cluster of an unencoded feature at p < 0.05 in 0.045 of
+    200 groups (another feature encoded) and 0.030 of 100 (pure noise).
+
     Examples
     --------
     >>> results = [mlem_neuro.read_result(f"sub-{s:02d}_mlem.npz") for s in range(1, 21)]
