@@ -184,6 +184,11 @@ def _group_kfold(n_splits, groups, rng, repeated=False):
 MAX_SPLIT_DRAWS = 100
 
 
+def _int_cv(cv):
+    """Whether ``cv`` is a number of folds (K-fold splits drawn here)."""
+    return isinstance(cv, (numbers.Integral, np.integer)) and not isinstance(cv, bool)
+
+
 def check_cv(cv, n, rng, groups=None, n_repeats=1, usable=None):
     """Folds ``[(train, test), ...]`` of ``n`` stimuli from ``cv`` (validated).
 
@@ -199,7 +204,7 @@ def check_cv(cv, n, rng, groups=None, n_repeats=1, usable=None):
     if cv is None:
         idx = np.arange(n)
         return [(idx, idx)]
-    if isinstance(cv, (numbers.Integral, np.integer)) and not isinstance(cv, bool):
+    if _int_cv(cv):
         if groups is None:
             return [fold for _ in range(n_repeats)
                     for fold in _usable_split(n, int(cv), rng, usable)]
@@ -464,18 +469,18 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     rng = check_random_state(opts.random_state)
     folds = check_cv(opts.cv, n, rng, groups, opts.n_repeats, fold_usable(opts, table))
     # random K-fold splits of the stimuli (not runs, not the user's own splits)
-    random = isinstance(opts.cv, numbers.Integral) and groups is None
+    random_split = _int_cv(opts.cv) and groups is None
     layout, names, flat = [], None, {}
     for f, (train, test) in enumerate(folds):
         space = _fold_space(opts, table, train, f, len(folds))
         names = space.feature_names_
         enc_train = space.transform(table.iloc[train])
         enc_test = space.transform(table.iloc[test])
-        _check_fold_scorable(f, enc_test, names, flat, grouped=not random)
+        _check_fold_scorable(f, enc_test, names, flat, grouped=not random_split)
         # one seed per fold: every chunk draws the same batches and permutations, so
         # results do not depend on chunk_size or n_jobs
         layout.append((f, enc_train, enc_test, train, test, int(rng.integers(2**63 - 1))))
-    _warn_flat(flat, grouped=not random)
+    _warn_flat(flat, grouped=not random_split)
     if opts.n_null:
         _check_test_names(names)
     # drawn after the folds' seeds: the observed results do not depend on n_null
