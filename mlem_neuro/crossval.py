@@ -476,11 +476,11 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
         names = space.feature_names_
         enc_train = space.transform(table.iloc[train])
         enc_test = space.transform(table.iloc[test])
-        _check_fold_scorable(f, enc_test, names, flat, grouped=not random_split)
+        _check_fold_scorable(f, enc_test, names, flat, random_split)
         # one seed per fold: every chunk draws the same batches and permutations, so
         # results do not depend on chunk_size or n_jobs
         layout.append((f, enc_train, enc_test, train, test, int(rng.integers(2**63 - 1))))
-    _warn_flat(flat, grouped=not random_split)
+    _warn_flat(flat, random_split)
     if opts.n_null:
         _check_test_names(names)
     # drawn after the folds' seeds: the observed results do not depend on n_null
@@ -622,7 +622,7 @@ def _add_tests(out):
         out.tests[name] = (importance[:, col], null[:, 1 + f].T)
 
 
-def _check_fold_scorable(f, enc_test, names, flat, grouped=True):
+def _check_fold_scorable(f, enc_test, names, flat, random_split=False):
     """Record features flat over fold ``f``'s held-out pairs (with whether every pair
     differs in them); refuse a fold flat on all."""
     differ = []
@@ -635,26 +635,25 @@ def _check_fold_scorable(f, enc_test, names, flat, grouped=True):
             f"every held-out pair of fold {f + 1} has the same distance on every feature "
             f"({list(names)}), so the fold cannot be scored: choose folds whose held-out "
             "stimuli differ in some features and agree in others (e.g. fewer folds)."
-            + _differ_advice(differ, grouped))
+            + _differ_advice(differ, random_split))
 
 
-def _differ_advice(names, grouped=True):
+def _differ_advice(names, random_split=False):
     """Why a feature distinct at every held-out stimulus is unscorable, and what to do."""
     if not names:
         return ""
-    if not grouped:
-        return (f" Every held-out stimulus has its own value of {names}, so every held-out "
-                "pair differs in it: with few stimuli per fold this happens by chance. "
-                "Fewer folds hold out more stimuli per fold; n_repeats averages over "
-                "several splits.")
-    return (f" Every held-out stimulus has its own value of {names}, so every held-out "
-            "pair differs in it, as with leave-one-run-out when each condition occurs once "
-            "per run: use a grouped k-fold that holds out several runs per fold (an int cv "
-            "with groups=runs gives GroupKFold), so that held-out pairs include pairs of "
-            "the same condition from different runs.")
+    why = (f" Every held-out stimulus has its own value of {names}, so every held-out "
+           "pair differs in it")
+    if random_split:
+        return (why + ": with few stimuli per fold this happens by chance. Fewer folds hold "
+                "out more stimuli per fold; n_repeats averages over several splits.")
+    return (why + ", as with leave-one-run-out when each condition occurs once per run: use "
+            "a grouped k-fold that holds out several runs per fold (an int cv with "
+            "groups=runs gives GroupKFold), so that held-out pairs include pairs of the same "
+            "condition from different runs.")
 
 
-def _warn_flat(flat, grouped=True):
+def _warn_flat(flat, random_split=False):
     if flat:
         where = "; ".join(f"{name!r} in fold(s) {', '.join(str(k) for k, _ in folds)}"
                           for name, folds in flat.items())
@@ -663,7 +662,7 @@ def _warn_flat(flat, grouped=True):
         warnings.warn(f"every held-out pair has the same distance on {list(flat)} ({where}): "
                       "importance there is 0 by construction. Choose folds whose held-out "
                       "stimuli vary in these features (e.g. fewer folds)."
-                      + _differ_advice(differ, grouped), UserWarning,
+                      + _differ_advice(differ, random_split), UserWarning,
                       stacklevel=6)   # user > verbose wrapper > public > _fit > run_cv > here
 
 

@@ -312,9 +312,9 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
                 "of them the data), so its p-values cannot reach 0.05")
         warnings.warn(
             f"the test of interactions has {r} residual degree(s) of freedom: {n} stimuli "
-            f"and {n - r} main-effect columns (intercept, levels of categorical features, "
-            f"cubic polynomials of numeric ones), so {what}. It needs at least 4 more "
-            "stimuli than main-effect columns.", UserWarning, stacklevel=3)
+            f"and a main-effects design of rank {n - r} (intercept, levels of categorical "
+            f"features, cubic polynomials of numeric ones), so {what}. It needs at least 4 "
+            "more stimuli than that rank.", UserWarning, stacklevel=3)
     perms = np.stack([np.arange(basis.shape[1])]
                      + [rng.permutation(basis.shape[1]) for _ in range(n_null)])
     logger.info("interaction test: %d model(s) x %d null permutations", M, n_null)
