@@ -209,3 +209,54 @@ def test_second_level_maps_finds_the_group_effect(tmp_path):
     moved.affine[0, 3] += 10
     with pytest.raises(ValueError, match="one \\(template\\) grid"):
         second_level_maps(subjects[:3] + [moved], "a")
+
+
+@pytest.mark.filterwarnings("ignore:Data array used to create a new image contains 64-bit")
+def test_second_level_maps_tests_interactions_on_the_gain_over_additive_maps(tmp_path):
+    from mlem_neuro.stats import second_level_maps
+
+    def pair(s, gain):
+        rng = np.random.default_rng(200 + s)
+        base = make_result(F=2, seed=0)
+        score = rng.uniform(0.0, 0.5, base.fold_score.shape)
+        extra = np.zeros_like(score)
+        extra[:, base.voxel_indices[:, 0] <= 1] = gain   # x-slices 0-1 for everyone
+        out = []
+        for constraint, sc in (("spd", score + extra + rng.normal(0, 0.01, score.shape)),
+                               ("diagonal", score)):
+            r = make_result(F=2, seed=0, score=sc)
+            r.settings.update(constraint=constraint, interactions=True,
+                              fold_test_indices=[[0, 1], [2, 3]], n_trials=4)
+            out.append(r)
+        return out
+
+    pairs = [pair(s, 0.05) for s in range(8)]
+    full, additive = [p[0] for p in pairs], [p[1] for p in pairs]
+    vol = second_level_maps(full, "interactions", additive=additive, n_perm=500,
+                            random_state=0).get_fdata()
+    ijk = tuple(full[0].voxel_indices.T)
+    blob = full[0].voxel_indices[:, 0] <= 1
+    # every subject gains 0.05 in the blob (noise 0.01): FWE p = 1/256 there
+    assert (vol[ijk][blob] > 1.3).all() and (vol[ijk][~blob] < 1.3).all()
+    # the scores alone are far above 0 everywhere: without a gain, nothing
+    flat = [pair(s, 0.0) for s in range(8)]
+    assert (second_level_maps([p[0] for p in flat], "interactions",
+                              additive=[p[1] for p in flat], n_perm=200,
+                              random_state=0).get_fdata() < 1.3).all()
+    paths = [r.save(tmp_path / f"add-{k}.npz") for k, r in enumerate(additive)]
+    np.testing.assert_allclose(second_level_maps(full, "interactions", additive=paths,
+                                                 n_perm=100, random_state=0).get_fdata(),
+                               second_level_maps(full, "interactions", additive=additive,
+                                                 n_perm=100, random_state=0).get_fdata())
+    with pytest.raises(ValueError, match="pass additive="):
+        second_level_maps(full, "interactions")
+    with pytest.raises(ValueError, match="term='interactions' only"):
+        second_level_maps(full, "a", additive=additive)
+    with pytest.raises(ValueError, match="one-sided"):
+        second_level_maps(full, "interactions", additive=additive, two_sided_test=True)
+    with pytest.raises(ValueError, match="models interactions"):
+        second_level_maps(full, "interactions", additive=full)
+    with pytest.raises(ValueError, match="other voxels or models"):
+        other = make_result(F=2, seed=1)
+        other.settings.update(constraint="diagonal")
+        second_level_maps(full, "interactions", additive=additive[:7] + [other])

@@ -143,5 +143,7 @@ pd.DataFrame(it.pvalues_fwe.T, index=it.tests,
 # * With 49 or 99 shuffles the smallest possible p-value is 1/50 or 1/100: use more for
 #   stricter levels.
 # * The group level (several subjects) is :func:`mlem_neuro.stats.permutation_cluster_test`,
-#   on importances; these tests are for one subject or one recording.
+#   on importances, and for interactions on the held-out gain over each subject's
+#   additive analysis (``measure="interactions"``); these tests are for one subject or
+#   one recording.
 plt.show()

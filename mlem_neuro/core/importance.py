@@ -59,8 +59,9 @@ def warn_unidentifiable_terms(enc, interactions):
         "distance takes two values (categorical or two-valued features), so "
         "W = diag(w) + λ·w wᵀ ranks every pair alike for all λ >= 0 and a fit can move "
         "importance between 'f' and 'f:g' terms freely. Use level='feature' (the default) "
-        "for importance, and the permutation test of interactions for evidence of "
-        "non-additivity.")
+        "for importance, and for evidence of non-additivity the permutation test of "
+        "interactions (n_null) or, across subjects, "
+        "mlem_neuro.stats.permutation_cluster_test(measure='interactions').")
     return True
 
 

@@ -8,59 +8,72 @@ import numpy as np
 __all__ = ["second_level_maps"]
 
 
-def _load_results(results):
+def _load_results(results, what="results"):
     from ..results import read_result
     from ..results.brainmap import BrainMapResult
 
     if isinstance(results, (BrainMapResult, str, os.PathLike)):
-        raise TypeError("results must be a list of per-subject BrainMapResult objects (or "
+        raise TypeError(f"{what} must be a list of per-subject BrainMapResult objects (or "
                         "paths of saved results), one per subject.")
     out = []
     for k, r in enumerate(results):
         if isinstance(r, (str, os.PathLike)):
             r = read_result(r)
         if not isinstance(r, BrainMapResult):
-            raise TypeError(f"results[{k}] is a {type(r).__name__}; second_level_maps takes "
+            raise TypeError(f"{what}[{k}] is a {type(r).__name__}; second_level_maps takes "
                             "BrainMapResult objects (from mlem_searchlight / mlem_roi).")
         out.append(r)
     if len(out) < 2:
         raise ValueError(f"a one-sample group test needs at least 2 subjects; got {len(out)}.")
-    ref = out[0]
     for k, r in enumerate(out[1:], start=1):
-        if r.shape != ref.shape or not np.allclose(r.affine, ref.affine, atol=1e-4):
-            raise ValueError(f"results[{k}] maps are on grid {r.shape} with affine "
-                             f"{r.affine[:3].round(3).tolist()} but results[0] on {ref.shape} "
-                             f"with {ref.affine[:3].round(3).tolist()}: group statistics need "
-                             "every subject on one (template) grid. Run the searchlight on "
-                             "normalised images, or resample the maps "
-                             "(nilearn.image.resample_to_img) and test them with nilearn.")
+        _same_grid(r, out[0], f"{what}[{k}]")
     return out
 
 
+def _same_grid(r, ref, what):
+    if r.shape != ref.shape or not np.allclose(r.affine, ref.affine, atol=1e-4):
+        raise ValueError(f"{what} maps are on grid {r.shape} with affine "
+                         f"{r.affine[:3].round(3).tolist()} but results[0] on {ref.shape} "
+                         f"with {ref.affine[:3].round(3).tolist()}: group statistics need "
+                         "every subject on one (template) grid. Run the searchlight on "
+                         "normalised images, or resample the maps "
+                         "(nilearn.image.resample_to_img) and test them with nilearn.")
+
+
 def second_level_maps(results, term, mask_img=None, n_perm=10000, two_sided_test=False,
-                      n_jobs=None, random_state=None, **kwargs):
+                      n_jobs=None, random_state=None, *, additive=None, **kwargs):
     """One-sample permutation test of per-subject MLEM maps (nilearn).
 
-    Each subject's ``importance_img(term)`` (or its score map) is fed to
+    Each subject's ``importance_img(term)`` (or its score map, or its map of the held-out
+    gain of the metric with interactions over the additive one) is fed to
     :func:`nilearn.glm.second_level.non_parametric_inference` with an intercept-only
-    design: is the importance (or held-out Spearman) above 0 across subjects?
+    design: is the importance (or held-out Spearman, or the gain) above 0 across subjects?
 
     Parameters
     ----------
     results : list of BrainMapResult | list of path
         One result per subject, all on the same grid (e.g. MNI space).
     term : str | None
-        The term to test (``"f"`` or ``"f:g"``); ``None`` tests the held-out score maps.
+        The term to test (``"f"`` or ``"f:g"``); ``None`` tests the held-out score maps;
+        ``"interactions"`` with ``additive`` tests whether the features interact: each
+        subject's score map minus its additive score map (a term-level interaction's
+        importance is no evidence of an interaction: method page).
     mask_img : 3D image | None
         Voxels tested.  Default: the voxels every subject's result covers.
     n_perm : int
         Sign-flip permutations.
     two_sided_test : bool
-        Test both signs (default: importance > 0, one-sided).
+        Test both signs (default: importance > 0, one-sided; always one-sided for
+        ``"interactions"``: a metric with interactions that predicts worse than the
+        additive one is over-fitted, not evidence of anything).
     n_jobs : int | None
         Parallel permutations (``None`` → 1).
     random_state : None | int
         Seeds the permutations.
+    additive : list of BrainMapResult | list of path | None
+        With ``term="interactions"`` only: the same subjects in the same order, analysed
+        like ``results`` but with ``constraint="diagonal"``, with the same ``cv`` and an int
+        ``random_state`` (same folds; a warning says when they differ).
     **kwargs
         Passed to ``non_parametric_inference`` (``smoothing_fwhm``, ``threshold``,
         ``tfce``...).
@@ -91,7 +104,9 @@ def second_level_maps(results, term, mask_img=None, n_perm=10000, two_sided_test
     from nilearn.glm.second_level import non_parametric_inference
 
     subjects = _load_results(results)
-    if term is None:
+    if additive is not None or (term == "interactions" and term not in subjects[0].terms):
+        imgs = _gain_imgs(subjects, additive, term, two_sided_test)
+    elif term is None:
         imgs = [r.score_img for r in subjects]
     else:
         for k, r in enumerate(subjects):
@@ -112,3 +127,30 @@ def second_level_maps(results, term, mask_img=None, n_perm=10000, two_sided_test
                                     n_perm=int(n_perm), two_sided_test=two_sided_test,
                                     n_jobs=1 if n_jobs is None else n_jobs,
                                     random_state=random_state, **kwargs)
+
+
+def _gain_imgs(subjects, additive, term, two_sided_test):
+    """Each subject's score map minus its additive score map (checked pair by pair)."""
+    from ._additive import NO_ADDITIVE, check_pairs
+
+    if additive is None:
+        raise ValueError(NO_ADDITIVE)
+    if term != "interactions":
+        raise ValueError(f"additive is used with term='interactions' only; got term={term!r}")
+    if two_sided_test:
+        raise ValueError("the test of interactions is one-sided (the metric with "
+                         "interactions predicting better than the additive one): "
+                         "two_sided_test must be False.")
+    additive = _load_results(additive, "additive")
+    check_pairs(subjects, additive, _same_models)
+    return [f._paint(f.score - a.score) for f, a in zip(subjects, additive)]
+
+
+def _same_models(r, ref, what):
+    """``r`` and ``ref`` map the same models to the same voxels."""
+    _same_grid(r, ref, what)
+    if not (np.array_equal(r.voxel_indices, ref.voxel_indices)
+            and np.array_equal(r.voxel_model, ref.voxel_model)):
+        raise ValueError(f"{what} covers other voxels or models (spheres, regions) than its "
+                         "pair in results: analyse both with the same mask, radius or "
+                         "atlas.")

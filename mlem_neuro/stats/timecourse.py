@@ -1,7 +1,8 @@
 """Group statistics on importance time courses: cluster-based permutation tests over time.
 
 One :class:`~mlem_neuro.results.timecourse.TimeCourseResult` per subject; the importance
-time course of a term (or the held-out score) is tested against zero across subjects with
+time course of a term (or the held-out score, or the held-out gain of a model with
+interactions over an additive one) is tested against zero across subjects with
 :func:`mne.stats.permutation_cluster_1samp_test` (sign flips, clusters of adjacent time
 points, max cluster-mass statistic).
 """
@@ -16,6 +17,7 @@ import pandas as pd
 
 from .._docs import fill_doc
 from ..utils import check_option, logger, verbose
+from ._additive import NO_ADDITIVE, check_pairs
 
 
 @dataclass
@@ -27,7 +29,8 @@ class ClusterTestResult:
     Parameters
     ----------
     term : str
-        The term tested (``"score"`` when ``measure="score"``).
+        The term tested (``"score"`` when ``measure="score"``, ``"interactions"`` when
+        ``measure="interactions"``).
     times : ndarray (n_times,)
         Time of each point, in seconds.
     t_obs : ndarray (n_times,)
@@ -46,8 +49,9 @@ class ClusterTestResult:
         Tail of the test (``1``: above zero, ``0``: two-sided).
     n_permutations : int
         Sign-flip permutations asked for.
-    measure : {"importance", "score"}
-        What was tested: a term's importance or the held-out score.
+    measure : {"importance", "score", "interactions"}
+        What was tested: a term's importance, the held-out score, or the held-out score's
+        gain over the additive models.
     extra : dict
         Room for further outputs (empty by default).
     """
@@ -107,36 +111,62 @@ class ClusterTestResult:
                 f"{len(self.clusters)} cluster(s), {sig} with p < 0.05>")
 
 
-def _check_results(results, term, measure):
+def _as_results(results, what):
     from ..results.timecourse import TimeCourseResult
 
     if isinstance(results, TimeCourseResult) or not hasattr(results, "__iter__"):
-        raise TypeError("results must be a list of TimeCourseResult, one per subject; got "
+        raise TypeError(f"{what} must be a list of TimeCourseResult, one per subject; got "
                         f"{type(results).__name__}")
     results = list(results)
     bad = [type(r).__name__ for r in results if not isinstance(r, TimeCourseResult)]
     if bad:
-        raise TypeError(f"every result must be a TimeCourseResult; got {bad[:3]}")
+        raise TypeError(f"every result of {what} must be a TimeCourseResult; got {bad[:3]}")
+    return results
+
+
+def _same_times(r, ref, what):
+    if r.times.shape != ref.times.shape or not np.allclose(r.times, ref.times, rtol=0,
+                                                          atol=1e-9):
+        raise ValueError(f"{what} has different times ({r.times.shape[0]} vs "
+                         f"{ref.times.shape[0]} samples, from {r.times[0]:g} s vs "
+                         f"{ref.times[0]:g} s); analyse every subject with the same tmin, "
+                         "tmax, decim.")
+
+
+def _interaction_gain(results, additive):
+    """``(n_subjects, n_times)`` held-out score of ``results`` (models with interactions)
+    minus that of ``additive`` (the same subjects' additive models), checked pair by pair."""
+    if additive is None:
+        raise ValueError(NO_ADDITIVE)
+    check_pairs(results, additive, _same_times)
+    return np.stack([f.score - a.score for f, a in zip(results, additive)])
+
+
+def _check_results(results, term, measure, additive=None):
+    results = _as_results(results, "results")
     if len(results) < 2:
         raise ValueError(f"a group test needs at least 2 subjects' results; got {len(results)}")
     ref = results[0]
     for k, r in enumerate(results[1:], start=1):
-        if r.times.shape != ref.times.shape or not np.allclose(r.times, ref.times,
-                                                              rtol=0, atol=1e-9):
-            raise ValueError(f"result {k} has different times from result 0 "
-                             f"({r.times.shape[0]} vs {ref.times.shape[0]} samples, from "
-                             f"{r.times[0]:g} s vs {ref.times[0]:g} s); analyse every subject "
-                             "with the same tmin, tmax, decim.")
+        _same_times(r, ref, f"result {k}")
         if list(r.terms) != list(ref.terms):
             raise ValueError(f"result {k} has different terms from result 0 ({r.terms} vs "
                              f"{ref.terms}); use the same features for every subject.")
-    in_sample = [k for k, r in enumerate(results) if r.score_kind == "in-sample"]
+    if additive is not None:
+        additive = _as_results(additive, "additive")
+    every = results + (additive or [])
+    in_sample = [k for k, r in enumerate(every) if r.score_kind == "in-sample"]
     if in_sample:
-        warnings.warn(f"{len(in_sample)} of {len(results)} results (e.g. result "
+        warnings.warn(f"{len(in_sample)} of {len(every)} results (e.g. result "
                       f"{in_sample[0]}) were computed without cross-validation (cv=None): "
                       "their scores and importances are in-sample, above 0 even on noise, "
                       "so a test against 0 is not valid. Analyse every subject with cv "
                       "(e.g. cv=5).", UserWarning, stacklevel=4)
+    if measure == "interactions":
+        return results, "interactions", _interaction_gain(results, additive)
+    if additive is not None:
+        raise ValueError(f"additive is used by measure='interactions' only; got "
+                         f"measure={measure!r}")
     if measure == "score":
         return results, "score", np.stack([r.score for r in results])
     if term is None:
@@ -149,14 +179,15 @@ def _check_results(results, term, measure):
 
 @verbose
 @fill_doc
-def permutation_cluster_test(results, term=None, *, measure="importance",
+def permutation_cluster_test(results, term=None, *, measure="importance", additive=None,
                              n_permutations=1024, threshold=None, tail=1, seed=None,
                              n_jobs=None, verbose=None):
     """Cluster-based permutation test of a term's importance time course across subjects.
 
-    Tests, at the group level, whether the importance of ``term`` (or the held-out score)
-    is above zero, using :func:`mne.stats.permutation_cluster_1samp_test` on the
-    ``(n_subjects, n_times)`` time courses (fold-mean importance of each subject).
+    Tests, at the group level, whether the importance of ``term`` (or the held-out score,
+    or the gain of the models with interactions over additive ones) is above zero, using
+    :func:`mne.stats.permutation_cluster_1samp_test` on the ``(n_subjects, n_times)`` time
+    courses (fold-mean importance of each subject).
 
     Parameters
     ----------
@@ -164,15 +195,28 @@ def permutation_cluster_test(results, term=None, *, measure="importance",
         One per subject, with the same times and terms, cross-validated (results of
         ``cv=None`` are in-sample, above 0 even on noise: a warning says so).
     term : str | None
-        Term to test (a feature ``"f"`` or an interaction ``"f:g"``).
-    measure : {"importance", "score"}
-        Test the term's importance, or the held-out Spearman score (``term`` ignored).
+        Term to test (a feature ``"f"`` or an interaction ``"f:g"``).  A term-level
+        interaction's importance is not evidence of an interaction (with binary features
+        it is not identifiable: method page); test ``measure="interactions"`` instead.
+    measure : {"importance", "score", "interactions"}
+        Test the term's importance, the held-out Spearman score, or (``"interactions"``)
+        the held-out score of ``results`` minus that of ``additive``: do the features
+        interact in the neural geometry, i.e. do models with interactions predict held-out
+        pairs better than the best additive metric (FR-RSA)?  ``term`` is ignored for the
+        last two.
+    additive : list of TimeCourseResult | None
+        With ``measure="interactions"`` only: the same subjects in the same order, analysed
+        like ``results`` but with ``constraint="diagonal"`` (no interactions), with the same
+        ``cv`` and an int ``random_state`` so that each subject's two scores come from the
+        same folds (a warning says when they do not).
     n_permutations : int
         Sign-flip permutations (all ``2 ** n_subjects`` when fewer).
     threshold : float | None
         Cluster-forming t threshold; ``None``: the t value at p = 0.05 (MNE's default).
     tail : {1, 0, -1}
-        ``1`` tests importance > 0 (the usual question), ``0`` two-sided.
+        ``1`` tests importance > 0 (the usual question), ``0`` two-sided.  Only ``1`` with
+        ``measure="interactions"``: a model with interactions that predicts worse than the
+        additive one is over-fitted, not evidence of anything.
     seed : None | int
         Seeds the permutations.
     n_jobs : int | None
@@ -203,13 +247,17 @@ def permutation_cluster_test(results, term=None, *, measure="importance",
     """
     from mne.stats import permutation_cluster_1samp_test
 
-    check_option("measure", measure, ("importance", "score"))
+    check_option("measure", measure, ("importance", "score", "interactions"))
     check_option("tail", tail, (1, 0, -1))
+    if measure == "interactions" and tail != 1:
+        raise ValueError(f"measure='interactions' is tested with tail=1 (models with "
+                         f"interactions predicting better than additive ones); got "
+                         f"tail={tail}")
     if isinstance(n_permutations, bool) or not isinstance(n_permutations,
                                                           (numbers.Integral, np.integer)) \
             or n_permutations < 1:
         raise ValueError(f"n_permutations must be an int >= 1; got {n_permutations!r}")
-    results, name, X = _check_results(results, term, measure)
+    results, name, X = _check_results(results, term, measure, additive)
     if not np.isfinite(X).all():
         raise ValueError(f"the time courses of {name!r} hold NaN or infinite values.")
     # MNE >= 1.12 names the seed ``rng`` (``seed`` still works but logs a notice)
@@ -266,7 +314,8 @@ def plot_clusters(results, term=None, stats=None, alpha=0.05, ax=None, show=True
     show : bool
         Call ``plt.show()``.
     **test_kwargs
-        Passed to :func:`permutation_cluster_test` when ``stats`` is None.
+        Passed to :func:`permutation_cluster_test` when ``stats`` is None (with ``stats``
+        of ``measure="interactions"``, give its ``additive`` here too).
 
     Returns
     -------
@@ -280,7 +329,7 @@ def plot_clusters(results, term=None, stats=None, alpha=0.05, ax=None, show=True
         raise TypeError(f"stats must be a ClusterTestResult; got {type(stats).__name__}")
     else:
         results, name, X = _check_results(results, term if term is not None else stats.term,
-                                          stats.measure)
+                                          stats.measure, test_kwargs.get("additive"))
         if name != stats.term or not np.allclose(X, stats.data):
             raise ValueError(f"stats were computed for {stats.term!r} on other data than "
                              f"these results' {name!r}.")
@@ -303,7 +352,8 @@ def plot_clusters(results, term=None, stats=None, alpha=0.05, ax=None, show=True
             ax.annotate(f"p = {p:.3g}", xy=((t0 + t1) / 2, 1.0),
                         xycoords=("data", "axes fraction"), ha="center", va="bottom",
                         fontsize="small")
-    ylabel = "held-out ρ" if stats.measure == "score" else "importance (Δ Spearman ρ)"
+    ylabel = {"score": "held-out ρ", "interactions": "held-out ρ gain over additive"}.get(
+        stats.measure, "importance (Δ Spearman ρ)")
     ax.set_ylabel(ylabel)
     ax.set_xlabel("time (s)")
     ax.legend(loc="upper right", fontsize="small")
