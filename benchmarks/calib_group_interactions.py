@@ -14,7 +14,9 @@ noise.  Groups are disjoint (no subject is in two groups).
 
 * ``binary``, ``multi-level``, ``numeric``: additive codes (false-positive rate): three
   binary features; two 3-level categorical features (equidistant levels) and a binary
-  one; three numeric features (linear codes).  Feature weights are drawn uniformly in
+  one; three numeric features (linear codes).  ``numeric-curved``: the same numeric codes,
+  with each feature reported as the cube of the coded value (a main effect that is not
+  linear in the reported value).  Feature weights are drawn uniformly in
   [0.5, 1.5] per subject.  The rate of groups with an ``interactions`` cluster at p < 0.05
   anywhere.
 * ``noise``: nothing encoded: the same rate.
@@ -37,6 +39,12 @@ three binary features' codes (additive for ``maps``, ``f0 x f1`` sub-additive fo
 ``maps-power``: groups with one within 6 mm of the centre (no voxel of this grid is more
 than 12 mm from it, so far hits are not measured here).
 
+The runs on the method page: ``--only binary`` (200 groups); ``--only multi-level --groups
+60``; ``--only numeric --groups 20``; ``--only numeric-curved --groups 10``; ``--only noise
+--groups 100``; ``--only power --groups 40 --amplitude 2`` (and ``2.5``, ``3``); ``--only
+maps --groups 100 --map-amplitude 4``; ``--only maps --groups 40 --map-amplitude 0`` (pure
+noise); ``--only maps-power --groups 40 --map-amplitude 4`` (and ``6``)::
+
     OMP_NUM_THREADS=1 python benchmarks/calib_group_interactions.py --only binary
         [--groups 200] [--subjects 12] [--amplitude 3] [--interaction 0.8]
         [--map-subjects 10] [--map-amplitude 2]
@@ -55,7 +63,8 @@ from mlem_neuro.stats import permutation_cluster_test
 N_TRIALS, N_CHANNELS, N_TIMES, SFREQ, TMIN = 40, 8, 30, 50.0, -0.1
 WINDOW = (0.1, 0.3)
 KINDS = {"binary": ("binary",) * 3, "multi-level": ("categorical", "categorical", "binary"),
-         "numeric": ("numeric",) * 3, "noise": ("binary",) * 3, "power": ("binary",) * 3}
+         "numeric": ("numeric",) * 3, "numeric-curved": ("numeric",) * 3,
+         "noise": ("binary",) * 3, "power": ("binary",) * 3}
 MAP_KINDS = ("maps", "maps-power")
 MAP_SHAPE, MAP_VOXEL, MAP_RADIUS, MAP_IMAGES = (5, 5, 5), 3.0, 6.0, 36
 
@@ -77,6 +86,8 @@ def subject(kind, seed, amplitude, interaction):
     code, table = simulate_codes(N_TRIALS, KINDS[kind], n_units=N_CHANNELS, noise=0.0,
                                  n_levels=3, interaction=interaction if power else 0.0,
                                  weights=weights, random_state=rng)
+    if kind == "numeric-curved":         # codes linear in x, reported as x³
+        table = table ** 3
     rotation = np.linalg.qr(rng.standard_normal((N_CHANNELS, N_CHANNELS)))[0]
     amp = 0.0 if kind == "noise" else amplitude
     data = (amp * code @ rotation.T)[:, :, None] * env
@@ -189,7 +200,8 @@ def main():
     what = {"noise": "nothing encoded",
             "power": f"f0 x f1 sub-additive (strength {args.interaction:g})"}.get(
                 args.only, f"{args.only} additive codes")
-    print(f"{args.only}: {what}, amplitude {args.amplitude:g} in {WINDOW} s; "
+    where = "" if args.only == "noise" else f", amplitude {args.amplitude:g} in {WINDOW} s"
+    print(f"{args.only}: {what}{where}; "
           f"{args.groups} groups of {args.subjects} subjects; {args.n_permutations} sign "
           f"flips; {took:.0f} s CPU")
     print(f"  groups with an interactions cluster at p < 0.05: {r['any']:.3f} (overlapping "

@@ -94,4 +94,8 @@ est.permutation_importance(X_test, stimuli.iloc[test], random_state=0)
 # ``W = diag(w) + λ w wᵀ`` orders every pair alike for all ``λ >= 0``, so term-level
 # interaction importances are not identifiable there (``level="term"`` then warns);
 # feature-level importance is.  Evidence for an interaction is a geometry that *no*
-# additive metric explains: the permutation test of interactions (``n_null``) asks that.
+# additive metric explains: the permutation test of interactions (``n_null``) asks that
+# for one subject, and :func:`mlem_neuro.stats.permutation_cluster_test` with
+# ``measure="interactions"`` (or :func:`~mlem_neuro.stats.second_level_maps` with
+# ``"interactions"``) across subjects, on each subject's held-out gain over an additive
+# (``constraint="diagonal"``) analysis.
