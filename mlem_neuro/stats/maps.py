@@ -30,10 +30,10 @@ def _load_results(results, what="results"):
     return out
 
 
-def _same_grid(r, ref, what):
+def _same_grid(r, ref, what, ref_what="results[0]"):
     if r.shape != ref.shape or not np.allclose(r.affine, ref.affine, atol=1e-4):
         raise ValueError(f"{what} maps are on grid {r.shape} with affine "
-                         f"{r.affine[:3].round(3).tolist()} but results[0] on {ref.shape} "
+                         f"{r.affine[:3].round(3).tolist()} but {ref_what} on {ref.shape} "
                          f"with {ref.affine[:3].round(3).tolist()}: group statistics need "
                          "every subject on one (template) grid. Run the searchlight on "
                          "normalised images, or resample the maps "
@@ -151,7 +151,7 @@ def _gain_imgs(subjects, additive, term, two_sided_test):
 
 def _same_models(r, ref, what):
     """``r`` and ``ref`` map the same models to the same voxels."""
-    _same_grid(r, ref, what)
+    _same_grid(r, ref, what, "its pair in results")
     if not (np.array_equal(r.voxel_indices, ref.voxel_indices)
             and np.array_equal(r.voxel_model, ref.voxel_model)):
         raise ValueError(f"{what} covers other voxels or models (spheres, regions) than its "
