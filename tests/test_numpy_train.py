@@ -1,11 +1,13 @@
 """The numpy training loop of grouped designs (``core/numpy_train.py``) against the torch
-loop it replaces on the CPU: the same fits up to float32 rounding."""
+loop it replaces on the CPU: the same fits up to float32 rounding.  The compiled loop of
+full batches (``core/ctrain.py``, ``tests/test_ctrain.py``) is switched off here so that
+full batches run through the numpy loop."""
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from mlem_neuro.core import numpy_train
+from mlem_neuro.core import ctrain, numpy_train
 from mlem_neuro.core.engine import fit_grouped, fit_stack
 from mlem_neuro.core.features import FeatureSpace
 from mlem_neuro.core.metric import make_W, predict, term_index, term_matrix, term_weights
@@ -14,6 +16,11 @@ from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.sources import DenseRDMSource
 from mlem_neuro.core.tied import grouped_soft_spearman
 from mlem_neuro.simulation import simulate_representations
+
+
+@pytest.fixture(autouse=True)
+def _numpy_loop(monkeypatch):
+    monkeypatch.setattr(ctrain, "USE_C", False)
 
 
 def _design(n=60, seed=0):

@@ -11,9 +11,11 @@ When the pairs' term rows take few distinct values (categorical designs), soft r
 computed on groups of identical pairs (:mod:`mlem_neuro.core.tied`), and mini-batch target
 ranks come from one sort of all pairs per model (:class:`~mlem_neuro.core.spearman.
 SubsetRanks`): no step sorts the batch.  Both give the same numbers as the per-pair path.
-On the CPU the steps of such grouped designs run in numpy with the gradient by hand
-(:mod:`mlem_neuro.core.numpy_train`: the same steps to float32 rounding, a fraction of
-the fixed cost of the torch operations); on a GPU, and for per-pair designs, in torch.
+On the CPU the steps of such grouped designs run with the gradient by hand: on full
+batches in C, each model to its own stop (:mod:`mlem_neuro.core.ctrain`, when the
+package's compiled loop is built), else in numpy (:mod:`mlem_neuro.core.numpy_train`);
+both are the torch steps to float32 rounding at a fraction of their fixed cost.  On a GPU,
+and for per-pair designs, the steps run in torch.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import numpy as np
 import torch
 
 from ..utils import check_device, check_random_state, logger
-from . import numpy_train, quantise, tied
+from . import ctrain, numpy_train, quantise, tied
 from .batch_size import select_batch_size
 from .memory import memory_budget
 from .metric import init_params, make_W, predict, term_index, term_matrix, term_weights
@@ -487,6 +489,9 @@ def fit_grouped(D_uniq, counts, target_sums, options=None, *, dtype=torch.float3
 def _train(data, m, fit_kw, dev, dtype, history=True):
     """The training loop of :func:`fit_stack` and :func:`fit_grouped` on ``data`` (a
     :class:`_StepTargets` or :class:`GroupedTargets`) for models of ``m`` features."""
+    if ctrain.available(data, m, dev, dtype):
+        # grouped full batches on the CPU: each model to its own stop in C (core/ctrain.py)
+        return ctrain.train(data, m, fit_kw, dev, dtype, history)
     if numpy_train.available(data, dev):
         # grouped designs on the CPU: the same steps in numpy (a fraction of the fixed
         # cost of the torch operations; core/numpy_train.py)

@@ -4,7 +4,7 @@ With categorical features a training step works on ``(models × distinct rows)``
 a few numbers per model, so on the CPU its cost is mostly fixed: dozens of small torch
 operations, the autograd graph and its backward pass.  Analyses spend most of their
 training time in that fixed cost: a stack runs as long as its slowest model (the
-time-resolved design of ``benchmarks/bench_numpy_step.py``: median 156 steps, 99th
+time-resolved design of ``benchmarks/bench_train_loops.py``: median 156 steps, 99th
 percentile 724).  This module runs the same steps in numpy: the metric
 ``W`` from the parameters, the term weights, the predictions, the grouped soft Spearman
 (:class:`~mlem_neuro.core.tied._SoftSpearmanPAV`'s forward and backward), the gradient

@@ -1,12 +1,14 @@
-"""The numpy training loop of grouped designs against the torch loop, side by side.
+"""The training loops of grouped designs on the CPU side by side: C, numpy and torch.
 
-``core/numpy_train.py`` runs the training steps of categorical designs on the CPU in
-numpy with the gradient by hand; the torch loop (autograd) is what ran before and still
-runs elsewhere.  Each case is run with one loop then the other, in alternation for
-``--rounds`` rounds, in this process (one torch thread); the script prints the median CPU
-time of each loop and their ratio, the largest difference of the fitted metrics and the
-steps per model (a stack runs as long as its slowest model: the long tail is what makes
-the fixed cost of a step matter).
+``core/ctrain.py`` trains grouped full batches in C, one model at a time;
+``core/numpy_train.py`` runs the same steps on stacks of models in numpy (it still trains
+grouped mini-batches, and every grouped design where the C loop is not built); the torch
+loop (autograd) is what ran before and still runs on a GPU and for per-pair designs.
+Each case is run with each loop in turn, in alternation for ``--rounds`` rounds, in this
+process (one torch thread); the script prints the median CPU time of each loop, the
+ratios to the C loop, the largest difference of the fitted metrics from the C loop's and
+the steps per model (a stack runs as long as its slowest model: the long tail is what
+makes the fixed cost of a stack's step matter).
 
 Cases:
 
@@ -17,7 +19,7 @@ Cases:
 * ``spheres``: :func:`mlem_neuro.mlem_searchlight` on a 10 x 10 x 10 image of 3 mm voxels
   (every voxel a 6 mm sphere), 48 images, 4 binary features.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_numpy_step.py [--rounds 3]
+    OMP_NUM_THREADS=1 python benchmarks/bench_train_loops.py [--rounds 3]
 """
 import argparse
 import time
@@ -28,7 +30,7 @@ import pandas as pd
 import torch
 
 import mlem_neuro
-from mlem_neuro.core import numpy_train
+from mlem_neuro.core import ctrain, numpy_train
 from mlem_neuro.simulation import simulate_epochs
 
 
@@ -61,26 +63,32 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     real = numpy_train.available
-    loops = {"numpy": real, "torch": lambda *a: False}
+    loops = {"c": (True, real), "numpy": (False, real), "torch": (False, lambda *a: False)}
+    if not ctrain.built():
+        print("the compiled loop is not built: comparing numpy and torch only")
+        del loops["c"]
     print(f"torch {torch.__version__}, 1 thread, {args.rounds} rounds, CPU times")
+    first = next(iter(loops))
     for name, run in cases().items():
         if name not in args.cases:
             continue
         times, W = {k: [] for k in loops}, {}
         for _ in range(args.rounds):
-            for loop, available in loops.items():
-                numpy_train.available = available
+            for loop, (use_c, available) in loops.items():
+                ctrain.USE_C, numpy_train.available = use_c, available
                 c0 = time.process_time()
                 res = run()
                 times[loop].append(time.process_time() - c0)
                 W[loop], steps = res.fold_weights, res.n_iter
-        numpy_train.available = real
-        t_np, t_torch = np.median(times["numpy"]), np.median(times["torch"])
-        print(f"{name:8s} numpy {t_np:7.1f} s  torch {t_torch:7.1f} s  ratio "
-              f"{t_torch / t_np:4.2f}x  max |W numpy - W torch| "
-              f"{np.nanmax(np.abs(W['numpy'] - W['torch'])):.1e}; steps per model: median "
-              f"{np.median(steps):.0f}, 99th percentile {np.percentile(steps, 99):.0f}, "
-              f"max {steps.max()}", flush=True)
+        ctrain.USE_C, numpy_train.available = True, real
+        med = {k: np.median(v) for k, v in times.items()}
+        print(f"{name:8s} " + "  ".join(f"{k} {v:6.1f} s" for k, v in med.items()) + "  "
+              + "  ".join(f"{k}/{first} {med[k] / med[first]:4.2f}x" for k in loops
+                          if k != first) + "; max |W - W " + first + "| "
+              + " ".join(f"{k} {np.nanmax(np.abs(W[k] - W[first])):.1e}" for k in loops
+                         if k != first)
+              + f"; steps per model: median {np.median(steps):.0f}, 99th percentile "
+              f"{np.percentile(steps, 99):.0f}, max {steps.max()}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,322 @@
+/* Grouped full-batch training of MLEM models, one model at a time, in C.
+ *
+ * The same steps as mlem_neuro/core/numpy_train.py (which documents the gradient): the
+ * metric W from the parameters A (float32), the term weights, the predictions and the
+ * grouped soft Spearman of _SoftSpearmanPAV (float64, weighted pool-adjacent-violators),
+ * the gradient by hand, AdamW without weight decay (float32) and the stopping rule of
+ * engine._EarlyStopping.  With full batches every model's steps depend on that model
+ * alone, so each model runs to its own stop: no stack, no per-step array operations.
+ * Called through ctypes (mlem_neuro/core/ctrain.py); the Python module below only makes
+ * the shared library importable and findable.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXM 64            /* most features (W is at most MAXM x MAXM) */
+#define EPS 1e-12
+#define Q_EPS 1e-12
+
+enum { SPD = 0, DIAGONAL = 1, NONE = 2 };
+
+static float softplusf(float x)
+{
+    /* torch's softplus (beta 1, threshold 20), in float32 as numpy computes it */
+    if (x > 20.0f) return x;
+    return log1pf(expf(x < 20.0f ? x : 20.0f));
+}
+
+static float sigmoid_f(float x)
+{
+    return (float)(1.0 / (1.0 + exp(-(double)x)));
+}
+
+/* workspace of one model's step, sized once */
+typedef struct {
+    int m, T, U;
+    float *L, *W, *G, *G0, *gL;
+    double *q, *pred, *dpred, *xhat, *s, *cs, *y, *v, *wv, *t, *rc, *g_r, *g_s, *g_p;
+    int64_t *order, *bstart;
+} Work;
+
+static int work_alloc(Work *w, int m, int T, int U)
+{
+    size_t mm = (size_t)m * m;
+    w->m = m; w->T = T; w->U = U;
+    w->L = calloc(mm * 5, sizeof(float));
+    w->q = calloc((size_t)U * 14, sizeof(double));
+    w->order = calloc((size_t)U * 2 + 2, sizeof(int64_t));
+    if (!w->L || !w->q || !w->order) return -1;
+    w->W = w->L + mm; w->G = w->W + mm; w->G0 = w->G + mm; w->gL = w->G0 + mm;
+    w->pred = w->q + U; w->dpred = w->pred + U; w->xhat = w->dpred + U; w->s = w->xhat + U;
+    w->cs = w->s + U; w->y = w->cs + U; w->v = w->y + U; w->wv = w->v + U; w->t = w->wv + U;
+    w->rc = w->t + U; w->g_r = w->rc + U; w->g_s = w->g_r + U; w->g_p = w->g_s + U;
+    w->bstart = w->order + U;
+    return 0;
+}
+
+static void work_free(Work *w)
+{
+    free(w->L); free(w->q); free(w->order);
+}
+
+/* W (float32, Frobenius-normalised) of parameters A; returns the norm of W0 */
+static float metric(const float *A, int m, int constraint, float *L, float *W)
+{
+    int i, j, r;
+    if (constraint == SPD) {
+        for (i = 0; i < m; i++)
+            for (j = 0; j < m; j++)
+                L[i * m + j] = j < i ? A[i * m + j] : (j == i ? softplusf(A[i * m + i]) : 0.0f);
+        for (i = 0; i < m; i++)
+            for (j = 0; j < m; j++) {
+                float acc = 0.0f;
+                for (r = 0; r <= (i < j ? i : j); r++) acc += L[i * m + r] * L[j * m + r];
+                W[i * m + j] = acc;
+            }
+    } else if (constraint == DIAGONAL) {
+        for (i = 0; i < m * m; i++) W[i] = 0.0f;
+        for (i = 0; i < m; i++) W[i * m + i] = softplusf(A[i * m + i]);
+    } else {
+        for (i = 0; i < m; i++)
+            for (j = 0; j < m; j++) W[i * m + j] = 0.5f * (A[i * m + j] + A[j * m + i]);
+    }
+    float ss = 0.0f;
+    for (i = 0; i < m * m; i++) ss += W[i] * W[i];
+    float norm = sqrtf(ss);
+    float d = norm > 1e-12f ? norm : 1e-12f;
+    for (i = 0; i < m * m; i++) W[i] /= d;
+    return norm;
+}
+
+/* weighted pool-adjacent-violators, non-increasing, of y (n) with weights c: solution v,
+ * block starts in bstart; returns the number of blocks */
+static int pav_decreasing(const double *y, const double *c, int n, double *v, double *wv,
+                          int64_t *bstart)
+{
+    int nb = 0, i;
+    for (i = 0; i < n; i++) {
+        v[nb] = y[i]; wv[nb] = c[i]; bstart[nb] = i; nb++;
+        while (nb > 1 && v[nb - 2] < v[nb - 1]) {       /* violation of non-increasing */
+            double wsum = wv[nb - 2] + wv[nb - 1];
+            v[nb - 2] = (wv[nb - 2] * v[nb - 2] + wv[nb - 1] * v[nb - 1]) / wsum;
+            wv[nb - 2] = wsum;
+            nb--;
+        }
+    }
+    return nb;
+}
+
+/* soft Spearman of one model's grouped predictions and its gradient g_p (group order) */
+static double soft_spearman(Work *w, const double *p, const double *c, double b,
+                            const double *tsum, double strength)
+{
+    int U = w->U, u, i, j;
+    double mean = 0.0, ss = 0.0;
+    for (u = 0; u < U; u++) mean += p[u] * c[u];
+    mean /= b;
+    for (u = 0; u < U; u++) { double x = p[u] - mean; w->xhat[u] = x; ss += x * x * c[u]; }
+    double sigma = sqrt(ss > EPS * EPS ? ss : EPS * EPS);
+    for (u = 0; u < U; u++) w->xhat[u] /= sigma;
+    double kappa = sqrt(b) * b / sqrt(12.0) / strength;
+    /* order: decreasing xhat (insertion sort, stable) */
+    int64_t *o = w->order;
+    for (i = 0; i < U; i++) {
+        double key = w->xhat[i];
+        for (j = i; j > 0 && w->xhat[o[j - 1]] < key; j--) o[j] = o[j - 1];
+        o[j] = i;
+    }
+    double start = 0.0, rsum = 0.0, tsum_all = 0.0;
+    for (i = 0; i < U; i++) {
+        double ci = c[o[i]];
+        w->s[i] = kappa * w->xhat[o[i]];
+        w->cs[i] = ci;
+        w->y[i] = w->s[i] - (b - start - (ci - 1.0) / 2.0);
+        w->t[i] = tsum[o[i]];
+        tsum_all += w->t[i];
+        start += ci;
+    }
+    int nb = pav_decreasing(w->y, w->cs, U, w->v, w->wv, w->bstart);
+    w->bstart[nb] = U;
+    for (j = 0; j < nb; j++)
+        for (i = (int)w->bstart[j]; i < w->bstart[j + 1]; i++) {
+            w->rc[i] = w->s[i] - w->v[j];                       /* sorted soft ranks */
+            rsum += w->rc[i] * w->cs[i];
+        }
+    double nr = 0.0;
+    for (i = 0; i < U; i++) { w->rc[i] -= rsum / b; nr += w->cs[i] * w->rc[i] * w->rc[i]; }
+    nr = sqrt(nr > EPS * EPS ? nr : EPS * EPS);
+    double rho = 0.0;
+    for (i = 0; i < U; i++) { w->rc[i] /= nr; rho += w->rc[i] * w->t[i]; }   /* z */
+    /* backward (d rho / d pred) */
+    for (i = 0; i < U; i++)
+        w->g_r[i] = (w->t[i] - w->cs[i] * (tsum_all / b) - w->cs[i] * w->rc[i] * rho) / nr;
+    for (j = 0; j < nb; j++) {
+        double gsum = 0.0, csum = 0.0;
+        for (i = (int)w->bstart[j]; i < w->bstart[j + 1]; i++) {
+            gsum += w->g_r[i]; csum += w->cs[i];
+        }
+        for (i = (int)w->bstart[j]; i < w->bstart[j + 1]; i++)
+            w->g_s[o[i]] = (w->g_r[i] - w->cs[i] * (gsum / csum)) * kappa;   /* gx */
+    }
+    double gsum = 0.0, gdot = 0.0;
+    for (u = 0; u < U; u++) { gsum += w->g_s[u]; gdot += w->g_s[u] * w->xhat[u]; }
+    for (u = 0; u < U; u++)
+        w->g_p[u] = (w->g_s[u] - c[u] * (gsum / b) - c[u] * w->xhat[u] * gdot) / sigma;
+    return rho;
+}
+
+/* soft Spearman of parameters A and its gradient grad (float32, m x m) */
+static double value_and_grad(Work *w, const float *A, int constraint, const int64_t *k,
+                             const int64_t *l, const double *P, const double *c, double b,
+                             const double *tsum, double strength, float *grad)
+{
+    int m = w->m, T = w->T, U = w->U, u, t, i, j, r;
+    float norm = metric(A, m, constraint, w->L, w->W);
+    for (u = 0; u < U; u++) {
+        double q = 0.0;
+        for (t = 0; t < T; t++) q += (double)w->W[k[t] * m + l[t]] * P[u * T + t];
+        if (constraint == NONE) {
+            double aq = fabs(q), root = sqrt(aq + Q_EPS);
+            w->pred[u] = q / root;
+            w->dpred[u] = (0.5 * aq + Q_EPS) / (root * root * root);
+        } else {
+            double pr = sqrt(q > Q_EPS ? q : Q_EPS);
+            w->pred[u] = pr;
+            w->dpred[u] = q >= Q_EPS ? 0.5 / pr : 0.0;
+        }
+    }
+    double rho = soft_spearman(w, w->pred, c, b, tsum, strength);
+    for (i = 0; i < m * m; i++) w->G[i] = 0.0f;
+    for (t = 0; t < T; t++) {
+        double gw = 0.0;
+        for (u = 0; u < U; u++) gw += w->g_p[u] * w->dpred[u] * P[u * T + t];
+        w->G[k[t] * m + l[t]] = (float)gw;
+    }
+    float gdotw = 0.0f;
+    for (i = 0; i < m * m; i++) gdotw += w->G[i] * w->W[i];
+    float d = norm > 1e-12f ? norm : 1e-12f;
+    for (i = 0; i < m * m; i++) w->G0[i] = (w->G[i] - w->W[i] * gdotw) / d;
+    for (i = 0; i < m * m; i++) grad[i] = 0.0f;
+    if (constraint == SPD) {
+        for (i = 0; i < m; i++)
+            for (j = 0; j <= i; j++) {
+                float acc = 0.0f;
+                for (r = 0; r < m; r++)
+                    acc += (w->G0[i * m + r] + w->G0[r * m + i]) * w->L[r * m + j];
+                grad[i * m + j] = i == j ? acc * sigmoid_f(A[i * m + i]) : acc;
+            }
+    } else if (constraint == DIAGONAL) {
+        for (i = 0; i < m; i++) grad[i * m + i] = w->G0[i * m + i] * sigmoid_f(A[i * m + i]);
+    } else {
+        for (i = 0; i < m; i++)
+            for (j = 0; j < m; j++) grad[i * m + j] = 0.5f * (w->G0[i * m + j] + w->G0[j * m + i]);
+    }
+    return rho;
+}
+
+/* Train M models.  A (M, m, m) float32: the start, overwritten by the best state seen.
+ * counts: (U,) shared or (M, U) per model (counts_per_model).  history: (M, max_steps)
+ * float32 filled with NaN beyond each model's last step, or NULL.  Returns 0, or -1 when
+ * memory ran out or m > MAXM. */
+int mlem_train_grouped(int64_t M, int m, int T, int U, const int64_t *k, const int64_t *l,
+                       const double *P, const double *counts, int counts_per_model,
+                       const double *targets, int constraint, double strength, double lr,
+                       double tol, int64_t patience, int64_t max_steps, float *A,
+                       int64_t *n_iter, uint8_t *converged, double *best_score,
+                       float *history)
+{
+    Work w;
+    int64_t i, step;
+    int mm = m * m, e;
+    if (m > MAXM || m < 1 || U < 1) return -1;
+    if (work_alloc(&w, m, T, U)) { work_free(&w); return -1; }
+    float *cur = malloc(sizeof(float) * mm * 4);
+    if (!cur) { work_free(&w); return -1; }
+    float *mom = cur + mm, *vel = mom + mm, *grad = vel + mm;
+    /* AdamW's bias corrections of each step (as numpy_train: float32 of float64 values) */
+    float *corr = malloc(sizeof(float) * 2 * (max_steps > 0 ? max_steps : 1));
+    if (!corr) { free(cur); work_free(&w); return -1; }
+    for (step = 0; step < max_steps; step++) {
+        corr[2 * step] = (float)sqrt(1.0 - pow(0.999, (double)(step + 1)));
+        corr[2 * step + 1] = (float)(lr / (1.0 - pow(0.9, (double)(step + 1))));
+    }
+    const float b1 = 0.9f, b2 = 0.999f, one_b1 = (float)(1.0 - 0.9), one_b2 = (float)(1.0 - 0.999);
+    const float adam_eps = 1e-8f, ftol = (float)tol;
+    for (i = 0; i < M; i++) {
+        const double *c = counts_per_model ? counts + i * U : counts;
+        const double *tsum = targets + i * U;
+        float *best_A = A + i * mm;
+        double b = 0.0;
+        int u;
+        for (u = 0; u < U; u++) b += c[u];
+        memcpy(cur, best_A, sizeof(float) * mm);
+        memset(mom, 0, sizeof(float) * mm * 2);
+        float best = -INFINITY, ref = -INFINITY;
+        int64_t since = 0, n = 0;
+        for (step = 0; step < max_steps; step++) {
+            double rho = value_and_grad(&w, cur, constraint, k, l, P, c, b, tsum, strength,
+                                        grad);
+            float rf = (float)rho;
+            if (rf > best) { memcpy(best_A, cur, sizeof(float) * mm); best = rf; }
+            if (rf > ref + ftol) { ref = rf; since = 0; } else since++;
+            n++;
+            if (history) history[i * max_steps + step] = rf;
+            float bc2 = corr[2 * step], step_size = corr[2 * step + 1];
+            for (e = 0; e < mm; e++) {
+                float g = -grad[e];
+                mom[e] = mom[e] * b1 + one_b1 * g;
+                vel[e] = vel[e] * b2 + one_b2 * g * g;
+                float denom = sqrtf(vel[e]) / bc2 + adam_eps;
+                cur[e] = cur[e] - step_size * mom[e] / denom;
+            }
+            if (since >= patience) break;
+        }
+        if (history)
+            for (step = n; step < max_steps; step++) history[i * max_steps + step] = NAN;
+        n_iter[i] = n;
+        converged[i] = since >= patience;
+        best_score[i] = (double)best;
+    }
+    free(corr);
+    free(cur);
+    work_free(&w);
+    return 0;
+}
+
+/* The soft Spearman (rho, M) of parameters A (M, m, m) and its gradient (grad, M x m x m):
+ * one step of mlem_train_grouped without the update (for tests).  Returns 0 or -1. */
+int mlem_value_and_grad(int64_t M, int m, int T, int U, const int64_t *k, const int64_t *l,
+                        const double *P, const double *counts, int counts_per_model,
+                        const double *targets, int constraint, double strength,
+                        const float *A, double *rho, float *grad)
+{
+    Work w;
+    int64_t i;
+    int u;
+    if (m > MAXM || m < 1 || U < 1) return -1;
+    if (work_alloc(&w, m, T, U)) { work_free(&w); return -1; }
+    for (i = 0; i < M; i++) {
+        const double *c = counts_per_model ? counts + i * U : counts;
+        double b = 0.0;
+        for (u = 0; u < U; u++) b += c[u];
+        rho[i] = value_and_grad(&w, A + i * m * m, constraint, k, l, P, c, b, targets + i * U,
+                                strength, grad + i * m * m);
+    }
+    work_free(&w);
+    return 0;
+}
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_ctrain",
+    "Grouped full-batch training in C (called through ctypes: mlem_neuro.core.ctrain).",
+    -1, NULL
+};
+
+PyMODINIT_FUNC PyInit__ctrain(void)
+{
+    return PyModule_Create(&moduledef);
+}

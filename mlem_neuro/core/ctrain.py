@@ -1,0 +1,138 @@
+"""Grouped full-batch training in C: each model trained to its own stop.
+
+With categorical features and full batches (every training pair each step), a model's
+steps depend on that model alone: its grouped predictions, counts and target sums.  The
+numpy loop (:mod:`mlem_neuro.core.numpy_train`) still steps a stack of models together,
+so each step pays dozens of small array operations over ``(models × rows)`` arrays; the
+C loop of ``_ctrain.c`` runs the same steps one model at a time (the metric and AdamW in
+float32, the predictions and the grouped soft Spearman in float64, the same stopping
+rule).  ``tests/test_ctrain.py`` compares it with the numpy loop: the same numbers up to
+float32 rounding.  ``benchmarks/bench_train_loops.py`` measures the loops side by side.
+
+The library is compiled when the package is installed (an optional extension: where no
+C compiler is found the install goes on without it and the numpy loop is used).  Set
+``MLEM_NEURO_NO_C=1`` (or :data:`USE_C` to ``False``) to use the numpy loop.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+
+import numpy as np
+import torch
+
+#: whether grouped full-batch training on the CPU uses the compiled loop when it is built.
+USE_C = os.environ.get("MLEM_NEURO_NO_C", "") in ("", "0")
+
+_CONSTRAINTS = {"spd": 0, "diagonal": 1, "none": 2}
+_MAX_FEATURES = 64
+_LIB = None
+_LOADED = False
+
+
+def _library():
+    """The compiled library (ctypes), or ``None`` when it is not built."""
+    global _LIB, _LOADED
+    if _LOADED:
+        return _LIB
+    _LOADED = True
+    try:
+        spec = importlib.util.find_spec("mlem_neuro.core._ctrain")
+        if spec is None or not spec.origin:
+            return None
+        lib = ctypes.CDLL(spec.origin)
+    except (ImportError, OSError):
+        return None
+    f = lib.mlem_train_grouped
+    p = ctypes.c_void_p
+    f.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, p, p, p, p,
+                  ctypes.c_int, p, ctypes.c_int, ctypes.c_double, ctypes.c_double,
+                  ctypes.c_double, ctypes.c_int64, ctypes.c_int64, p, p, p, p, p]
+    f.restype = ctypes.c_int
+    g = lib.mlem_value_and_grad
+    g.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, p, p, p, p,
+                  ctypes.c_int, p, ctypes.c_int, ctypes.c_double, p, p, p]
+    g.restype = ctypes.c_int
+    _LIB = lib
+    return lib
+
+
+def built():
+    """Whether the compiled training loop is installed."""
+    return _library() is not None
+
+
+def available(data, m, dev, dtype):
+    """Whether :func:`train` runs ``data``'s steps: grouped full batches on the CPU in
+    float32, the library built and :data:`USE_C` set."""
+    return (USE_C and dev.type == "cpu" and dtype == torch.float32 and data.grouped
+            and data.full and 1 <= m <= _MAX_FEATURES and built())
+
+
+def _ptr(a):
+    return a.ctypes.data_as(ctypes.c_void_p)
+
+
+def value_and_grad(A, constraint, k, l, P, counts, targets, strength):
+    """:func:`mlem_neuro.core.numpy_train.value_and_grad` computed by the compiled loop's
+    step (for tests): soft Spearman ``(M,)`` and gradient ``(M, m, m)`` (float32)."""
+    A = np.ascontiguousarray(A, dtype=np.float32)
+    M, m = A.shape[0], A.shape[-1]
+    P = np.ascontiguousarray(P, dtype=np.float64)
+    counts = np.ascontiguousarray(counts, dtype=np.float64)
+    targets = np.ascontiguousarray(np.broadcast_to(targets, (M, P.shape[0])), dtype=np.float64)
+    k = np.ascontiguousarray(k, dtype=np.int64)
+    l = np.ascontiguousarray(l, dtype=np.int64)
+    rho = np.empty(M)
+    grad = np.empty_like(A)
+    status = _library().mlem_value_and_grad(
+        M, m, P.shape[1], P.shape[0], _ptr(k), _ptr(l), _ptr(P), _ptr(counts),
+        int(counts.ndim == 2), _ptr(targets), _CONSTRAINTS[constraint], float(strength),
+        _ptr(A), _ptr(rho), _ptr(grad))
+    if status != 0:
+        raise MemoryError("the compiled training loop could not allocate its workspace")
+    return rho, grad
+
+
+def train(data, m, fit_kw, dev, dtype, history=True):
+    """:func:`mlem_neuro.core.engine._train` for grouped full batches on the CPU, in C;
+    returns the same :class:`~mlem_neuro.core.engine.StackFit`."""
+    from .engine import StackFit
+    from .metric import init_params, make_W
+    from .spearman import SOFT_RANK_STRENGTH
+
+    constraint = fit_kw["constraint"]
+    M = int(data.M)
+    A = np.ascontiguousarray(init_params(M, m, constraint, dev, dtype).numpy(),
+                             dtype=np.float32)
+    n_iter = np.zeros(M, dtype=np.int64)
+    converged = np.zeros(M, dtype=np.uint8)
+    best = np.full(M, -np.inf)
+    max_steps = int(fit_kw["max_steps"])
+    hist = np.empty((M, max_steps), dtype=np.float32) if history else None
+    if M:
+        P, counts, targets = data.numpy_batch()
+        P = np.ascontiguousarray(P, dtype=np.float64)
+        counts = np.ascontiguousarray(counts, dtype=np.float64)
+        targets = np.ascontiguousarray(targets, dtype=np.float64)
+        k = np.ascontiguousarray(np.asarray(data.k), dtype=np.int64)
+        l = np.ascontiguousarray(np.asarray(data.l), dtype=np.int64)
+        U, T = P.shape
+        if targets.shape != (M, U) or counts.shape not in ((U,), (M, U)):
+            raise RuntimeError(f"ctrain: unexpected batch shapes {P.shape}, {counts.shape}, "
+                               f"{targets.shape} for {M} models")
+        status = _library().mlem_train_grouped(
+            M, m, T, U, _ptr(k), _ptr(l), _ptr(P), _ptr(counts), int(counts.ndim == 2),
+            _ptr(targets), _CONSTRAINTS[constraint], float(SOFT_RANK_STRENGTH),
+            float(fit_kw["lr"]), float(fit_kw["tol"]), int(fit_kw["patience"]), max_steps,
+            _ptr(A), _ptr(n_iter), _ptr(converged), _ptr(best),
+            _ptr(hist) if history else None)
+        if status != 0:
+            raise MemoryError("the compiled training loop could not allocate its workspace")
+    with torch.no_grad():
+        W = make_W(torch.from_numpy(A), constraint)
+    if history:
+        hist = hist[:, :int(n_iter.max()) if M else 0].astype(np.float64)
+    return StackFit(W=W.double().numpy(), n_iter=n_iter, converged=converged.astype(bool),
+                    history=hist, best_score=best, batch_size=int(data.b), full_batch=True)

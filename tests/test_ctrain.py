@@ -1,0 +1,146 @@
+"""The compiled training loop of grouped full batches (``core/ctrain.py``, ``_ctrain.c``)
+against the numpy loop it replaces there: the same steps, the same fits up to float32
+rounding, and used only where it applies."""
+import numpy as np
+import pytest
+import torch
+
+from mlem_neuro.core import ctrain, engine, numpy_train
+from mlem_neuro.core.engine import fit_grouped, fit_stack
+from mlem_neuro.core.features import FeatureSpace
+from mlem_neuro.core.metric import term_index, term_matrix
+from mlem_neuro.core.neural import NeuralTargets
+from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.core.sources import DenseRDMSource
+from mlem_neuro.simulation import simulate_representations
+
+pytestmark = pytest.mark.skipif(not ctrain.built(),
+                                reason="the compiled training loop is not built")
+
+
+def _design(n=60, seed=0):
+    X, y, _ = simulate_representations(n_stimuli=n, n_features=3, n_units=16, noise=0.5,
+                                       random_state=seed)
+    rng = np.random.default_rng(seed)
+    Y = np.stack([X + 0.4 * rng.standard_normal(X.shape) for _ in range(5)])
+    enc = FeatureSpace().fit(y).transform(y)
+    targets = NeuralTargets.from_rdm(DenseRDMSource(Y).rdm(np.arange(n)), n, "cpu")
+    return enc, targets
+
+
+def _loops(monkeypatch, run):
+    """``run()`` with the C loop, then with the numpy loop (and which loop ran)."""
+    ran = []
+    train = ctrain.train
+    monkeypatch.setattr(ctrain, "train", lambda *a, **k: ran.append("c") or train(*a, **k))
+    fast = run()
+    monkeypatch.setattr(ctrain, "USE_C", False)
+    slow = run()
+    return fast, slow, ran
+
+
+@pytest.mark.parametrize("constraint", ["spd", "diagonal", "none"])
+@pytest.mark.parametrize("per_model", [False, True])
+def test_step_is_the_numpy_step(constraint, per_model):
+    """Soft Spearman and gradient of one step, shared or per-model counts."""
+    rng = np.random.default_rng(1)
+    m, U, M = 3, 8, 6
+    k, l = term_index(m, True)
+    D = torch.as_tensor([[a, b, c] for a in (0, 1) for b in (0, 1) for c in (0, 1)],
+                        dtype=torch.float64)
+    P = term_matrix(D, k, l).numpy()
+    A = rng.standard_normal((M, m, m)).astype(np.float32)
+    counts = rng.integers(1, 40, (M, U) if per_model else U).astype(np.float64)
+    sums = rng.standard_normal((M, U)) * 0.1
+    rho_c, grad_c = ctrain.value_and_grad(A, constraint, k, l, P, counts, sums, 1.0)
+    rho_n, grad_n = numpy_train.value_and_grad(A.copy(), constraint, np.asarray(k),
+                                               np.asarray(l), P, counts, sums, 1.0)
+    assert np.abs(grad_n).max() > 1e-3                     # a gradient worth comparing
+    np.testing.assert_allclose(rho_c, rho_n, atol=1e-6)      # W is float32 in both
+    np.testing.assert_allclose(grad_c, grad_n, rtol=0,                 # float32 rounding
+                               atol=1e-5 * np.abs(grad_n).max())
+
+
+@pytest.mark.parametrize("constraint, interactions",
+                         [("spd", True), ("spd", False), ("diagonal", False),
+                          ("none", True)])
+def test_c_loop_fits_as_the_numpy_loop(monkeypatch, constraint, interactions):
+    """60 steps without early stopping: W and histories agree to float32 rounding."""
+    enc, targets = _design()
+    opts = MLEMOptions(constraint=constraint, interactions=interactions, max_steps=60,
+                       patience=1000, tol=0.0)
+    fast, slow, ran = _loops(monkeypatch, lambda: fit_stack(enc, targets, opts,
+                                                            random_state=0))
+    assert ran == ["c"] and fast.full_batch
+    np.testing.assert_array_equal(fast.n_iter, slow.n_iter)
+    np.testing.assert_allclose(fast.W, slow.W, atol=2e-5)
+    np.testing.assert_allclose(fast.history, slow.history, atol=1e-5)
+    np.testing.assert_allclose(fast.best_score, slow.best_score, atol=1e-5)
+    assert fast.history.shape == slow.history.shape == (5, 60)
+
+
+def test_early_stopping_matches(monkeypatch):
+    """The default stopping rule stops the models at the same steps; histories end with
+    NaN after a model's stop, as the stack's do."""
+    enc, targets = _design(seed=2)
+    opts = MLEMOptions(max_steps=400)
+    fast, slow, ran = _loops(monkeypatch, lambda: fit_stack(enc, targets, opts,
+                                                            random_state=0))
+    assert ran == ["c"]
+    assert fast.converged.all() and fast.n_iter.max() < 400
+    assert len(set(fast.n_iter)) > 1                      # models stop at different steps
+    np.testing.assert_array_equal(fast.n_iter, slow.n_iter)
+    np.testing.assert_array_equal(fast.converged, slow.converged)
+    np.testing.assert_allclose(fast.W, slow.W, atol=1e-5)
+    assert fast.history.shape == slow.history.shape
+    np.testing.assert_array_equal(np.isnan(fast.history), np.isnan(slow.history))
+
+
+def test_per_model_counts(monkeypatch):
+    rng = np.random.default_rng(3)
+    D = torch.as_tensor([[a, b] for a in (0, 1) for b in (0, 1)], dtype=torch.float64)
+    counts = torch.as_tensor(rng.integers(1, 50, (7, 4))).double()
+    counts[2, 1] = 0.0                                   # a row a model lacks
+    sums = torch.as_tensor(rng.standard_normal((7, 4))) * 0.1
+    opts = MLEMOptions(max_steps=50, patience=1000, tol=0.0)
+    fast, slow, ran = _loops(monkeypatch, lambda: fit_grouped(D, counts, sums, opts))
+    assert ran == ["c"]
+    np.testing.assert_allclose(fast.W, slow.W, atol=1e-5)
+    np.testing.assert_allclose(fast.best_score, slow.best_score, atol=1e-6)
+    assert fast.history is None and slow.history is None
+
+
+def test_no_models():
+    D = torch.as_tensor([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+    fit = fit_grouped(D, torch.zeros(0, 3), torch.zeros(0, 3), MLEMOptions())
+    assert fit.W.shape == (0, 2, 2) and fit.n_iter.shape == (0,)
+
+
+@pytest.mark.parametrize("case", ["mini-batch", "float64", "switched off", "not built"])
+def test_used_only_where_it_applies(monkeypatch, case):
+    """Mini-batches, float64 training, ``USE_C = False`` and a missing library train
+    through the numpy loop (the same models)."""
+    enc, targets = _design()
+    opts = MLEMOptions(max_steps=5, batch_size=300 if case == "mini-batch" else "auto")
+    dtype = torch.float64 if case == "float64" else torch.float32
+    if case == "switched off":
+        monkeypatch.setattr(ctrain, "USE_C", False)
+    if case == "not built":
+        monkeypatch.setattr(ctrain, "_library", lambda: None)
+    ran = []
+    monkeypatch.setattr(ctrain, "train", lambda *a, **k: ran.append("c"))
+    train = numpy_train.train
+    monkeypatch.setattr(numpy_train, "train",
+                        lambda *a, **k: ran.append("numpy") or train(*a, **k))
+    fit_stack(enc, targets, opts, random_state=0, dtype=dtype)
+    assert ran == ["numpy"]
+
+
+def test_engine_uses_it_by_default(monkeypatch):
+    enc, targets = _design()
+    seen = []
+    real = ctrain.available
+    monkeypatch.setattr(engine.ctrain, "available",
+                        lambda *a: seen.append(real(*a)) or seen[-1])
+    fit_stack(enc, targets, MLEMOptions(max_steps=5), random_state=0)
+    assert seen == [True]
