@@ -38,8 +38,8 @@ static float sigmoid_f(float x)
 typedef struct {
     int m, T, U;
     float *L, *W, *G, *G0, *gL;
-    double *q, *pred, *dpred, *xhat, *s, *cs, *y, *v, *wv, *t, *rc, *g_r, *g_s, *g_p;
-    int64_t *order, *bstart;
+    double *tw, *val, *q, *pred, *dpred, *xhat, *s, *cs, *y, *v, *wv, *t, *rc, *g_r, *g_s, *g_p;
+    int64_t *order, *bstart, *col, *rowptr;
 } Work;
 
 static int work_alloc(Work *w, int m, int T, int U)
@@ -47,9 +47,14 @@ static int work_alloc(Work *w, int m, int T, int U)
     size_t mm = (size_t)m * m;
     w->m = m; w->T = T; w->U = U;
     w->L = calloc(mm * 5, sizeof(float));
+    w->tw = calloc((size_t)T + 1, sizeof(double));
+    w->val = calloc((size_t)T * U + 1, sizeof(double));
+    w->col = calloc((size_t)T * U + 1, sizeof(int64_t));
+    w->rowptr = calloc((size_t)U + 1, sizeof(int64_t));
     w->q = calloc((size_t)U * 14, sizeof(double));
     w->order = calloc((size_t)U * 2 + 2, sizeof(int64_t));
-    if (!w->L || !w->q || !w->order) return -1;
+    if (!w->L || !w->tw || !w->val || !w->col || !w->rowptr || !w->q || !w->order)
+        return -1;
     w->W = w->L + mm; w->G = w->W + mm; w->G0 = w->G + mm; w->gL = w->G0 + mm;
     w->pred = w->q + U; w->dpred = w->pred + U; w->xhat = w->dpred + U; w->s = w->xhat + U;
     w->cs = w->s + U; w->y = w->cs + U; w->v = w->y + U; w->wv = w->v + U; w->t = w->wv + U;
@@ -58,9 +63,32 @@ static int work_alloc(Work *w, int m, int T, int U)
     return 0;
 }
 
+/* the term rows P (U, T) as sparse rows (their nonzero terms, in term order): with
+ * categorical features most terms of a row are 0 (a pair differs in few features), and
+ * skipping them leaves every sum unchanged (adding 0 * x is exact for finite x) */
+static void work_set_terms(Work *w, const double *P)
+{
+    int64_t nnz = 0;
+    for (int u = 0; u < w->U; u++) {
+        w->rowptr[u] = nnz;
+        for (int t = 0; t < w->T; t++) {
+            double p = P[(size_t)u * w->T + t];
+            if (p != 0.0) { w->col[nnz] = t; w->val[nnz] = p; nnz++; }
+        }
+    }
+    w->rowptr[w->U] = nnz;
+}
+
+/* a new model: its first sort starts from the group order */
+static void work_reset(Work *w)
+{
+    for (int u = 0; u < w->U; u++) w->order[u] = u;
+}
+
 static void work_free(Work *w)
 {
-    free(w->L); free(w->q); free(w->order);
+    free(w->L); free(w->tw); free(w->val); free(w->col); free(w->rowptr); free(w->q);
+    free(w->order);
 }
 
 /* W (float32, Frobenius-normalised) of parameters A; returns the norm of W0 */
@@ -122,12 +150,14 @@ static double soft_spearman(Work *w, const double *p, const double *c, double b,
     double sigma = sqrt(ss > EPS * EPS ? ss : EPS * EPS);
     for (u = 0; u < U; u++) w->xhat[u] /= sigma;
     double kappa = sqrt(b) * b / sqrt(12.0) / strength;
-    /* order: decreasing xhat (insertion sort, stable) */
+    /* order: decreasing xhat, by insertion sort from the model's previous order (its
+     * predictions move little between steps, so it is nearly sorted: O(U) passes) */
     int64_t *o = w->order;
-    for (i = 0; i < U; i++) {
-        double key = w->xhat[i];
+    for (i = 1; i < U; i++) {
+        int64_t cur = o[i];
+        double key = w->xhat[cur];
         for (j = i; j > 0 && w->xhat[o[j - 1]] < key; j--) o[j] = o[j - 1];
-        o[j] = i;
+        o[j] = cur;
     }
     double start = 0.0, rsum = 0.0, tsum_all = 0.0;
     for (i = 0; i < U; i++) {
@@ -171,14 +201,16 @@ static double soft_spearman(Work *w, const double *p, const double *c, double b,
 
 /* soft Spearman of parameters A and its gradient grad (float32, m x m) */
 static double value_and_grad(Work *w, const float *A, int constraint, const int64_t *k,
-                             const int64_t *l, const double *P, const double *c, double b,
+                             const int64_t *l, const double *c, double b,
                              const double *tsum, double strength, float *grad)
 {
     int m = w->m, T = w->T, U = w->U, u, t, i, j, r;
     float norm = metric(A, m, constraint, w->L, w->W);
+    double *tw = w->tw;
+    for (t = 0; t < T; t++) tw[t] = (double)w->W[k[t] * m + l[t]];
     for (u = 0; u < U; u++) {
         double q = 0.0;
-        for (t = 0; t < T; t++) q += (double)w->W[k[t] * m + l[t]] * P[u * T + t];
+        for (int64_t e = w->rowptr[u]; e < w->rowptr[u + 1]; e++) q += tw[w->col[e]] * w->val[e];
         if (constraint == NONE) {
             double aq = fabs(q), root = sqrt(aq + Q_EPS);
             w->pred[u] = q / root;
@@ -191,11 +223,12 @@ static double value_and_grad(Work *w, const float *A, int constraint, const int6
     }
     double rho = soft_spearman(w, w->pred, c, b, tsum, strength);
     for (i = 0; i < m * m; i++) w->G[i] = 0.0f;
-    for (t = 0; t < T; t++) {
-        double gw = 0.0;
-        for (u = 0; u < U; u++) gw += w->g_p[u] * w->dpred[u] * P[u * T + t];
-        w->G[k[t] * m + l[t]] = (float)gw;
+    for (t = 0; t < T; t++) tw[t] = 0.0;
+    for (u = 0; u < U; u++) {
+        double a = w->g_p[u] * w->dpred[u];
+        for (int64_t e = w->rowptr[u]; e < w->rowptr[u + 1]; e++) tw[w->col[e]] += a * w->val[e];
     }
+    for (t = 0; t < T; t++) w->G[k[t] * m + l[t]] = (float)tw[t];
     float gdotw = 0.0f;
     for (i = 0; i < m * m; i++) gdotw += w->G[i] * w->W[i];
     float d = norm > 1e-12f ? norm : 1e-12f;
@@ -234,6 +267,7 @@ int mlem_train_grouped(int64_t M, int m, int T, int U, const int64_t *k, const i
     int mm = m * m, e;
     if (m > MAXM || m < 1 || U < 1) return -1;
     if (work_alloc(&w, m, T, U)) { work_free(&w); return -1; }
+    work_set_terms(&w, P);
     float *cur = malloc(sizeof(float) * mm * 4);
     if (!cur) { work_free(&w); return -1; }
     float *mom = cur + mm, *vel = mom + mm, *grad = vel + mm;
@@ -253,12 +287,13 @@ int mlem_train_grouped(int64_t M, int m, int T, int U, const int64_t *k, const i
         double b = 0.0;
         int u;
         for (u = 0; u < U; u++) b += c[u];
+        work_reset(&w);
         memcpy(cur, best_A, sizeof(float) * mm);
         memset(mom, 0, sizeof(float) * mm * 2);
         float best = -INFINITY, ref = -INFINITY;
         int64_t since = 0, n = 0;
         for (step = 0; step < max_steps; step++) {
-            double rho = value_and_grad(&w, cur, constraint, k, l, P, c, b, tsum, strength,
+            double rho = value_and_grad(&w, cur, constraint, k, l, c, b, tsum, strength,
                                         grad);
             float rf = (float)rho;
             if (rf > best) { memcpy(best_A, cur, sizeof(float) * mm); best = rf; }
@@ -299,11 +334,13 @@ int mlem_value_and_grad(int64_t M, int m, int T, int U, const int64_t *k, const 
     int u;
     if (m > MAXM || m < 1 || U < 1) return -1;
     if (work_alloc(&w, m, T, U)) { work_free(&w); return -1; }
+    work_set_terms(&w, P);
     for (i = 0; i < M; i++) {
         const double *c = counts_per_model ? counts + i * U : counts;
         double b = 0.0;
         for (u = 0; u < U; u++) b += c[u];
-        rho[i] = value_and_grad(&w, A + i * m * m, constraint, k, l, P, c, b, targets + i * U,
+        work_reset(&w);
+        rho[i] = value_and_grad(&w, A + i * m * m, constraint, k, l, c, b, targets + i * U,
                                 strength, grad + i * m * m);
     }
     work_free(&w);
