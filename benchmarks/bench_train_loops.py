@@ -19,9 +19,16 @@ Cases:
 * ``spheres``: :func:`mlem_neuro.mlem_searchlight` on a 10 x 10 x 10 image of 3 mm voxels
   (every voxel a 6 mm sphere), 48 images, 4 binary features.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_train_loops.py [--rounds 3]
+With ``--per-step``, the cost of one training step per model instead: stacks of
+synthetic grouped full batches (:func:`mlem_neuro.core.engine.fit_grouped`, every binary
+feature-distance row, 3,000 pairs, targets ranked from a random additive code plus noise)
+trained for a fixed number of steps (no early stopping), for 3, 4 and 8 binary features
+(8, 16 and 256 distinct rows); the best of 2 runs per loop, in ns per model and step.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_train_loops.py [--rounds 3] [--per-step]
 """
 import argparse
+import itertools
 import time
 
 import nibabel as nib
@@ -31,6 +38,8 @@ import torch
 
 import mlem_neuro
 from mlem_neuro.core import ctrain, numpy_train
+from mlem_neuro.core.engine import fit_grouped
+from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.simulation import simulate_epochs
 
 
@@ -56,10 +65,47 @@ def cases():
     }
 
 
+def per_step(loops):
+    """ns per model and step of each loop on synthetic grouped full batches."""
+    rng = np.random.default_rng(0)
+    for m, M, steps in [(3, 2000, 300), (4, 1000, 300), (8, 200, 100)]:
+        D = torch.tensor(list(itertools.product((0.0, 1.0), repeat=m)), dtype=torch.float64)
+        U = D.shape[0]
+        g = rng.integers(0, U, size=3000)
+        counts = np.bincount(g, minlength=U).astype(float) + 1.0
+        sums = np.zeros((M, U))
+        for i in range(M):
+            x = D.numpy()[g] @ rng.normal(size=m) * 0.3 + rng.normal(size=len(g))
+            r = np.argsort(np.argsort(x)).astype(float)
+            r -= r.mean()
+            sums[i] = np.bincount(g, weights=r / np.linalg.norm(r), minlength=U)
+        counts = torch.tensor(np.tile(counts, (M, 1)))
+        sums = torch.tensor(sums)
+        opts = MLEMOptions(max_steps=steps, patience=10**6, tol=0.0)
+        cost, W = {}, {}
+        for loop, (use_c, available) in loops.items():
+            ctrain.USE_C, numpy_train.available = use_c, available
+            best = np.inf
+            for _ in range(2):
+                c0 = time.process_time()
+                W[loop] = fit_grouped(D, counts, sums, opts).W
+                best = min(best, time.process_time() - c0)
+            cost[loop] = best / (M * steps) * 1e9
+        first = next(iter(loops))
+        print(f"{m} features ({U} rows), {M} models x {steps} steps: "
+              + "  ".join(f"{k} {v:7.0f} ns" for k, v in cost.items()) + "  "
+              + "  ".join(f"{k}/{first} {cost[k] / cost[first]:4.2f}x" for k in loops
+                          if k != first) + "; max |W - W " + first + "| "
+              + " ".join(f"{k} {np.abs(W[k] - W[first]).max():.1e}" for k in loops
+                         if k != first), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cases", nargs="+", default=["time", "nulls", "spheres"])
+    parser.add_argument("--per-step", action="store_true",
+                        help="time one step per model on synthetic stacks instead")
     args = parser.parse_args()
     torch.set_num_threads(1)
     real = numpy_train.available
@@ -68,6 +114,10 @@ def main():
         print("the compiled loop is not built: comparing numpy and torch only")
         del loops["c"]
     print(f"torch {torch.__version__}, 1 thread, {args.rounds} rounds, CPU times")
+    if args.per_step:
+        per_step(loops)
+        ctrain.USE_C, numpy_train.available = True, real
+        return
     first = next(iter(loops))
     for name, run in cases().items():
         if name not in args.cases:

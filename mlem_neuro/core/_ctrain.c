@@ -1,11 +1,13 @@
-/* Grouped full-batch training of MLEM models, one model at a time, in C.
+/* Grouped training of MLEM models, one model at a time, in C.
  *
  * The same steps as mlem_neuro/core/numpy_train.py (which documents the gradient): the
  * metric W from the parameters A (float32), the term weights, the predictions and the
  * grouped soft Spearman of _SoftSpearmanPAV (float64, weighted pool-adjacent-violators),
  * the gradient by hand, AdamW without weight decay (float32) and the stopping rule of
- * engine._EarlyStopping.  With full batches every model's steps depend on that model
- * alone, so each model runs to its own stop: no stack, no per-step array operations.
+ * engine._EarlyStopping.  With full batches, or with the grid's mini-batches of blocks
+ * (drawn in advance: the same blocks for every model at a step), every model's steps
+ * depend on that model alone, so each model runs to its own stop: no stack, no per-step
+ * array operations.
  * Called through ctypes (mlem_neuro/core/ctrain.py); the Python module below only makes
  * the shared library importable and findable.
  */
@@ -36,10 +38,13 @@ static float sigmoid_f(float x)
 
 /* workspace of one model's step, sized once */
 typedef struct {
-    int m, T, U;
+    int m, T, U, Up;      /* Up: the groups present in the step's batch (compact arrays) */
     float *L, *W, *G, *G0, *gL;
     double *tw, *val, *q, *pred, *dpred, *xhat, *s, *cs, *y, *v, *wv, *t, *rc, *g_r, *g_s, *g_p;
+    double *cc, *tc;      /* compact counts and target sums of the step's batch */
     int64_t *order, *bstart, *col, *rowptr;
+    int64_t *pidx, *pos, *ofull;   /* present groups; their compact index (or -1); the
+                                    * model's last sorted order of all groups */
 } Work;
 
 static int work_alloc(Work *w, int m, int T, int U)
@@ -48,27 +53,36 @@ static int work_alloc(Work *w, int m, int T, int U)
     w->m = m; w->T = T; w->U = U;
     w->L = calloc(mm * 5, sizeof(float));
     w->tw = calloc((size_t)T + 1, sizeof(double));
-    w->val = calloc((size_t)T * U + 1, sizeof(double));
-    w->col = calloc((size_t)T * U + 1, sizeof(int64_t));
+    w->val = NULL;                                      /* sized by work_set_terms */
+    w->col = NULL;
     w->rowptr = calloc((size_t)U + 1, sizeof(int64_t));
-    w->q = calloc((size_t)U * 14, sizeof(double));
-    w->order = calloc((size_t)U * 2 + 2, sizeof(int64_t));
-    if (!w->L || !w->tw || !w->val || !w->col || !w->rowptr || !w->q || !w->order)
+    w->q = calloc((size_t)U * 16, sizeof(double));
+    w->order = calloc((size_t)U * 5 + 2, sizeof(int64_t));
+    if (!w->L || !w->tw || !w->rowptr || !w->q || !w->order)
         return -1;
     w->W = w->L + mm; w->G = w->W + mm; w->G0 = w->G + mm; w->gL = w->G0 + mm;
     w->pred = w->q + U; w->dpred = w->pred + U; w->xhat = w->dpred + U; w->s = w->xhat + U;
     w->cs = w->s + U; w->y = w->cs + U; w->v = w->y + U; w->wv = w->v + U; w->t = w->wv + U;
     w->rc = w->t + U; w->g_r = w->rc + U; w->g_s = w->g_r + U; w->g_p = w->g_s + U;
-    w->bstart = w->order + U;
+    w->cc = w->g_p + U; w->tc = w->cc + U;
+    w->bstart = w->order + U;                           /* U + 1 entries */
+    w->pidx = w->bstart + U + 1; w->pos = w->pidx + U; w->ofull = w->pos + U;
+    for (int u = 0; u < U; u++) { w->pidx[u] = u; w->pos[u] = u; }
+    w->Up = U;
     return 0;
 }
 
 /* the term rows P (U, T) as sparse rows (their nonzero terms, in term order): with
  * categorical features most terms of a row are 0 (a pair differs in few features), and
  * skipping them leaves every sum unchanged (adding 0 * x is exact for finite x) */
-static void work_set_terms(Work *w, const double *P)
+static int work_set_terms(Work *w, const double *P)
 {
     int64_t nnz = 0;
+    for (size_t e = 0; e < (size_t)w->U * w->T; e++) nnz += P[e] != 0.0;
+    w->val = malloc(sizeof(double) * (nnz + 1));
+    w->col = malloc(sizeof(int64_t) * (nnz + 1));
+    if (!w->val || !w->col) return -1;
+    nnz = 0;
     for (int u = 0; u < w->U; u++) {
         w->rowptr[u] = nnz;
         for (int t = 0; t < w->T; t++) {
@@ -77,12 +91,24 @@ static void work_set_terms(Work *w, const double *P)
         }
     }
     w->rowptr[w->U] = nnz;
+    return 0;
 }
 
 /* a new model: its first sort starts from the group order */
 static void work_reset(Work *w)
 {
-    for (int u = 0; u < w->U; u++) w->order[u] = u;
+    for (int u = 0; u < w->U; u++) w->ofull[u] = u;
+}
+
+/* the groups present in a batch: those with a positive count (as numpy_batch keeps) */
+static void set_present(Work *w, const double *counts)
+{
+    int j = 0;
+    for (int u = 0; u < w->U; u++) {
+        if (counts[u] > 0.0) { w->pidx[j] = u; w->pos[u] = j; j++; }
+        else w->pos[u] = -1;
+    }
+    w->Up = j;
 }
 
 static void work_free(Work *w)
@@ -138,11 +164,12 @@ static int pav_decreasing(const double *y, const double *c, int n, double *v, do
     return nb;
 }
 
-/* soft Spearman of one model's grouped predictions and its gradient g_p (group order) */
+/* soft Spearman of one model's grouped predictions p on the Up present groups (compact
+ * arrays p, c, tsum) and its gradient g_p (compact group order) */
 static double soft_spearman(Work *w, const double *p, const double *c, double b,
                             const double *tsum, double strength)
 {
-    int U = w->U, u, i, j;
+    int U = w->Up, u, i, j;
     double mean = 0.0, ss = 0.0;
     for (u = 0; u < U; u++) mean += p[u] * c[u];
     mean /= b;
@@ -150,15 +177,20 @@ static double soft_spearman(Work *w, const double *p, const double *c, double b,
     double sigma = sqrt(ss > EPS * EPS ? ss : EPS * EPS);
     for (u = 0; u < U; u++) w->xhat[u] /= sigma;
     double kappa = sqrt(b) * b / sqrt(12.0) / strength;
-    /* order: decreasing xhat, by insertion sort from the model's previous order (its
-     * predictions move little between steps, so it is nearly sorted: O(U) passes) */
+    /* order: decreasing xhat, by insertion sort from the model's previous order of the
+     * present groups (its predictions move little between steps, so it is nearly sorted:
+     * O(U) passes); the new order goes back to the slots of the present groups */
     int64_t *o = w->order;
+    for (i = 0, j = 0; i < w->U; i++)
+        if (w->pos[w->ofull[i]] >= 0) o[j++] = w->pos[w->ofull[i]];
     for (i = 1; i < U; i++) {
         int64_t cur = o[i];
         double key = w->xhat[cur];
         for (j = i; j > 0 && w->xhat[o[j - 1]] < key; j--) o[j] = o[j - 1];
         o[j] = cur;
     }
+    for (i = 0, j = 0; i < w->U; i++)
+        if (w->pos[w->ofull[i]] >= 0) w->ofull[i] = w->pidx[o[j++]];
     double start = 0.0, rsum = 0.0, tsum_all = 0.0;
     for (i = 0; i < U; i++) {
         double ci = c[o[i]];
@@ -208,9 +240,12 @@ static double value_and_grad(Work *w, const float *A, int constraint, const int6
     float norm = metric(A, m, constraint, w->L, w->W);
     double *tw = w->tw;
     for (t = 0; t < T; t++) tw[t] = (double)w->W[k[t] * m + l[t]];
+    U = w->Up;
     for (u = 0; u < U; u++) {
         double q = 0.0;
-        for (int64_t e = w->rowptr[u]; e < w->rowptr[u + 1]; e++) q += tw[w->col[e]] * w->val[e];
+        int64_t row = w->pidx[u];
+        for (int64_t e = w->rowptr[row]; e < w->rowptr[row + 1]; e++)
+            q += tw[w->col[e]] * w->val[e];
         if (constraint == NONE) {
             double aq = fabs(q), root = sqrt(aq + Q_EPS);
             w->pred[u] = q / root;
@@ -226,7 +261,9 @@ static double value_and_grad(Work *w, const float *A, int constraint, const int6
     for (t = 0; t < T; t++) tw[t] = 0.0;
     for (u = 0; u < U; u++) {
         double a = w->g_p[u] * w->dpred[u];
-        for (int64_t e = w->rowptr[u]; e < w->rowptr[u + 1]; e++) tw[w->col[e]] += a * w->val[e];
+        int64_t row = w->pidx[u];
+        for (int64_t e = w->rowptr[row]; e < w->rowptr[row + 1]; e++)
+            tw[w->col[e]] += a * w->val[e];
     }
     for (t = 0; t < T; t++) w->G[k[t] * m + l[t]] = (float)tw[t];
     float gdotw = 0.0f;
@@ -251,23 +288,90 @@ static double value_and_grad(Work *w, const float *A, int constraint, const int6
     return rho;
 }
 
-/* Train M models.  A (M, m, m) float32: the start, overwritten by the best state seen.
- * counts: (U,) shared or (M, U) per model (counts_per_model).  history: (M, max_steps)
- * float32 filled with NaN beyond each model's last step, or NULL.  Returns 0, or -1 when
- * memory ran out or m > MAXM. */
-int mlem_train_grouped(int64_t M, int m, int T, int U, const int64_t *k, const int64_t *l,
-                       const double *P, const double *counts, int counts_per_model,
-                       const double *targets, int constraint, double strength, double lr,
-                       double tol, int64_t patience, int64_t max_steps, float *A,
-                       int64_t *n_iter, uint8_t *converged, double *best_score,
-                       float *history)
+/* Mini-batches of the grid (quantise._BlockTargets): per model the per-block tables of
+ * the target ranks; per step the blocks drawn (the same for every model). */
+typedef struct {
+    int K, nb;                 /* blocks, blocks per batch */
+    const double *C;           /* (U, K) pairs of each group in each block */
+    const double *Tb;          /* (M, U, K) sums of target ranks per group and block */
+    const double *S1, *S2;     /* (M, K) sums of ranks and of squared ranks per block */
+    const int64_t *draws;      /* (max_steps, nb) the blocks of each step */
+    double *counts;            /* (max_steps, U) the batch's pairs per group, per step, */
+    uint8_t *done;             /* computed by the first model to reach the step (NULL:
+                                * (U) only, computed at every step) */
+    int64_t *out;              /* (K - nb) the blocks a step leaves out */
+    double *total;             /* (U) a model's target sums over all blocks */
+} Blocks;
+
+/* the batch of model i at a step: compact counts and standardised target sums of the
+ * present groups (quantise._BlockTargets.draw, then the present groups as numpy_batch).
+ * A group's sum over the drawn blocks is taken over the fewer of the drawn blocks and the
+ * blocks left out (then subtracted from its total over all blocks). */
+static double block_batch(Work *w, Blocks *bl, int64_t i, int64_t step, int new_model)
+{
+    const int64_t *d = bl->draws + step * bl->nb;
+    int U = w->U, K = bl->K, nb = bl->nb, u, j, r;
+    double *counts = bl->counts + (bl->done ? (size_t)step * U : 0);
+    const double *Ti = bl->Tb + (size_t)i * U * K;
+    if (!bl->done || !bl->done[step]) {
+        for (u = 0; u < U; u++) {
+            double c = 0.0;
+            for (j = 0; j < nb; j++) c += bl->C[(size_t)u * K + d[j]];
+            counts[u] = c;
+        }
+        if (bl->done) bl->done[step] = 1;
+    }
+    if (new_model)
+        for (u = 0; u < U; u++) {
+            double t = 0.0;
+            for (r = 0; r < K; r++) t += Ti[(size_t)u * K + r];
+            bl->total[u] = t;
+        }
+    double b = 0.0, s1 = 0.0, s2 = 0.0;
+    for (u = 0; u < U; u++) b += counts[u];
+    for (j = 0; j < nb; j++) {
+        s1 += bl->S1[i * K + d[j]];
+        s2 += bl->S2[i * K + d[j]];
+    }
+    double mean = s1 / b, var = s2 - b * mean * mean;
+    double norm = sqrt(var > 1e-24 ? var : 1e-24);
+    set_present(w, counts);
+    int use_out = 2 * nb > K, n_out = 0;
+    if (use_out) {
+        uint64_t in = 0;
+        for (j = 0; j < nb; j++) in |= (uint64_t)1 << d[j];
+        for (r = 0; r < K; r++)
+            if (!(in >> r & 1)) bl->out[n_out++] = r;
+    }
+    for (j = 0; j < w->Up; j++) {
+        int64_t g = w->pidx[j];
+        const double *row = Ti + (size_t)g * K;
+        double t = 0.0;
+        if (use_out) {
+            for (r = 0; r < n_out; r++) t += row[bl->out[r]];
+            t = bl->total[g] - t;
+        } else {
+            for (r = 0; r < nb; r++) t += row[d[r]];
+        }
+        w->cc[j] = counts[g];
+        w->tc[j] = (t - counts[g] * mean) / norm;
+    }
+    return b;
+}
+
+/* Train M models (see mlem_train_grouped); with bl, on the grid's mini-batches. */
+static int train_models(int64_t M, int m, int T, int U, const int64_t *k, const int64_t *l,
+                        const double *P, const double *counts, int counts_per_model,
+                        const double *targets, Blocks *bl, int constraint,
+                        double strength, double lr, double tol, int64_t patience,
+                        int64_t max_steps, float *A, int64_t *n_iter, uint8_t *converged,
+                        double *best_score, float *history)
 {
     Work w;
     int64_t i, step;
     int mm = m * m, e;
     if (m > MAXM || m < 1 || U < 1) return -1;
-    if (work_alloc(&w, m, T, U)) { work_free(&w); return -1; }
-    work_set_terms(&w, P);
+    if (work_alloc(&w, m, T, U) || work_set_terms(&w, P)) { work_free(&w); return -1; }
     float *cur = malloc(sizeof(float) * mm * 4);
     if (!cur) { work_free(&w); return -1; }
     float *mom = cur + mm, *vel = mom + mm, *grad = vel + mm;
@@ -281,18 +385,25 @@ int mlem_train_grouped(int64_t M, int m, int T, int U, const int64_t *k, const i
     const float b1 = 0.9f, b2 = 0.999f, one_b1 = (float)(1.0 - 0.9), one_b2 = (float)(1.0 - 0.999);
     const float adam_eps = 1e-8f, ftol = (float)tol;
     for (i = 0; i < M; i++) {
-        const double *c = counts_per_model ? counts + i * U : counts;
-        const double *tsum = targets + i * U;
+        const double *c = NULL, *tsum = NULL;
         float *best_A = A + i * mm;
         double b = 0.0;
-        int u;
-        for (u = 0; u < U; u++) b += c[u];
+        if (!bl) {                                       /* full batch: every group */
+            c = counts_per_model ? counts + i * U : counts;
+            tsum = targets + i * U;
+            for (int u = 0; u < U; u++) b += c[u];
+        }
         work_reset(&w);
         memcpy(cur, best_A, sizeof(float) * mm);
         memset(mom, 0, sizeof(float) * mm * 2);
         float best = -INFINITY, ref = -INFINITY;
         int64_t since = 0, n = 0;
         for (step = 0; step < max_steps; step++) {
+            if (bl) {
+                b = block_batch(&w, bl, i, step, step == 0);
+                c = w.cc;
+                tsum = w.tc;
+            }
             double rho = value_and_grad(&w, cur, constraint, k, l, c, b, tsum, strength,
                                         grad);
             float rf = (float)rho;
@@ -322,6 +433,51 @@ int mlem_train_grouped(int64_t M, int m, int T, int U, const int64_t *k, const i
     return 0;
 }
 
+/* Train M models on full batches.  A (M, m, m) float32: the start, overwritten by the
+ * best state seen.  counts: (U,) shared or (M, U) per model (counts_per_model).
+ * history: (M, max_steps) float32 filled with NaN beyond each model's last step, or NULL.
+ * Returns 0, or -1 when memory ran out or m > MAXM. */
+int mlem_train_grouped(int64_t M, int m, int T, int U, const int64_t *k, const int64_t *l,
+                       const double *P, const double *counts, int counts_per_model,
+                       const double *targets, int constraint, double strength, double lr,
+                       double tol, int64_t patience, int64_t max_steps, float *A,
+                       int64_t *n_iter, uint8_t *converged, double *best_score,
+                       float *history)
+{
+    return train_models(M, m, T, U, k, l, P, counts, counts_per_model, targets, NULL,
+                        constraint, strength, lr, tol, patience, max_steps, A, n_iter,
+                        converged, best_score, history);
+}
+
+/* Train M models on the grid's mini-batches of blocks: C (U, K), Tb (M, U, K), S1 and
+ * S2 (M, K) as quantise._BlockTargets holds them (ranks not standardised), draws
+ * (max_steps, nb) the blocks of each step.  Otherwise as mlem_train_grouped. */
+int mlem_train_blocks(int64_t M, int m, int T, int U, const int64_t *k, const int64_t *l,
+                      const double *P, int K, int nb, const double *C, const double *Tb,
+                      const double *S1, const double *S2, const int64_t *draws,
+                      int constraint, double strength, double lr, double tol,
+                      int64_t patience, int64_t max_steps, float *A, int64_t *n_iter,
+                      uint8_t *converged, double *best_score, float *history)
+{
+    if (K > 64 || nb < 1 || nb > K) return -1;
+    /* every step's counts are kept (computed once for all models) up to 64 MiB */
+    size_t steps = max_steps > 0 ? (size_t)max_steps : 1;
+    int cache = steps * (size_t)U <= ((size_t)1 << 23);
+    size_t kept = cache ? steps : 1;
+    double *work = malloc(sizeof(double) * (kept * U + U + 1));
+    uint8_t *done = cache ? calloc(steps, 1) : NULL;
+    int64_t *out = malloc(sizeof(int64_t) * (K + 1));
+    if (!work || (cache && !done) || !out) { free(work); free(done); free(out); return -1; }
+    Blocks bl = {K, nb, C, Tb, S1, S2, draws, work, done, out, work + kept * U};
+    int status = train_models(M, m, T, U, k, l, P, NULL, 0, NULL, &bl, constraint, strength,
+                              lr, tol, patience, max_steps, A, n_iter, converged, best_score,
+                              history);
+    free(done);
+    free(out);
+    free(work);
+    return status;
+}
+
 /* The soft Spearman (rho, M) of parameters A (M, m, m) and its gradient (grad, M x m x m):
  * one step of mlem_train_grouped without the update (for tests).  Returns 0 or -1. */
 int mlem_value_and_grad(int64_t M, int m, int T, int U, const int64_t *k, const int64_t *l,
@@ -333,8 +489,7 @@ int mlem_value_and_grad(int64_t M, int m, int T, int U, const int64_t *k, const 
     int64_t i;
     int u;
     if (m > MAXM || m < 1 || U < 1) return -1;
-    if (work_alloc(&w, m, T, U)) { work_free(&w); return -1; }
-    work_set_terms(&w, P);
+    if (work_alloc(&w, m, T, U) || work_set_terms(&w, P)) { work_free(&w); return -1; }
     for (i = 0; i < M; i++) {
         const double *c = counts_per_model ? counts + i * U : counts;
         double b = 0.0;

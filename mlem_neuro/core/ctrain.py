@@ -1,7 +1,11 @@
-"""Grouped full-batch training in C: each model trained to its own stop.
+"""Grouped training in C: each model trained to its own stop.
 
 With categorical features and full batches (every training pair each step), a model's
-steps depend on that model alone: its grouped predictions, counts and target sums.  The
+steps depend on that model alone: its grouped predictions, counts and target sums; so do
+they with the grid of numeric distances, whose mini-batches are unions of fixed blocks of
+pairs drawn at random, the same blocks for every model at a step
+(:class:`~mlem_neuro.core.quantise.GridBlocks`): the C loop draws every step's blocks
+first, from the same stream.  The
 numpy loop (:mod:`mlem_neuro.core.numpy_train`) still steps a stack of models together,
 so each step pays dozens of small array operations over ``(models × rows)`` arrays; the
 C loop of ``_ctrain.c`` runs the same steps one model at a time (the metric and AdamW in
@@ -50,6 +54,12 @@ def _library():
                   ctypes.c_int, p, ctypes.c_int, ctypes.c_double, ctypes.c_double,
                   ctypes.c_double, ctypes.c_int64, ctypes.c_int64, p, p, p, p, p]
     f.restype = ctypes.c_int
+    b = lib.mlem_train_blocks
+    b.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, p, p, p,
+                  ctypes.c_int, ctypes.c_int, p, p, p, p, p, ctypes.c_int, ctypes.c_double,
+                  ctypes.c_double, ctypes.c_double, ctypes.c_int64, ctypes.c_int64, p, p, p,
+                  p, p]
+    b.restype = ctypes.c_int
     g = lib.mlem_value_and_grad
     g.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, p, p, p, p,
                   ctypes.c_int, p, ctypes.c_int, ctypes.c_double, p, p, p]
@@ -64,10 +74,12 @@ def built():
 
 
 def available(data, m, dev, dtype):
-    """Whether :func:`train` runs ``data``'s steps: grouped full batches on the CPU in
-    float32, the library built and :data:`USE_C` set."""
+    """Whether :func:`train` runs ``data``'s steps: grouped full batches, or the grid's
+    mini-batches of blocks, on the CPU in float32, the library built and :data:`USE_C`
+    set."""
     return (USE_C and dev.type == "cpu" and dtype == torch.float32 and data.grouped
-            and data.full and 1 <= m <= _MAX_FEATURES and built())
+            and (data.full or getattr(data, "blocks", None) is not None)
+            and 1 <= m <= _MAX_FEATURES and built())
 
 
 def _ptr(a):
@@ -95,6 +107,50 @@ def value_and_grad(A, constraint, k, l, P, counts, targets, strength):
     return rho, grad
 
 
+def _train_full(data, M, m, k, l, common):
+    P, counts, targets = data.numpy_batch()
+    P = np.ascontiguousarray(P, dtype=np.float64)
+    counts = np.ascontiguousarray(counts, dtype=np.float64)
+    targets = np.ascontiguousarray(targets, dtype=np.float64)
+    U, T = P.shape
+    if targets.shape != (M, U) or counts.shape not in ((U,), (M, U)):
+        raise RuntimeError(f"ctrain: unexpected batch shapes {P.shape}, {counts.shape}, "
+                           f"{targets.shape} for {M} models")
+    return _library().mlem_train_grouped(M, m, T, U, _ptr(k), _ptr(l), _ptr(P), _ptr(counts),
+                                         int(counts.ndim == 2), _ptr(targets), *common)
+
+
+def _train_blocks(data, M, m, k, l, max_steps, n_iter, common):
+    """The grid's mini-batches of blocks (:class:`~mlem_neuro.core.quantise.GridBlocks`):
+    every step's blocks are drawn before training, from the stream the numpy loop draws
+    them from; the stream is then left where the numpy loop leaves it (one draw per step
+    of the longest-training model)."""
+    bt = data.blocks
+    grid = bt.blocks
+    P = np.ascontiguousarray(data.P_uniq.numpy(), dtype=np.float64)
+    U, T = P.shape
+    C = np.ascontiguousarray(grid.C.cpu().numpy(), dtype=np.float64)
+    Tb = np.ascontiguousarray(bt.T.cpu().numpy(), dtype=np.float64)
+    S1 = np.ascontiguousarray(bt.S1.cpu().numpy(), dtype=np.float64)
+    S2 = np.ascontiguousarray(bt.S2.cpu().numpy(), dtype=np.float64)
+    K = C.shape[1]
+    if C.shape[0] != U or Tb.shape != (M, U, K) or S1.shape != (M, K):
+        raise RuntimeError(f"ctrain: unexpected block tables {C.shape}, {Tb.shape}, "
+                           f"{S1.shape} for {M} models and {U} groups")
+    rng = bt.rng
+    state = rng.bit_generator.state
+    draws = np.ascontiguousarray(
+        np.stack([rng.choice(K, grid.k, replace=False) for _ in range(max_steps)]),
+        dtype=np.int64)
+    status = _library().mlem_train_blocks(M, m, T, U, _ptr(k), _ptr(l), _ptr(P), K,
+                                          int(grid.k), _ptr(C), _ptr(Tb), _ptr(S1),
+                                          _ptr(S2), _ptr(draws), *common)
+    rng.bit_generator.state = state
+    for _ in range(int(n_iter.max())):
+        rng.choice(K, grid.k, replace=False)
+    return status
+
+
 def train(data, m, fit_kw, dev, dtype, history=True):
     """:func:`mlem_neuro.core.engine._train` for grouped full batches on the CPU, in C;
     returns the same :class:`~mlem_neuro.core.engine.StackFit`."""
@@ -112,22 +168,15 @@ def train(data, m, fit_kw, dev, dtype, history=True):
     max_steps = int(fit_kw["max_steps"])
     hist = np.empty((M, max_steps), dtype=np.float32) if history else None
     if M:
-        P, counts, targets = data.numpy_batch()
-        P = np.ascontiguousarray(P, dtype=np.float64)
-        counts = np.ascontiguousarray(counts, dtype=np.float64)
-        targets = np.ascontiguousarray(targets, dtype=np.float64)
         k = np.ascontiguousarray(np.asarray(data.k), dtype=np.int64)
         l = np.ascontiguousarray(np.asarray(data.l), dtype=np.int64)
-        U, T = P.shape
-        if targets.shape != (M, U) or counts.shape not in ((U,), (M, U)):
-            raise RuntimeError(f"ctrain: unexpected batch shapes {P.shape}, {counts.shape}, "
-                               f"{targets.shape} for {M} models")
-        status = _library().mlem_train_grouped(
-            M, m, T, U, _ptr(k), _ptr(l), _ptr(P), _ptr(counts), int(counts.ndim == 2),
-            _ptr(targets), _CONSTRAINTS[constraint], float(SOFT_RANK_STRENGTH),
-            float(fit_kw["lr"]), float(fit_kw["tol"]), int(fit_kw["patience"]), max_steps,
-            _ptr(A), _ptr(n_iter), _ptr(converged), _ptr(best),
-            _ptr(hist) if history else None)
+        common = (_CONSTRAINTS[constraint], float(SOFT_RANK_STRENGTH), float(fit_kw["lr"]),
+                  float(fit_kw["tol"]), int(fit_kw["patience"]), max_steps, _ptr(A),
+                  _ptr(n_iter), _ptr(converged), _ptr(best), _ptr(hist) if history else None)
+        if data.full:
+            status = _train_full(data, M, m, k, l, common)
+        else:
+            status = _train_blocks(data, M, m, k, l, max_steps, n_iter, common)
         if status != 0:
             raise MemoryError("the compiled training loop could not allocate its workspace")
     with torch.no_grad():
@@ -135,4 +184,5 @@ def train(data, m, fit_kw, dev, dtype, history=True):
     if history:
         hist = hist[:, :int(n_iter.max()) if M else 0].astype(np.float64)
     return StackFit(W=W.double().numpy(), n_iter=n_iter, converged=converged.astype(bool),
-                    history=hist, best_score=best, batch_size=int(data.b), full_batch=True)
+                    history=hist, best_score=best, batch_size=int(data.b),
+                    full_batch=bool(data.full))

@@ -12,8 +12,9 @@ computed on groups of identical pairs (:mod:`mlem_neuro.core.tied`), and mini-ba
 ranks come from one sort of all pairs per model (:class:`~mlem_neuro.core.spearman.
 SubsetRanks`): no step sorts the batch.  Both give the same numbers as the per-pair path.
 On the CPU the steps of such grouped designs run with the gradient by hand: on full
-batches in C, each model to its own stop (:mod:`mlem_neuro.core.ctrain`, when the
-package's compiled loop is built), else in numpy (:mod:`mlem_neuro.core.numpy_train`);
+batches and the grid's mini-batches of blocks in C, each model to its own stop
+(:mod:`mlem_neuro.core.ctrain`, when the package's compiled loop is built), else in numpy
+(:mod:`mlem_neuro.core.numpy_train`);
 both are the torch steps to float32 rounding at a fraction of their fixed cost.  On a GPU,
 and for per-pair designs, the steps run in torch.
 """
@@ -490,7 +491,8 @@ def _train(data, m, fit_kw, dev, dtype, history=True):
     """The training loop of :func:`fit_stack` and :func:`fit_grouped` on ``data`` (a
     :class:`_StepTargets` or :class:`GroupedTargets`) for models of ``m`` features."""
     if ctrain.available(data, m, dev, dtype):
-        # grouped full batches on the CPU: each model to its own stop in C (core/ctrain.py)
+        # grouped full batches or grid blocks on the CPU: each model to its own stop in C
+        # (core/ctrain.py)
         return ctrain.train(data, m, fit_kw, dev, dtype, history)
     if numpy_train.available(data, dev):
         # grouped designs on the CPU: the same steps in numpy (a fraction of the fixed
