@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from test_numpy_train import _design  # the same small design as the numpy loop's tests
 
 from mlem_neuro.core import ctrain, engine, numpy_train
 from mlem_neuro.core.engine import fit_grouped, fit_stack
@@ -13,20 +14,9 @@ from mlem_neuro.core.metric import term_index, term_matrix
 from mlem_neuro.core.neural import NeuralTargets
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.sources import DenseRDMSource
-from mlem_neuro.simulation import simulate_representations
 
 pytestmark = pytest.mark.skipif(not ctrain.built(),
                                 reason="the compiled training loop is not built")
-
-
-def _design(n=60, seed=0):
-    X, y, _ = simulate_representations(n_stimuli=n, n_features=3, n_units=16, noise=0.5,
-                                       random_state=seed)
-    rng = np.random.default_rng(seed)
-    Y = np.stack([X + 0.4 * rng.standard_normal(X.shape) for _ in range(5)])
-    enc = FeatureSpace().fit(y).transform(y)
-    targets = NeuralTargets.from_rdm(DenseRDMSource(Y).rdm(np.arange(n)), n, "cpu")
-    return enc, targets
 
 
 def _loops(monkeypatch, run):
