@@ -202,6 +202,27 @@ def _blocks_case(P=12720, U=600, M=20, seed=0):
     return rng, uid, U, cell_pred, 0.3 * cell_pred[:, uid] + noise
 
 
+def test_grid_block_draws_are_uniform_and_the_same_drawn_at_once_or_one_by_one():
+    """The compiled loop draws a fit's batches in one call, the numpy loop one per step:
+    the same blocks from the same stream, and the stream left at the same place."""
+    rng0 = np.random.default_rng(3)
+    uid = torch.as_tensor(rng0.integers(0, 50, 4000))
+    blocks = quantise.GridBlocks(uid, 50, rng0)
+    blocks.k = 7
+    a, b = np.random.default_rng(5), np.random.default_rng(5)
+    at_once = blocks.draw_blocks(a, 200)
+    one_by_one = np.concatenate([blocks.draw_blocks(b, 1) for _ in range(200)])
+    np.testing.assert_array_equal(at_once, one_by_one)
+    assert a.random() == b.random()
+    assert at_once.shape == (200, 7)
+    assert all(len(set(row)) == 7 for row in at_once.tolist())
+    # every block equally likely: 200 * 7 / 32 = 43.75 draws each, sd about 6
+    freq = np.bincount(at_once.ravel(), minlength=quantise.N_BLOCKS)
+    assert freq.min() > 20 and freq.max() < 70
+    s = blocks.draw(np.random.default_rng(5))
+    assert torch.equal(torch.nonzero(s).ravel(), torch.as_tensor(np.sort(at_once[0])))
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_grid_block_batches_sum_the_batch_standardised_ranks(seed):
     """A batch of blocks: its cells' pair counts and its standardised target ranks.

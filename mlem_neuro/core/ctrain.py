@@ -139,15 +139,12 @@ def _train_blocks(data, M, m, k, l, max_steps, n_iter, common):
                            f"{S1.shape} for {M} models and {U} groups")
     rng = bt.rng
     state = rng.bit_generator.state
-    draws = np.ascontiguousarray(
-        np.stack([rng.choice(K, grid.k, replace=False) for _ in range(max_steps)]),
-        dtype=np.int64)
+    draws = np.ascontiguousarray(grid.draw_blocks(rng, max_steps), dtype=np.int64)
     status = _library().mlem_train_blocks(M, m, T, U, _ptr(k), _ptr(l), _ptr(P), K,
                                           int(grid.k), _ptr(C), _ptr(Tb), _ptr(S1),
                                           _ptr(S2), _ptr(draws), *common)
     rng.bit_generator.state = state
-    for _ in range(int(n_iter.max())):
-        rng.choice(K, grid.k, replace=False)
+    grid.draw_blocks(rng, int(n_iter.max()))
     return status
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from . import batch_size, tied
@@ -47,8 +48,37 @@ MAX_CELLS = 1024
 N_BLOCKS = 32
 
 
-def _distinct(col):
+#: values of a column looked at first when counting its distinct values up to a cap.
+_SAMPLE = 4096
+
+
+def _distinct(col, cap=None):
+    """Distinct values of ``col``; with ``cap``, any number above ``cap`` when there are
+    more than ``cap`` (a numeric column shows that within its first values: no sort of
+    all its pairs)."""
+    if cap is not None and col.numel() > _SAMPLE:
+        if int(torch.unique(col[:_SAMPLE]).numel()) > cap:
+            return cap + 1
     return int(torch.unique(col).numel())
+
+
+def _counts(D, numeric_levels):
+    """Distinct values of each column of ``D``, exact up to the most levels a grid of
+    ``numeric_levels`` can use (all that :func:`choose_levels` and :func:`cell_index`
+    read: whether a column has more values than the levels, and its values when not)."""
+    cap = max(MAX_LEVELS, MIN_LEVELS, 0 if numeric_levels in (None, "auto")
+              else int(numeric_levels))
+    return [_distinct(D[:, k], cap) for k in range(D.shape[1])]
+
+
+def _renumber(code, span):
+    """Rank of each code among the distinct codes in ``[0, span)`` (as the inverse of
+    ``torch.unique``): by a table of the codes when ``span`` is small, else a sort."""
+    if span <= max(4 * code.numel(), 1 << 16):
+        seen = torch.zeros(span, dtype=torch.bool, device=code.device)
+        seen[code] = True
+        return (torch.cumsum(seen, 0) - 1)[code]
+    return torch.unique(code, return_inverse=True)[1]
 
 
 def choose_levels(D, numeric_levels, counts=None):
@@ -61,7 +91,7 @@ def choose_levels(D, numeric_levels, counts=None):
     if numeric_levels is None:
         return None
     if counts is None:
-        counts = [_distinct(D[:, k]) for k in range(D.shape[1])]
+        counts = _counts(D, numeric_levels)
     if numeric_levels != "auto":
         return int(numeric_levels) if max(counts) > numeric_levels else None
     numeric = [c for c in counts if c > MIN_LEVELS]
@@ -83,7 +113,7 @@ def quantise_distances(D, levels):
     for k in range(D.shape[1]):
         col = D[:, k]
         top = float(col.max())
-        if top <= 0 or _distinct(col) <= levels:
+        if top <= 0 or _distinct(col, levels) <= levels:
             continue
         step = top / (levels - 1)
         out[:, k] = torch.round(col / step) * step
@@ -102,7 +132,7 @@ def cell_index(D, levels, counts=None):
     increasing for ``d >= 0``).  ``counts`` as in :func:`choose_levels`.
     """
     if counts is None:
-        counts = [_distinct(D[:, k]) for k in range(D.shape[1])]
+        counts = _counts(D, levels)
     code = torch.zeros(D.shape[0], dtype=torch.long, device=D.device)
     span = 1                                                   # codes lie in [0, span)
     for k in range(D.shape[1]):
@@ -113,10 +143,10 @@ def cell_index(D, levels, counts=None):
         else:
             idx, radix = torch.unique(col, return_inverse=True)[1], counts[k]
         if span * radix >= 2**62:                              # renumber: span <= pairs
-            _, code = torch.unique(code, return_inverse=True)
+            code = _renumber(code, span)
             span = int(code.max()) + 1
         code, span = code * radix + idx, span * radix
-    _, code = torch.unique(code, return_inverse=True)
+    code = _renumber(code, span)
     return int(code.max()) + 1 if code.numel() else 0, code
 
 
@@ -131,7 +161,7 @@ def training_groups(enc_t, n, k, l, numeric_levels):
     """
     i, j = pair_indices(n)
     D = enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
-    counts = [_distinct(D[:, c]) for c in range(D.shape[1])] if numeric_levels else None
+    counts = _counts(D, numeric_levels) if numeric_levels else None
     levels = choose_levels(D, numeric_levels, counts)
     if levels is None:
         return None, None
@@ -178,11 +208,19 @@ class GridBlocks:
             torch.float64)
         self.n_cells, self.n_pairs, self.k = n_cells, P, None
 
+    def draw_blocks(self, rng, n_draws):
+        """The blocks of ``n_draws`` batches ``(n_draws, k)``: each batch's ``k`` blocks are
+        the first ``k`` of a random order of the blocks (``N_BLOCKS`` uniform numbers
+        sorted).  One call for ``n_draws`` batches draws the same blocks as ``n_draws``
+        calls for one, from the same stream: the compiled loop draws a fit's batches in
+        advance with one call, the numpy loop one batch per step."""
+        u = rng.random((n_draws, N_BLOCKS))
+        return np.argsort(u, axis=1, kind="stable")[:, :self.k]
+
     def draw(self, rng):
-        """Indicator ``(N_BLOCKS,)`` of ``k`` blocks drawn at random."""
+        """Indicator ``(N_BLOCKS,)`` of ``k`` blocks drawn at random (:meth:`draw_blocks`)."""
         s = torch.zeros(N_BLOCKS, dtype=torch.float64, device=self.C.device)
-        s[torch.as_tensor(rng.choice(N_BLOCKS, self.k, replace=False),
-                          device=s.device)] = 1.0
+        s[torch.as_tensor(self.draw_blocks(rng, 1)[0], device=s.device)] = 1.0
         return s
 
     def select(self, rows, rng):
@@ -202,7 +240,10 @@ class GridBlocks:
                 return self.n_pairs
             if k >= 1:
                 self.k = k
-                S = torch.stack([self.draw(rng) for _ in range(batch_size.N_BATCHES)], dim=1)
+                idx = torch.as_tensor(self.draw_blocks(rng, batch_size.N_BATCHES),
+                                      device=self.C.device)
+                S = torch.zeros(batch_size.N_BATCHES, N_BLOCKS, dtype=torch.float64,
+                                device=self.C.device).scatter_(1, idx, 1.0).T
                 if self._spread(rows, self.C @ S) < batch_size.THRESHOLD:
                     return int(round(k * self.n_pairs / N_BLOCKS))
             b = int(math.ceil(b * batch_size.GROWTH))
