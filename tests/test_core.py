@@ -52,6 +52,57 @@ def test_rankdata_matches_scipy_with_ties():
     np.testing.assert_allclose(r, np.stack([sp_rankdata(row) for row in x]))
 
 
+@pytest.mark.parametrize("case", ["continuous", "ties", "signs and zeros", "near ties",
+                                  "not finite", "long rows"])
+def test_rankdata_by_packed_keys_is_exact(case):
+    """The packed-key sort of float64 rows gives scipy's average ranks in every case: ties
+    and signed zeros averaged, values one ulp apart (in the bits the key drops) and rows
+    with infinities or NaN sorted again exactly."""
+    from mlem_neuro.core.spearman import _packed_order, sort_with_ties
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, 3000))
+    if case == "ties":
+        x = np.round(x, 1)
+    elif case == "signs and zeros":
+        x = np.round(x, 0) * 1e-300
+        x[:, :40] = -0.0
+        x[:, 40:80] = 0.0
+    elif case == "near ties":
+        x[:, 1::2] = np.nextafter(x[:, ::2], np.inf)         # pairs 1 ulp apart
+        x[:, ::2], x[:, 1::2] = x[:, 1::2].copy(), x[:, ::2].copy()
+    elif case == "not finite":
+        x[0, 5], x[1, 7], x[2, 9] = np.inf, -np.inf, 1e308
+    elif case == "long rows":
+        x = rng.standard_normal((2, 70000)) * 1e3
+    r = rankdata(torch.as_tensor(x)).numpy()
+    np.testing.assert_array_equal(r, np.stack([sp_rankdata(row) for row in x]))
+    order, s, tied = sort_with_ties(torch.as_tensor(x))
+    assert (np.diff(s.numpy(), axis=1) >= 0).all()
+    np.testing.assert_array_equal(s.numpy(), np.take_along_axis(x, order.numpy(), 1))
+    if case == "near ties":
+        # the packed keys alone cannot separate them: the exact re-sort did
+        o = _packed_order(x)
+        assert (np.diff(np.take_along_axis(x, o, 1), axis=1) < 0).any()
+
+
+def test_importance_score_equals_scipy_spearman_with_and_without_ties():
+    """The held-out score of importance (fixed standardised ranks in sorted order for
+    rows without ties, average ranks otherwise), broadcast over permutations."""
+    from mlem_neuro.core.importance import _score
+
+    rng = np.random.default_rng(1)
+    target = rng.standard_normal((3, 400))
+    q = rng.standard_normal((3, 5, 400))
+    q[0, 1] = np.round(q[0, 1], 1)                            # a row with ties
+    tz = standardize(rankdata(torch.as_tensor(target)))
+    rho = _score(torch.as_tensor(q), tz[:, None, :]).numpy()
+    ref = np.array([[spearmanr(q[a, b], target[a])[0] for b in range(5)] for a in range(3)])
+    np.testing.assert_allclose(rho, ref, atol=1e-12)
+    np.testing.assert_allclose(_score(torch.as_tensor(q[0, 1]), tz[0]).numpy(), ref[0, 1],
+                               atol=1e-12)
+
+
 def test_exact_spearman_matches_scipy():
     rng = np.random.default_rng(1)
     a = rng.integers(0, 4, 500).astype(float)

@@ -76,8 +76,9 @@ def test_quantise_distances_rounds_numeric_columns_only():
         assert float(Q[:, k].max()) == pytest.approx(float(top))
 
 
-@pytest.mark.parametrize("m, expected", [(1, 16), (2, 16), (3, 10), (4, 5), (5, 4), (6, None)])
-def test_auto_levels_keep_at_most_1024_cells(m, expected):
+@pytest.mark.parametrize("m, expected", [(1, 16), (2, 16), (3, 6), (4, 4), (5, 4), (6, None)])
+def test_auto_levels_aim_at_256_cells_and_keep_at_most_1024(m, expected):
+    """The most levels (up to 16) within 256 cells, at least 4 levels within 1,024."""
     rng = np.random.default_rng(m)
     D = torch.as_tensor(rng.uniform(0, 1, (2000, m)))
     assert quantise.choose_levels(D, "auto") == expected
@@ -87,6 +88,8 @@ def test_auto_levels_keep_at_most_1024_cells(m, expected):
     Db = torch.cat([D, torch.as_tensor(rng.integers(0, 2, (2000, 1)), dtype=D.dtype)], 1)
     q = quantise.choose_levels(Db, "auto")
     assert q is None or 2 * q ** m <= quantise.MAX_CELLS
+    if q is not None and quantise.MIN_LEVELS < q < quantise.MAX_LEVELS:
+        assert 2 * q ** m <= quantise.TARGET_CELLS < 2 * (q + 1) ** m
     assert quantise.choose_levels(torch.as_tensor(rng.integers(0, 2, (100, 3))), "auto") is None
 
 
@@ -105,7 +108,7 @@ def test_numeric_training_takes_the_grid_by_default_and_the_exact_path_on_reques
         st = _StepTargets(enc, targets, kw, np.random.default_rng(0), torch.device("cpu"),
                           torch.float32)
         assert st.grouped is grouped
-        assert (st.levels == 10) is grouped                  # m = 3: 10 levels, 1000 cells
+        assert (st.levels == 6) is grouped                   # m = 3: 6 levels, 216 cells
 
 
 def test_grid_error_is_small_and_held_out_scores_use_exact_distances():
@@ -277,7 +280,7 @@ def test_grid_training_takes_block_minibatches_by_default():
                             np.random.default_rng(0), cpu, torch.float32)
 
     st = steps(y)
-    assert st.levels == 10 and st.blocks is not None and st.ranker is None
+    assert st.levels == 6 and st.blocks is not None and st.ranker is None
     k, K = st.blocks.blocks.k, quantise.N_BLOCKS
     assert not st.full and 1 <= k < K and st.b == round(k * st.total / K)
     st.next_batch(torch.arange(targets.n_models))
@@ -294,11 +297,12 @@ def test_grid_block_tables_beyond_the_memory_budget_fall_back_to_pair_batches(mo
     y = pd.DataFrame(rng.uniform(0, 1, (n, 3)), columns=list("abc"))
     targets = NeuralTargets.from_rdm(rng.standard_normal((20, n * (n - 1) // 2)), n, "cpu")
     enc = FeatureSpace().fit_transform(y)
-    # the grid's term rows fit (19,900 x 6 x 32 B), its tables (20 x 1000 x 32 x 8 B) not
+    # the grid's term rows fit (19,900 x 6 x 32 B), its tables (20 x 216 x 32 x 8 B: 1.1 MB,
+    # above an eighth of the budget) not
     monkeypatch.setenv("MLEM_NEURO_MEMORY", "8MB")
     st = _StepTargets(enc, targets, MLEMOptions().fit_kwargs(), np.random.default_rng(0),
                       torch.device("cpu"), torch.float32)
-    assert st.levels == 10 and st.blocks is None and not st.full
+    assert st.levels == 6 and st.blocks is None and not st.full
     st.next_batch(torch.arange(20))
     assert int(st.counts.sum()) == st.b
 

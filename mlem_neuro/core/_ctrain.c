@@ -42,6 +42,8 @@ typedef struct {
     float *L, *W, *G, *G0, *gL;
     double *tw, *val, *q, *pred, *dpred, *xhat, *s, *cs, *y, *v, *wv, *t, *rc, *g_r, *g_s, *g_p;
     double *cc, *tc;      /* compact counts and target sums of the step's batch */
+    double *key;          /* sort keys */
+    const double *dense;  /* the term rows (U, T) when none of their terms is 0, else NULL */
     int64_t *order, *bstart, *col, *rowptr;
     int64_t *pidx, *pos, *ofull;   /* present groups; their compact index (or -1); the
                                     * model's last sorted order of all groups */
@@ -56,7 +58,8 @@ static int work_alloc(Work *w, int m, int T, int U)
     w->val = NULL;                                      /* sized by work_set_terms */
     w->col = NULL;
     w->rowptr = calloc((size_t)U + 1, sizeof(int64_t));
-    w->q = calloc((size_t)U * 16, sizeof(double));
+    w->q = calloc((size_t)U * 17, sizeof(double));
+    w->dense = NULL;
     w->order = calloc((size_t)U * 5 + 2, sizeof(int64_t));
     if (!w->L || !w->tw || !w->rowptr || !w->q || !w->order)
         return -1;
@@ -64,7 +67,7 @@ static int work_alloc(Work *w, int m, int T, int U)
     w->pred = w->q + U; w->dpred = w->pred + U; w->xhat = w->dpred + U; w->s = w->xhat + U;
     w->cs = w->s + U; w->y = w->cs + U; w->v = w->y + U; w->wv = w->v + U; w->t = w->wv + U;
     w->rc = w->t + U; w->g_r = w->rc + U; w->g_s = w->g_r + U; w->g_p = w->g_s + U;
-    w->cc = w->g_p + U; w->tc = w->cc + U;
+    w->cc = w->g_p + U; w->tc = w->cc + U; w->key = w->tc + U;
     w->bstart = w->order + U;                           /* U + 1 entries */
     w->pidx = w->bstart + U + 1; w->pos = w->pidx + U; w->ofull = w->pos + U;
     for (int u = 0; u < U; u++) { w->pidx[u] = u; w->pos[u] = u; }
@@ -79,6 +82,7 @@ static int work_set_terms(Work *w, const double *P)
 {
     int64_t nnz = 0;
     for (size_t e = 0; e < (size_t)w->U * w->T; e++) nnz += P[e] != 0.0;
+    w->dense = nnz == (int64_t)w->U * w->T ? P : NULL;
     w->val = malloc(sizeof(double) * (nnz + 1));
     w->col = malloc(sizeof(int64_t) * (nnz + 1));
     if (!w->val || !w->col) return -1;
@@ -181,13 +185,17 @@ static double soft_spearman(Work *w, const double *p, const double *c, double b,
      * present groups (its predictions move little between steps, so it is nearly sorted:
      * O(U) passes); the new order goes back to the slots of the present groups */
     int64_t *o = w->order;
-    for (i = 0, j = 0; i < w->U; i++)
-        if (w->pos[w->ofull[i]] >= 0) o[j++] = w->pos[w->ofull[i]];
+    double *key = w->key;          /* the sort's keys, moved with o (no indirect loads) */
+    for (i = 0, j = 0; i < w->U; i++) {
+        int64_t c = w->pos[w->ofull[i]];
+        if (c >= 0) { o[j] = c; key[j] = w->xhat[c]; j++; }
+    }
     for (i = 1; i < U; i++) {
         int64_t cur = o[i];
-        double key = w->xhat[cur];
-        for (j = i; j > 0 && w->xhat[o[j - 1]] < key; j--) o[j] = o[j - 1];
+        double kc = key[i];
+        for (j = i; j > 0 && key[j - 1] < kc; j--) { o[j] = o[j - 1]; key[j] = key[j - 1]; }
         o[j] = cur;
+        key[j] = kc;
     }
     for (i = 0, j = 0; i < w->U; i++)
         if (w->pos[w->ofull[i]] >= 0) w->ofull[i] = w->pidx[o[j++]];
@@ -244,8 +252,13 @@ static double value_and_grad(Work *w, const float *A, int constraint, const int6
     for (u = 0; u < U; u++) {
         double q = 0.0;
         int64_t row = w->pidx[u];
-        for (int64_t e = w->rowptr[row]; e < w->rowptr[row + 1]; e++)
-            q += tw[w->col[e]] * w->val[e];
+        if (w->dense) {                          /* the same sum: every term, in order */
+            const double *pr = w->dense + (size_t)row * T;
+            for (t = 0; t < T; t++) q += tw[t] * pr[t];
+        } else {
+            for (int64_t e = w->rowptr[row]; e < w->rowptr[row + 1]; e++)
+                q += tw[w->col[e]] * w->val[e];
+        }
         if (constraint == NONE) {
             double aq = fabs(q), root = sqrt(aq + Q_EPS);
             w->pred[u] = q / root;
@@ -262,8 +275,13 @@ static double value_and_grad(Work *w, const float *A, int constraint, const int6
     for (u = 0; u < U; u++) {
         double a = w->g_p[u] * w->dpred[u];
         int64_t row = w->pidx[u];
-        for (int64_t e = w->rowptr[row]; e < w->rowptr[row + 1]; e++)
-            tw[w->col[e]] += a * w->val[e];
+        if (w->dense) {
+            const double *pr = w->dense + (size_t)row * T;
+            for (t = 0; t < T; t++) tw[t] += a * pr[t];
+        } else {
+            for (int64_t e = w->rowptr[row]; e < w->rowptr[row + 1]; e++)
+                tw[w->col[e]] += a * w->val[e];
+        }
     }
     for (t = 0; t < T; t++) w->G[k[t] * m + l[t]] = (float)tw[t];
     float gdotw = 0.0f;

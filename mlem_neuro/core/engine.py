@@ -83,19 +83,22 @@ class PairTerms:
 
     def __init__(self, enc_t, n, k, l, build=True):
         self.enc_t, self.n, self.k, self.l = enc_t, n, k, l
-        self.all = None
+        self.all = self.distances = None
         if build:
             self.build()
 
-    def build(self):
-        """Compute every pair's row when they fit in memory (else leave :attr:`all` None)."""
+    def build(self, keep_distances=False):
+        """Compute every pair's row when they fit in memory (else leave :attr:`all` None);
+        ``keep_distances``: keep their feature distances too (:attr:`distances`)."""
         if self.all is None and \
                 n_pairs(self.n) * len(self.k) <= min(MAX_TERM_ELEMENTS, memory_budget() // 32):
             i, j = pair_indices(self.n)
-            self.all = self._compute(i, j)
+            self.all = self._compute(i, j, keep=keep_distances)
 
-    def _compute(self, i, j):
+    def _compute(self, i, j, keep=False):
         D = self.enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
+        if keep:                                   # every pair's distances (for the grid)
+            self.distances = D
         return term_matrix(D, self.k, self.l)
 
     def codes(self):
@@ -172,7 +175,7 @@ class PairSetup:
         if codes.pays():
             groups = tied.distinct_rows(None, codes)
         else:
-            self.terms.build()
+            self.terms.build(keep_distances=True)           # the grid's cells need them
             groups = tied.distinct_rows(self.terms.all) if self.terms.all is not None else None
         if groups is None:
             self.terms.build()
@@ -180,7 +183,9 @@ class PairSetup:
         if groups is None and self.terms.all is not None:
             # numeric features: group pairs on a grid of distances (training only)
             groups, self.levels = quantise.training_groups(
-                enc.to_torch(dev, dtype), self.n, self.k, self.l, fit_kw["numeric_levels"])
+                enc.to_torch(dev, dtype), self.n, self.k, self.l, fit_kw["numeric_levels"],
+                D=self.terms.distances, P=self.terms.all)
+        self.terms.distances = None
         self.groups = groups
         self.blocks = None
         if (self.levels is not None and fit_kw["batch_size"] == "auto"

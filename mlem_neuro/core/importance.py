@@ -37,7 +37,7 @@ from .metric import term_index, term_weights
 from .neural import CHUNK_BYTES
 from .pairs import linear_to_pair
 from .pairs import n_pairs as count_pairs
-from .spearman import rankdata, standardize
+from .spearman import rankdata, sort_with_ties, standardize
 from .tied import MAX_GROUPS, PairCodes, distinct_rows, grouped_spearman
 
 #: smallest block of pairs walked at once (keeps tiny test budgets from crawling).
@@ -256,8 +256,25 @@ def _feature_terms(k, l, f):
 
 # ----------------------------------------------------------- batched (in-memory) path
 def _score(q, tz):
-    """Exact Spearman of ``q (..., P)`` against standardised target ranks ``tz``."""
-    return (standardize(rankdata(q)) * tz).sum(dim=-1)
+    """Exact Spearman of ``q (..., P)`` against standardised target ranks ``tz``
+    (broadcast to ``q``).
+
+    A row of ``q`` without ties has the ranks ``1..P`` in its sorted order, so its
+    standardised ranks are one fixed vector ``c`` in that order and its Spearman is
+    ``c · tz[order]``: a gather and a product instead of scattering and standardising the
+    ranks.  Rows with ties take the average ranks (:func:`rankdata`).
+    """
+    P = q.shape[-1]
+    shape = torch.broadcast_shapes(q.shape, tz.shape)
+    flat = q.expand(shape).reshape(-1, P)
+    tzf = tz.expand(shape).reshape(-1, P)
+    order, _, tied = sort_with_ties(flat)
+    c = standardize(torch.arange(1, P + 1, dtype=tzf.dtype, device=tzf.device))
+    rho = tzf.gather(1, order) @ c
+    if bool(tied.any()):
+        rows = tied.nonzero()[:, 0]
+        rho[rows] = (standardize(rankdata(flat[rows])) * tzf[rows]).sum(dim=-1)
+    return rho.reshape(shape[:-1])
 
 
 def _model_chunks(M, per_model_elems):

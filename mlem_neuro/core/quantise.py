@@ -42,7 +42,9 @@ from .spearman import rankdata
 MAX_LEVELS = 16
 #: fewest levels ``"auto"`` accepts; below it training stays pair by pair (exact).
 MIN_LEVELS = 4
-#: largest number of grid cells (distinct term rows) ``"auto"`` aims at.
+#: grid cells (distinct term rows) ``"auto"`` aims at: the most levels within it.
+TARGET_CELLS = 256
+#: most grid cells ``"auto"`` accepts (reached with :data:`MIN_LEVELS` levels only).
 MAX_CELLS = 1024
 #: blocks of pairs whose unions form the mini-batches of grid training.
 N_BLOCKS = 32
@@ -99,9 +101,9 @@ def choose_levels(D, numeric_levels, counts=None):
         return None
     other = math.prod(c for c in counts if c <= MIN_LEVELS)
     q = MAX_LEVELS
-    while q >= MIN_LEVELS and other * q ** len(numeric) > MAX_CELLS:
+    while q > MIN_LEVELS and other * q ** len(numeric) > TARGET_CELLS:
         q -= 1
-    return q if q >= MIN_LEVELS else None
+    return q if other * q ** len(numeric) <= MAX_CELLS else None
 
 
 def quantise_distances(D, levels):
@@ -150,17 +152,20 @@ def cell_index(D, levels, counts=None):
     return int(code.max()) + 1 if code.numel() else 0, code
 
 
-def training_groups(enc_t, n, k, l, numeric_levels):
+def training_groups(enc_t, n, k, l, numeric_levels, D=None, P=None):
     """Groups of the training pairs on a grid of numeric distances, and the levels used.
 
     Returns ``((rows, group_of_pair), levels)``: pairs sharing a grid cell form a group
     whose term row is the mean of its pairs' exact term rows (so a group's prediction
     ``tw · row`` is the mean of its pairs' exact quadratic forms).  ``(None, None)`` when
     the rule keeps training exact or the grid still leaves too many distinct term rows
-    for the grouped path.
+    for the grouped path.  ``D`` and ``P``: every pair's feature distances and term rows
+    (:func:`~mlem_neuro.core.metric.term_matrix` of ``D``) when already computed.
     """
-    i, j = pair_indices(n)
-    D = enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
+    if D is None:
+        i, j = pair_indices(n)
+        D = enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
+        P = None
     counts = _counts(D, numeric_levels) if numeric_levels else None
     levels = choose_levels(D, numeric_levels, counts)
     if levels is None:
@@ -168,7 +173,8 @@ def training_groups(enc_t, n, k, l, numeric_levels):
     n_cells, inverse = cell_index(D, levels, counts)
     if D.shape[0] < 8 or n_cells > tied.MAX_GROUPS or 4 * n_cells > D.shape[0]:
         return None, None
-    P = term_matrix(D, k, l)
+    if P is None:
+        P = term_matrix(D, k, l)
     counts = torch.bincount(inverse, minlength=n_cells).to(P.dtype)
     rows = torch.zeros(n_cells, P.shape[1], dtype=P.dtype,
                        device=P.device).index_add_(0, inverse, P) / counts[:, None]
