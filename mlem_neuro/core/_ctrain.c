@@ -155,16 +155,19 @@ static float metric(const float *A, int m, int constraint, float *L, float *W)
 static int pav_decreasing(const double *y, const double *c, int n, double *v, double *wv,
                           int64_t *bstart)
 {
+    /* blocks hold their weighted sums (v) and weights (wv); a block's mean is compared
+     * with its neighbour's by cross-multiplication (weights are positive), so no merge
+     * divides; the means are taken once at the end */
     int nb = 0, i;
     for (i = 0; i < n; i++) {
-        v[nb] = y[i]; wv[nb] = c[i]; bstart[nb] = i; nb++;
-        while (nb > 1 && v[nb - 2] < v[nb - 1]) {       /* violation of non-increasing */
-            double wsum = wv[nb - 2] + wv[nb - 1];
-            v[nb - 2] = (wv[nb - 2] * v[nb - 2] + wv[nb - 1] * v[nb - 1]) / wsum;
-            wv[nb - 2] = wsum;
+        v[nb] = c[i] * y[i]; wv[nb] = c[i]; bstart[nb] = i; nb++;
+        while (nb > 1 && v[nb - 2] * wv[nb - 1] < v[nb - 1] * wv[nb - 2]) {
+            v[nb - 2] += v[nb - 1];                     /* violation of non-increasing */
+            wv[nb - 2] += wv[nb - 1];
             nb--;
         }
     }
+    for (i = 0; i < nb; i++) v[i] /= wv[i];
     return nb;
 }
 
@@ -178,8 +181,8 @@ static double soft_spearman(Work *w, const double *p, const double *c, double b,
     for (u = 0; u < U; u++) mean += p[u] * c[u];
     mean /= b;
     for (u = 0; u < U; u++) { double x = p[u] - mean; w->xhat[u] = x; ss += x * x * c[u]; }
-    double sigma = sqrt(ss > EPS * EPS ? ss : EPS * EPS);
-    for (u = 0; u < U; u++) w->xhat[u] /= sigma;
+    double sigma = sqrt(ss > EPS * EPS ? ss : EPS * EPS), inv_sigma = 1.0 / sigma;
+    for (u = 0; u < U; u++) w->xhat[u] *= inv_sigma;
     double kappa = sqrt(b) * b / sqrt(12.0) / strength;
     /* order: decreasing xhat, by insertion sort from the model's previous order of the
      * present groups (its predictions move little between steps, so it is nearly sorted:
@@ -220,10 +223,11 @@ static double soft_spearman(Work *w, const double *p, const double *c, double b,
     for (i = 0; i < U; i++) { w->rc[i] -= rsum / b; nr += w->cs[i] * w->rc[i] * w->rc[i]; }
     nr = sqrt(nr > EPS * EPS ? nr : EPS * EPS);
     double rho = 0.0;
-    for (i = 0; i < U; i++) { w->rc[i] /= nr; rho += w->rc[i] * w->t[i]; }   /* z */
+    double inv_nr = 1.0 / nr;
+    for (i = 0; i < U; i++) { w->rc[i] *= inv_nr; rho += w->rc[i] * w->t[i]; }   /* z */
     /* backward (d rho / d pred) */
     for (i = 0; i < U; i++)
-        w->g_r[i] = (w->t[i] - w->cs[i] * (tsum_all / b) - w->cs[i] * w->rc[i] * rho) / nr;
+        w->g_r[i] = (w->t[i] - w->cs[i] * (tsum_all / b) - w->cs[i] * w->rc[i] * rho) * inv_nr;
     for (j = 0; j < nb; j++) {
         double gsum = 0.0, csum = 0.0;
         for (i = (int)w->bstart[j]; i < w->bstart[j + 1]; i++) {
@@ -235,7 +239,7 @@ static double soft_spearman(Work *w, const double *p, const double *c, double b,
     double gsum = 0.0, gdot = 0.0;
     for (u = 0; u < U; u++) { gsum += w->g_s[u]; gdot += w->g_s[u] * w->xhat[u]; }
     for (u = 0; u < U; u++)
-        w->g_p[u] = (w->g_s[u] - c[u] * (gsum / b) - c[u] * w->xhat[u] * gdot) / sigma;
+        w->g_p[u] = (w->g_s[u] - c[u] * (gsum / b) - c[u] * w->xhat[u] * gdot) * inv_sigma;
     return rho;
 }
 
@@ -311,7 +315,7 @@ static double value_and_grad(Work *w, const float *A, int constraint, const int6
 typedef struct {
     int K, nb;                 /* blocks, blocks per batch */
     const double *C;           /* (U, K) pairs of each group in each block */
-    const double *Tb;          /* (M, U, K) sums of target ranks per group and block */
+    const double *Tb;          /* (M, K, U) sums of target ranks per block and group */
     const double *S1, *S2;     /* (M, K) sums of ranks and of squared ranks per block */
     const int64_t *draws;      /* (max_steps, nb) the blocks of each step */
     double *counts;            /* (max_steps, U) the batch's pairs per group, per step, */
@@ -319,6 +323,7 @@ typedef struct {
                                 * (U) only, computed at every step) */
     int64_t *out;              /* (K - nb) the blocks a step leaves out */
     double *total;             /* (U) a model's target sums over all blocks */
+    double *part;              /* (U) its sums over the step's drawn (or left-out) blocks */
 } Blocks;
 
 /* the batch of model i at a step: compact counts and standardised target sums of the
@@ -330,7 +335,7 @@ static double block_batch(Work *w, Blocks *bl, int64_t i, int64_t step, int new_
     const int64_t *d = bl->draws + step * bl->nb;
     int U = w->U, K = bl->K, nb = bl->nb, u, j, r;
     double *counts = bl->counts + (bl->done ? (size_t)step * U : 0);
-    const double *Ti = bl->Tb + (size_t)i * U * K;
+    const double *Ti = bl->Tb + (size_t)i * K * U;       /* (K, U): a block's row */
     if (!bl->done || !bl->done[step]) {
         for (u = 0; u < U; u++) {
             double c = 0.0;
@@ -339,12 +344,11 @@ static double block_batch(Work *w, Blocks *bl, int64_t i, int64_t step, int new_
         }
         if (bl->done) bl->done[step] = 1;
     }
-    if (new_model)
-        for (u = 0; u < U; u++) {
-            double t = 0.0;
-            for (r = 0; r < K; r++) t += Ti[(size_t)u * K + r];
-            bl->total[u] = t;
-        }
+    if (new_model) {
+        for (u = 0; u < U; u++) bl->total[u] = 0.0;
+        for (r = 0; r < K; r++)
+            for (u = 0; u < U; u++) bl->total[u] += Ti[(size_t)r * U + u];
+    }
     double b = 0.0, s1 = 0.0, s2 = 0.0;
     for (u = 0; u < U; u++) b += counts[u];
     for (j = 0; j < nb; j++) {
@@ -361,18 +365,22 @@ static double block_batch(Work *w, Blocks *bl, int64_t i, int64_t step, int new_
         for (r = 0; r < K; r++)
             if (!(in >> r & 1)) bl->out[n_out++] = r;
     }
+    /* every group's sum over the blocks (rows of Ti added whole: contiguous), in the
+     * blocks' order; then the present groups' */
+    const int64_t *sel = use_out ? bl->out : d;
+    int n_sel = use_out ? n_out : nb;
+    double *part = bl->part;
+    for (u = 0; u < U; u++) part[u] = 0.0;
+    for (r = 0; r < n_sel; r++) {
+        const double *row = Ti + (size_t)sel[r] * U;
+        for (u = 0; u < U; u++) part[u] += row[u];
+    }
+    double inv_norm = 1.0 / norm;
     for (j = 0; j < w->Up; j++) {
         int64_t g = w->pidx[j];
-        const double *row = Ti + (size_t)g * K;
-        double t = 0.0;
-        if (use_out) {
-            for (r = 0; r < n_out; r++) t += row[bl->out[r]];
-            t = bl->total[g] - t;
-        } else {
-            for (r = 0; r < nb; r++) t += row[d[r]];
-        }
+        double t = use_out ? bl->total[g] - part[g] : part[g];
         w->cc[j] = counts[g];
-        w->tc[j] = (t - counts[g] * mean) / norm;
+        w->tc[j] = (t - counts[g] * mean) * inv_norm;
     }
     return b;
 }
@@ -467,8 +475,9 @@ int mlem_train_grouped(int64_t M, int m, int T, int U, const int64_t *k, const i
                         converged, best_score, history);
 }
 
-/* Train M models on the grid's mini-batches of blocks: C (U, K), Tb (M, U, K), S1 and
- * S2 (M, K) as quantise._BlockTargets holds them (ranks not standardised), draws
+/* Train M models on the grid's mini-batches of blocks: C (U, K), Tb (M, K, U) (the
+ * transpose of quantise._BlockTargets's per-model tables), S1 and S2 (M, K) as
+ * quantise._BlockTargets holds them (ranks not standardised), draws
  * (max_steps, nb) the blocks of each step.  Otherwise as mlem_train_grouped. */
 int mlem_train_blocks(int64_t M, int m, int T, int U, const int64_t *k, const int64_t *l,
                       const double *P, int K, int nb, const double *C, const double *Tb,
@@ -482,11 +491,12 @@ int mlem_train_blocks(int64_t M, int m, int T, int U, const int64_t *k, const in
     size_t steps = max_steps > 0 ? (size_t)max_steps : 1;
     int cache = steps * (size_t)U <= ((size_t)1 << 23);
     size_t kept = cache ? steps : 1;
-    double *work = malloc(sizeof(double) * (kept * U + U + 1));
+    double *work = malloc(sizeof(double) * (kept * U + 2 * U + 1));
     uint8_t *done = cache ? calloc(steps, 1) : NULL;
     int64_t *out = malloc(sizeof(int64_t) * (K + 1));
     if (!work || (cache && !done) || !out) { free(work); free(done); free(out); return -1; }
-    Blocks bl = {K, nb, C, Tb, S1, S2, draws, work, done, out, work + kept * U};
+    Blocks bl = {K, nb, C, Tb, S1, S2, draws, work, done, out, work + kept * U,
+                 work + kept * U + U};
     int status = train_models(M, m, T, U, k, l, P, NULL, 0, NULL, &bl, constraint, strength,
                               lr, tol, patience, max_steps, A, n_iter, converged, best_score,
                               history);

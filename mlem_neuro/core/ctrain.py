@@ -130,11 +130,11 @@ def _train_blocks(data, M, m, k, l, max_steps, n_iter, common):
     P = np.ascontiguousarray(data.P_uniq.numpy(), dtype=np.float64)
     U, T = P.shape
     C = np.ascontiguousarray(grid.C.cpu().numpy(), dtype=np.float64)
-    Tb = np.ascontiguousarray(bt.T.cpu().numpy(), dtype=np.float64)
+    Tb = np.ascontiguousarray(bt.T.cpu().numpy().transpose(0, 2, 1), dtype=np.float64)
     S1 = np.ascontiguousarray(bt.S1.cpu().numpy(), dtype=np.float64)
     S2 = np.ascontiguousarray(bt.S2.cpu().numpy(), dtype=np.float64)
     K = C.shape[1]
-    if C.shape[0] != U or Tb.shape != (M, U, K) or S1.shape != (M, K):
+    if C.shape[0] != U or Tb.shape != (M, K, U) or S1.shape != (M, K):
         raise RuntimeError(f"ctrain: unexpected block tables {C.shape}, {Tb.shape}, "
                            f"{S1.shape} for {M} models and {U} groups")
     rng = bt.rng

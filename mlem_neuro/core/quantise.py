@@ -51,7 +51,7 @@ N_BLOCKS = 32
 
 
 #: values of a column looked at first when counting its distinct values up to a cap.
-_SAMPLE = 4096
+_SAMPLE = 512
 
 
 def _distinct(col, cap=None):
