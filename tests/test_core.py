@@ -86,21 +86,39 @@ def test_rankdata_by_packed_keys_is_exact(case):
         assert (np.diff(np.take_along_axis(x, o, 1), axis=1) < 0).any()
 
 
-def test_importance_score_equals_scipy_spearman_with_and_without_ties():
+@pytest.mark.parametrize("compiled", [True, False])
+def test_importance_score_equals_scipy_spearman_with_and_without_ties(monkeypatch, compiled):
     """The held-out score of importance (fixed standardised ranks in sorted order for
-    rows without ties, average ranks otherwise), broadcast over permutations."""
+    rows without ties, average ranks otherwise), broadcast over permutations: by the
+    compiled keys and scores (rows with ties or values one ulp apart recomputed) and
+    without them."""
+    from mlem_neuro.core import ctrain
     from mlem_neuro.core.importance import _score
 
+    if compiled and not ctrain.built():
+        pytest.skip("the compiled library is not built")
+    monkeypatch.setattr(ctrain, "USE_C", compiled)
+    calls = []
+    real = ctrain.sorted_scores
+    monkeypatch.setattr(ctrain, "sorted_scores",
+                        lambda *a: calls.append(real(*a)) or calls[-1])
     rng = np.random.default_rng(1)
     target = rng.standard_normal((3, 400))
     q = rng.standard_normal((3, 5, 400))
     q[0, 1] = np.round(q[0, 1], 1)                            # a row with ties
+    q[1, 2, 1::2] = np.nextafter(q[1, 2, ::2], -np.inf)       # values 1 ulp apart
     tz = standardize(rankdata(torch.as_tensor(target)))
     rho = _score(torch.as_tensor(q), tz[:, None, :]).numpy()
     ref = np.array([[spearmanr(q[a, b], target[a])[0] for b in range(5)] for a in range(3)])
     np.testing.assert_allclose(rho, ref, atol=1e-12)
     np.testing.assert_allclose(_score(torch.as_tensor(q[0, 1]), tz[0]).numpy(), ref[0, 1],
                                atol=1e-12)
+    np.testing.assert_allclose(_score(torch.as_tensor(q[2]), tz[2]).numpy(), ref[2],
+                               atol=1e-12)
+    assert all((out is not None) is compiled for out in calls) and len(calls) == 3
+    q[2, 0, 3] = np.inf                                       # not finite: the other path
+    rho = _score(torch.as_tensor(q), tz[:, None, :]).numpy()
+    np.testing.assert_allclose(rho[:2], ref[:2], atol=1e-12)
 
 
 def test_exact_spearman_matches_scipy():

@@ -158,7 +158,8 @@ def test_grouped_path_when_the_term_rows_do_not_fit(monkeypatch):
     monkeypatch.setattr(engine, "MAX_TERM_ELEMENTS", 0)
     built = []
     real = engine.PairTerms.build
-    monkeypatch.setattr(engine.PairTerms, "build", lambda self: built.append(1) or real(self))
+    monkeypatch.setattr(engine.PairTerms, "build",
+                        lambda self, **kw: built.append(1) or real(self, **kw))
     grouped = engine.fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), opts,
                                random_state=0)
     assert not built                                           # grouped: no rows built

@@ -530,6 +530,57 @@ int mlem_value_and_grad(int64_t M, int m, int T, int U, const int64_t *k, const 
     return 0;
 }
 
+/* Exact Spearman of continuous predictions against fixed target ranks, in two passes
+ * around numpy's integer sort (mlem_neuro/core/importance.py, _score).
+ *
+ * mlem_packed_keys: each value of q (R rows of n) as a 64-bit integer whose signed order
+ * is the value's order, with its low `bits` bits replaced by the value's index in its row
+ * (2**bits >= n).  Returns 1 (and stops) at a value that is not finite, else 0. */
+int mlem_packed_keys(int64_t R, int64_t n, const double *q, int bits, int64_t *keys)
+{
+    const uint64_t top = (uint64_t)1 << 63, low = ((uint64_t)1 << bits) - 1;
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t i = 0; i < n; i++) {
+            double x = q[r * n + i];
+            uint64_t u;
+            if (!isfinite(x)) return 1;
+            memcpy(&u, &x, sizeof u);
+            u = (u & top) ? ~u : (u | top);          /* unsigned order = value order */
+            u = (u & ~low) | (uint64_t)i;
+            keys[r * n + i] = (int64_t)(u ^ top);    /* signed order = unsigned order */
+        }
+    return 0;
+}
+
+/* After each row of keys is sorted: the row's order (keys & mask), and
+ * rho[r] = sum over positions of c[pos] * tz[r / tz_div][order[pos]] (c: the
+ * standardised ranks 1..n); flags[r] bit 1: the row is not in order (values that differ
+ * only in the dropped bits), bit 2: it holds equal values (their ranks must be averaged).
+ * Rows flagged are the caller's to recompute. */
+int mlem_sorted_scores(int64_t R, int64_t n, const double *q, const int64_t *keys, int bits,
+                       const double *tz, int64_t tz_div, const double *c, double *rho,
+                       uint8_t *flags)
+{
+    const int64_t mask = ((int64_t)1 << bits) - 1;
+    for (int64_t r = 0; r < R; r++) {
+        const int64_t *k = keys + r * n;
+        const double *qr = q + r * n, *t = tz + (r / tz_div) * n;
+        double acc = 0.0, prev = -INFINITY;
+        uint8_t flag = 0;
+        for (int64_t pos = 0; pos < n; pos++) {
+            int64_t idx = k[pos] & mask;
+            double x = qr[idx];
+            if (x < prev) flag |= 1;
+            else if (x == prev) flag |= 2;
+            prev = x;
+            acc += c[pos] * t[idx];
+        }
+        rho[r] = acc;
+        flags[r] = flag;
+    }
+    return 0;
+}
+
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT, "_ctrain",
     "Grouped full-batch training in C (called through ctypes: mlem_neuro.core.ctrain).",

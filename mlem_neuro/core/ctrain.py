@@ -60,6 +60,13 @@ def _library():
                   ctypes.c_double, ctypes.c_double, ctypes.c_int64, ctypes.c_int64, p, p, p,
                   p, p]
     b.restype = ctypes.c_int
+    pk = lib.mlem_packed_keys
+    pk.argtypes = [ctypes.c_int64, ctypes.c_int64, p, ctypes.c_int, p]
+    pk.restype = ctypes.c_int
+    ss = lib.mlem_sorted_scores
+    ss.argtypes = [ctypes.c_int64, ctypes.c_int64, p, p, ctypes.c_int, p, ctypes.c_int64, p,
+                   p, p]
+    ss.restype = ctypes.c_int
     g = lib.mlem_value_and_grad
     g.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, p, p, p, p,
                   ctypes.c_int, p, ctypes.c_int, ctypes.c_double, p, p, p]
@@ -183,3 +190,33 @@ def train(data, m, fit_kw, dev, dtype, history=True):
     return StackFit(W=W.double().numpy(), n_iter=n_iter, converged=converged.astype(bool),
                     history=hist, best_score=best, batch_size=int(data.b),
                     full_batch=bool(data.full))
+
+
+def sorted_scores(q, tz, tz_div):
+    """Spearman of the rows of ``q (R, n)`` (float64, C-contiguous numpy) against the
+    standardised target ranks ``tz (R // tz_div, n)`` (row ``r`` against ``tz[r //
+    tz_div]``), for rows without ties; ``None`` when the library is not built or ``q``
+    holds a value that is not finite.
+
+    Returns ``(rho (R,), redo (R,) bool)``: ``redo`` marks the rows whose score the caller
+    must compute another way (ties, whose ranks are averaged, or values too close for the
+    packed keys).  The sort is numpy's, of integer keys that pack each value's order with
+    its index (``_ctrain.c``: ``mlem_packed_keys``, ``mlem_sorted_scores``).
+    """
+    lib = _library() if USE_C else None
+    if lib is None:
+        return None
+    R, n = q.shape
+    bits = max(int(n - 1).bit_length(), 1)
+    keys = np.empty((R, n), dtype=np.int64)
+    if lib.mlem_packed_keys(R, n, _ptr(q), bits, _ptr(keys)):
+        return None
+    keys.sort(axis=-1)
+    c = np.arange(1, n + 1, dtype=np.float64)
+    c -= c.mean()
+    c /= max(np.linalg.norm(c), 1e-12)
+    rho = np.empty(R)
+    flags = np.empty(R, dtype=np.uint8)
+    lib.mlem_sorted_scores(R, n, _ptr(q), _ptr(keys), bits, _ptr(tz), int(tz_div), _ptr(c),
+                           _ptr(rho), _ptr(flags))
+    return rho, flags != 0

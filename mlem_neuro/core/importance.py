@@ -267,6 +267,10 @@ def _score(q, tz):
     P = q.shape[-1]
     shape = torch.broadcast_shapes(q.shape, tz.shape)
     flat = q.expand(shape).reshape(-1, P)
+    if flat.device.type == "cpu" and flat.dtype == tz.dtype == torch.float64 and P > 1:
+        fast = _compiled_score(flat, tz, shape)
+        if fast is not None:
+            return fast.reshape(shape[:-1])
     tzf = tz.expand(shape).reshape(-1, P)
     order, _, tied = sort_with_ties(flat)
     c = standardize(torch.arange(1, P + 1, dtype=tzf.dtype, device=tzf.device))
@@ -275,6 +279,33 @@ def _score(q, tz):
         rows = tied.nonzero()[:, 0]
         rho[rows] = (standardize(rankdata(flat[rows])) * tzf[rows]).sum(dim=-1)
     return rho.reshape(shape[:-1])
+
+
+def _compiled_score(flat, tz, shape):
+    """:func:`_score` of the rows ``flat (R, P)`` by the compiled keys and scores
+    (:func:`mlem_neuro.core.ctrain.sorted_scores`; rows with ties, or too close values,
+    recomputed here); ``None`` when it does not apply."""
+    from . import ctrain
+
+    R, P = flat.shape
+    if tz.shape == shape:
+        tzr, div = tz.reshape(-1, P), 1
+    elif tz.dim() == len(shape) >= 2 and tz.shape[-2] == 1 and tz.shape[:-2] == shape[:-2]:
+        tzr, div = tz.reshape(-1, P), shape[-2]
+    elif tz.dim() == 1:
+        tzr, div = tz.reshape(1, P), R
+    else:
+        tzr, div = tz.expand(shape).reshape(-1, P), 1
+    out = ctrain.sorted_scores(np.ascontiguousarray(flat.numpy()),
+                               np.ascontiguousarray(tzr.numpy()), div)
+    if out is None:
+        return None
+    rho, redo = torch.from_numpy(out[0]), torch.from_numpy(out[1])
+    if bool(redo.any()):
+        rows = redo.nonzero()[:, 0]
+        tz_rows = tzr[torch.div(rows, div, rounding_mode="floor")]
+        rho[rows] = (standardize(rankdata(flat[rows])) * tz_rows).sum(dim=-1)
+    return rho
 
 
 def _model_chunks(M, per_model_elems):

@@ -264,7 +264,8 @@ class GridBlocks:
         rows = rows - rows.mean(dim=0)                         # same correlations
         c = counts.T                                           # (batches, U)
         mean = (c @ rows) / c.sum(1, keepdim=True)             # (batches, T)
-        cov = torch.einsum("bu,ut,us->bts", c, rows, rows) - \
+        outer = (rows[:, :, None] * rows[:, None, :]).reshape(rows.shape[0], T * T)
+        cov = (c @ outer).view(-1, T, T) - \
             c.sum(1)[:, None, None] * mean[:, :, None] * mean[:, None, :]
         sd = torch.sqrt(cov.diagonal(dim1=1, dim2=2).clamp_min(0)).clamp_min(1e-12)
         corr = cov / sd[:, :, None] / sd[:, None, :]
