@@ -355,9 +355,10 @@ numeric_levels : "auto" | int | None
     features.  Only training is affected: held-out scores and importances always use the
     exact distances.  ``"auto"`` (default) takes the largest grid of at most 16 levels
     whose cells (levels to the power of the numeric features, times the combinations of
-    the other features) number at most 1,024, and trains exactly, pair by pair, when
-    that would leave fewer than 4 levels (6 or more numeric features) or when the cells
-    are not at least 4 times fewer than the training pairs; ``None`` always trains
+    the other features) number at most 256, and at least 4 levels while they number at
+    most 1,024; it trains exactly, pair by pair, when 4 levels would leave more (6 or
+    more numeric features) or when the cells are not at least 4 times fewer than the
+    training pairs; ``None`` always trains
     exactly.  Grid training takes mini-batches (see ``batch_size``).  See
     :doc:`/performance` for its speed and measured error.
 """

@@ -117,8 +117,9 @@ def test_interactions_appear_in_W_and_importance():
 def test_early_stopping_restores_the_best_state():
     """W_ is the best training state (a copy), not the last one; patience is honoured."""
     X, y = exact_numeric(40, np.eye(3) / np.sqrt(3), seed=1, noise=0.5)
+    # exact per-pair training (numeric_levels=None), whose soft Spearman is recomputed below
     est = MLEM(distance="precomputed", batch_size="full", patience=10, lr=0.3, tol=0.0,
-               random_state=0).fit(X, y)
+               numeric_levels=None, random_state=0).fit(X, y)
     assert est.converged_
     best = int(np.argmax(est.history_))
     assert est.n_iter_ == best + 1 + est.patience

@@ -21,10 +21,11 @@ Only training sees the grid: held-out scores and importances are computed on the
 distances.  Features whose distances take at most ``q`` values (categorical, binary,
 few-level ordinal) are left as they are.  ``numeric_levels="auto"`` picks the largest
 ``q`` (at most :data:`MAX_LEVELS`) whose cells ``q ** m`` times the distinct distance
-combinations of the other features stay within :data:`MAX_CELLS`, and trains pair by pair
-(exactly) when that ``q`` would be below :data:`MIN_LEVELS`.  The error this introduces is
-measured by ``benchmarks/bench_numeric.py`` and ``benchmarks/numeric_recovery.py`` (see
-the performance page).
+combinations of the other features stay within :data:`TARGET_CELLS` (a step costs each
+model about the same per cell), but at least :data:`MIN_LEVELS` while the cells stay
+within :data:`MAX_CELLS`, and trains pair by pair (exactly) beyond that.  The error this
+introduces is measured by ``benchmarks/bench_numeric.py`` and
+``benchmarks/numeric_recovery.py`` (see the performance page).
 """
 from __future__ import annotations
 
