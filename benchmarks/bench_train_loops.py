@@ -17,7 +17,10 @@ Cases:
   defaults (5 folds, 10 permutations);
 * ``nulls``: the same with ``n_null=20`` (the null models stack by thousands);
 * ``spheres``: :func:`mlem_neuro.mlem_searchlight` on a 10 x 10 x 10 image of 3 mm voxels
-  (every voxel a 6 mm sphere), 48 images, 4 binary features.
+  (every voxel a 6 mm sphere), 48 images, 4 binary features;
+* ``grid``: :func:`mlem_neuro.mlem_array` on ``bench_numeric.py``'s numeric design (200
+  trials x 32 channels x 20 time points, 4 uniform numeric features): training on the grid
+  of numeric distances, in mini-batches of blocks.
 
 With ``--per-step``, the cost of one training step per model instead: stacks of
 synthetic grouped full batches (:func:`mlem_neuro.core.engine.fit_grouped`, every binary
@@ -35,6 +38,7 @@ import nibabel as nib
 import numpy as np
 import pandas as pd
 import torch
+from bench_numeric import simulate as simulate_numeric  # this folder
 
 import mlem_neuro
 from mlem_neuro.core import ctrain, numpy_train
@@ -55,6 +59,7 @@ def cases():
     imgs = nib.Nifti1Image(img.astype(np.float32), affine)
     mask = nib.Nifti1Image(np.ones((10, 10, 10), np.int8), affine)
     feats = feats.astype(str)
+    num_data, num_table = simulate_numeric(200, 32, 20, 4, "numeric", 0.5, 0)
     return {
         "time": lambda: mlem_neuro.mlem_array(data, table, times=times, random_state=0,
                                               verbose="WARNING"),
@@ -62,6 +67,8 @@ def cases():
                                                n_null=20, verbose="WARNING"),
         "spheres": lambda: mlem_neuro.mlem_searchlight(
             imgs, feats, mask, radius=6.0, random_state=0, verbose="WARNING"),
+        "grid": lambda: mlem_neuro.mlem_array(num_data, num_table, random_state=0,
+                                              verbose="WARNING"),
     }
 
 
@@ -103,7 +110,7 @@ def per_step(loops):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--cases", nargs="+", default=["time", "nulls", "spheres"])
+    parser.add_argument("--cases", nargs="+", default=["time", "nulls", "spheres", "grid"])
     parser.add_argument("--per-step", action="store_true",
                         help="time one step per model on synthetic stacks instead")
     args = parser.parse_args()
@@ -132,7 +139,7 @@ def main():
                 W[loop], steps = res.fold_weights, res.n_iter
         ctrain.USE_C, numpy_train.available = True, real
         med = {k: np.median(v) for k, v in times.items()}
-        print(f"{name:8s} " + "  ".join(f"{k} {v:6.1f} s" for k, v in med.items()) + "  "
+        print(f"{name:8s} " + "  ".join(f"{k} {v:6.2f} s" for k, v in med.items()) + "  "
               + "  ".join(f"{k}/{first} {med[k] / med[first]:4.2f}x" for k in loops
                           if k != first) + "; max |W - W " + first + "| "
               + " ".join(f"{k} {np.nanmax(np.abs(W[k] - W[first])):.1e}" for k in loops
