@@ -466,3 +466,48 @@ def test_grouped_importance_equals_explicit_permutations(level, monkeypatch):
                 expected = base[M].item() - rho((W[M, k, l] * Pp).sum(1), M)
                 assert drops[M, t, r].item() == pytest.approx(expected, abs=1e-12)
     assert drops.abs().max() > 0.01
+
+
+def test_per_pair_feature_importance_compiled_and_not_equal_explicit_permutations(
+        monkeypatch):
+    """Numeric designs are scored pair by pair: the predictions and their packed keys in
+    one compiled pass, or in torch; both give the drops of permuting a feature's values
+    and rescoring every pair with scipy (ties included: feature "c" repeats its values)."""
+    from mlem_neuro.core import ctrain, importance
+
+    rng = np.random.default_rng(4)
+    n, K = 50, 3
+    table = pd.DataFrame({"a": rng.random(n), "b": rng.random(n),
+                          "c": np.round(rng.random(n), 1)})
+    enc_t = FeatureSpace().fit_transform(table).to_torch("cpu", torch.float64)
+    i, j = pair_indices(n)
+    W = make_W(torch.as_tensor(rng.standard_normal((2, 3, 3))), "spd").double()
+    target = torch.as_tensor(rng.random((2, len(i))))
+    used = []
+    real = ctrain.feature_scores
+    monkeypatch.setattr(ctrain, "feature_scores",
+                        lambda *a: used.append(real(*a)) or used[-1])
+    out = {}
+    for compiled in ([True, False] if ctrain.built() else [False]):
+        monkeypatch.setattr(ctrain, "USE_C", compiled)
+        used.clear()
+        out[compiled] = importance.feature_importance(W, enc_t, i, j, target, K,
+                                                      np.random.default_rng(7))
+        assert len(used) == 3 and all((u is not None) is compiled for u in used)
+    drops, base = out[False]
+    if True in out:
+        np.testing.assert_allclose(out[True][0], drops, atol=1e-12)
+        np.testing.assert_allclose(out[True][1], base, atol=1e-12)
+    ti, tj = torch.as_tensor(i), torch.as_tensor(j)
+    D = enc_t.pair_distances(ti, tj).double()
+    rng2 = np.random.default_rng(7)
+    for f in range(3):
+        for r in range(K):
+            Dp = D.clone()
+            Dp[:, f] = enc_t.feature_distance(
+                f, ti, tj, perm=torch.as_tensor(rng2.permutation(n))).double()
+            for M in range(2):
+                q = np.einsum("pa,ab,pb->p", Dp.numpy(), W[M].numpy(), Dp.numpy())
+                expected = base[M].item() - spearmanr(np.round(q, 10), target[M])[0]
+                assert drops[M, f, r].item() == pytest.approx(expected, abs=1e-12)
+    assert drops.abs().max() > 0.01

@@ -552,6 +552,34 @@ int mlem_packed_keys(int64_t R, int64_t n, const double *q, int bits, int64_t *k
     return 0;
 }
 
+/* mlem_packed_keys of feature-importance predictions computed here, kept in q:
+ * q[m, r, p] = A[m, p] + d[r, p] * (2 B[m, p] + Wff[m] d[r, p]) for M models, R
+ * permutations and n pairs (importance.py: _feature_q; equal inputs give equal values, so
+ * ties stay ties).  Returns 1 (and stops) at a value that is not finite, else 0. */
+int mlem_feature_keys(int64_t M, int64_t R, int64_t n, const double *A, const double *B,
+                      const double *Wff, const double *d, int bits, double *q, int64_t *keys)
+{
+    const uint64_t top = (uint64_t)1 << 63, low = ((uint64_t)1 << bits) - 1;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t r = 0; r < R; r++) {
+            const double *a = A + m * n, *bb = B + m * n, *dr = d + r * n;
+            double w = Wff[m];
+            double *qr = q + (m * R + r) * n;
+            int64_t *kr = keys + (m * R + r) * n;
+            for (int64_t i = 0; i < n; i++) {
+                double x = a[i] + dr[i] * (2.0 * bb[i] + w * dr[i]);
+                uint64_t u;
+                if (!isfinite(x)) return 1;
+                qr[i] = x;
+                memcpy(&u, &x, sizeof u);
+                u = (u & top) ? ~u : (u | top);
+                u = (u & ~low) | (uint64_t)i;
+                kr[i] = (int64_t)(u ^ top);
+            }
+        }
+    return 0;
+}
+
 /* After each row of keys is sorted: the row's order (keys & mask), and
  * rho[r] = sum over positions of c[pos] * tz[r / tz_div][order[pos]] (c: the
  * standardised ranks 1..n); flags[r] bit 1: the row is not in order (values that differ

@@ -63,6 +63,10 @@ def _library():
     pk = lib.mlem_packed_keys
     pk.argtypes = [ctypes.c_int64, ctypes.c_int64, p, ctypes.c_int, p]
     pk.restype = ctypes.c_int
+    fk = lib.mlem_feature_keys
+    fk.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, p, p, p, p, ctypes.c_int, p,
+                   p]
+    fk.restype = ctypes.c_int
     ss = lib.mlem_sorted_scores
     ss.argtypes = [ctypes.c_int64, ctypes.c_int64, p, p, ctypes.c_int, p, ctypes.c_int64, p,
                    p, p]
@@ -211,6 +215,32 @@ def sorted_scores(q, tz, tz_div):
     keys = np.empty((R, n), dtype=np.int64)
     if lib.mlem_packed_keys(R, n, _ptr(q), bits, _ptr(keys)):
         return None
+    return _finish(lib, q, keys, bits, tz, tz_div)
+
+
+def feature_scores(A, B, Wff, d):
+    """Predictions of feature importance and their packed keys, computed together:
+    ``q[m, r] = A[m] + d[r] * (2 B[m] + Wff[m] d[r])`` for ``A, B (M, n)``, ``Wff (M,)``
+    and the permuted distances ``d (R, n)`` (float64, C-contiguous numpy).  Returns the
+    function that scores them (``tz (M, n)`` → ``(rho (M * R,), redo)``, as
+    :func:`sorted_scores`) and ``q (M * R, n)``, or ``None`` (library not built, or a
+    value not finite)."""
+    lib = _library() if USE_C else None
+    if lib is None:
+        return None
+    (M, n), R = A.shape, d.shape[0]
+    bits = max(int(n - 1).bit_length(), 1)
+    q = np.empty((M * R, n))
+    keys = np.empty((M * R, n), dtype=np.int64)
+    if lib.mlem_feature_keys(M, R, n, _ptr(A), _ptr(B), _ptr(Wff), _ptr(d), bits, _ptr(q),
+                             _ptr(keys)):
+        return None
+    return (lambda tz: _finish(lib, q, keys, bits, tz, R)), q
+
+
+def _finish(lib, q, keys, bits, tz, tz_div):
+    """Sort the packed keys and score the rows (:func:`sorted_scores`)."""
+    R, n = q.shape
     keys.sort(axis=-1)
     c = np.arange(1, n + 1, dtype=np.float64)
     c -= c.mean()

@@ -489,9 +489,40 @@ def _feature_drops_per_pair(W, w, D, k, l, f, skip, d_new, base, tz):
     A, B = _feature_parts(W, w, D, k, l, f, skip)
     drops = torch.empty(M, K, dtype=torch.float64, device=tz.device)
     for c in _model_chunks(M, K * P * 3):
+        fast = None
+        if tz.device.type == "cpu" and tz.dtype == A.dtype == d_new.dtype == torch.float64:
+            fast = _compiled_feature_score(A[c], B[c], W[c, f, f], d_new, tz[c])
+        if fast is not None:
+            drops[c] = base[c, None] - fast
+            continue
         qp = _feature_q(A[c, None], B[c, None], W[c, f, f, None, None], d_new[None])
         drops[c] = base[c, None] - _score(qp, tz[c, None, :])
     return drops
+
+
+def _compiled_feature_score(A, B, Wff, d_new, tz):
+    """:func:`_score` of :func:`_feature_q` for the models ``A, B (Mc, P)``, ``Wff
+    (Mc,)`` under the permuted distances ``d_new (K, P)``, the predictions computed with
+    their packed keys in one compiled pass (:func:`mlem_neuro.core.ctrain.feature_scores`;
+    rows with ties, or too close values, recomputed here); ``(Mc, K)`` or ``None``."""
+    from . import ctrain
+
+    Mc, K = A.shape[0], d_new.shape[0]
+    if Mc == 0 or A.shape[-1] < 2:
+        return None
+    out = ctrain.feature_scores(*(np.ascontiguousarray(x.numpy()) for x in (A, B, Wff, d_new)))
+    if out is None:
+        return None
+    score, q = out
+    tzn = np.ascontiguousarray(tz.numpy())
+    rho, redo = score(tzn)
+    rho, redo = torch.from_numpy(rho), torch.from_numpy(redo)
+    if bool(redo.any()):
+        rows = redo.nonzero()[:, 0]
+        flat = torch.from_numpy(q)[rows]
+        tz_rows = tz[torch.div(rows, K, rounding_mode="floor")]
+        rho[rows] = (standardize(rankdata(flat)) * tz_rows).sum(dim=-1)
+    return rho.reshape(Mc, K)
 
 
 def _feature_importance_batched(W, pairs, target, K, rng, select=None):
