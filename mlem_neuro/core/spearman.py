@@ -52,8 +52,8 @@ def inverse_order(order):
 def _packed_order(a):
     """Indices sorting the rows of the finite float64 array ``a (M, n)``, nearly: each
     value's order-preserving 64-bit integer key with its low bits replaced by its index,
-    sorted as integers (numpy sorts integers with vector instructions, several times
-    faster than an argsort).  Values that differ only in the dropped bits (relative
+    sorted as integers (numpy sorts integers with vector instructions, faster than an
+    argsort).  Values that differ only in the dropped bits (relative
     ``2**-(52 - bits)``) come out in index order; equal values stay together."""
     n = a.shape[-1]
     bits = max(int(n - 1).bit_length(), 1)
