@@ -180,6 +180,23 @@ def test_cell_index_gives_the_groups_of_the_quantised_term_rows():
         assert torch.equal(cells, inv)
 
 
+@pytest.mark.parametrize("span", [50, 10**9])
+def test_cell_renumbering_and_capped_counts_equal_torch_unique(span):
+    """Cells renumbered by a table of the codes (small span) or a sort (large span) get
+    the inverse of ``torch.unique``; distinct values counted up to a cap are exact below
+    it and above it when there are more."""
+    rng = np.random.default_rng(span % 7)
+    code = torch.as_tensor(rng.integers(0, span, 3000))
+    expected = torch.unique(code, return_inverse=True)[1]
+    assert torch.equal(quantise._renumber(code, span), expected)
+    few = torch.as_tensor(rng.integers(0, 5, 3000)).double()
+    many = torch.as_tensor(rng.random(3000))
+    assert quantise._distinct(few, 16) == 5
+    assert quantise._distinct(many, 16) > 16 and quantise._distinct(many) == 3000
+    late = torch.cat([torch.zeros(1000), torch.arange(40.0)])     # new values after 512
+    assert quantise._distinct(late, 16) > 16
+
+
 def test_distinct_rows_skips_the_row_sort_for_numeric_rows():
     from mlem_neuro.core import tied
 
