@@ -67,11 +67,20 @@ def test_group_sums_are_scatter_sums():
         np.testing.assert_array_equal(counts[r], torch.bincount(g[r], minlength=6))
 
 
-def test_rank_sums_are_sums_of_standardised_ranks(monkeypatch):
-    """rank_sums' sorted walk gives the sums of ranking each subset on its own, for rows
-    with and without ties, large and small subsets and across row blocks."""
+@pytest.mark.parametrize("compiled", [True, False])
+def test_rank_sums_are_sums_of_standardised_ranks(monkeypatch, compiled):
+    """rank_sums' sorted walk (compiled, or in torch) gives the sums of ranking each
+    subset on its own, for rows with and without ties, large and small subsets and across
+    row blocks."""
+    from mlem_neuro.core import ctrain
     from mlem_neuro.core.spearman import rankdata, standardize
 
+    if compiled and not ctrain.built():
+        pytest.skip("the compiled library is not built")
+    monkeypatch.setattr(ctrain, "USE_C", compiled)
+    walked = []
+    real = ctrain.rank_walk
+    monkeypatch.setattr(ctrain, "rank_walk", lambda *a: walked.append(real(*a)) or walked[-1])
     monkeypatch.setattr(fastnull, "RANK_WALK_ELEMENTS", 3 * 200)   # blocks of 3 rows
     rng = np.random.default_rng(3)
     D = torch.as_tensor(rng.random((8, 200)))
@@ -86,6 +95,7 @@ def test_rank_sums_are_sums_of_standardised_ranks(monkeypatch):
         expected = torch.zeros(8, 4, dtype=torch.float64).index_add_(
             1, g, standardize(rankdata(D[:, lin])))
         np.testing.assert_allclose(got, expected, atol=1e-12)
+    assert len(walked) == 3 and all((w is not None) is compiled for w in walked)
 
 
 def test_per_model_counts_give_the_shared_counts_values_and_gradients():

@@ -609,6 +609,36 @@ int mlem_sorted_scores(int64_t R, int64_t n, const double *q, const int64_t *key
     return 0;
 }
 
+/* Rank sums of subsets of pairs from one sorted order per row (fastnull.rank_sums):
+ * order (R, P): each row's pairs in increasing order; labels (S, P): the distance row of
+ * each pair in set s, or U when the pair is not in set s.  Walking a row's order, a
+ * pair's rank within set s is the count of set s's pairs up to it; rsum (S, R, U) gets,
+ * per set, row and distance row, the sum of its pairs' ranks (integers, exact in double).
+ * Returns 0, or -1 when memory ran out. */
+int mlem_rank_walk(int64_t R, int64_t P, int S, int U, const int64_t *order,
+                   const int32_t *labels, double *rsum)
+{
+    int64_t *count = malloc(sizeof(int64_t) * (S > 0 ? S : 1));
+    if (!count) return -1;
+    memset(rsum, 0, sizeof(double) * (size_t)S * R * U);
+    for (int64_t r = 0; r < R; r++) {
+        const int64_t *o = order + r * P;
+        for (int k = 0; k < S; k++) count[k] = 0;
+        for (int64_t p = 0; p < P; p++) {
+            int64_t idx = o[p];
+            for (int k = 0; k < S; k++) {
+                int32_t g = labels[(int64_t)k * P + idx];
+                if (g < U) {
+                    count[k]++;
+                    rsum[((int64_t)k * R + r) * U + g] += (double)count[k];
+                }
+            }
+        }
+    }
+    free(count);
+    return 0;
+}
+
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT, "_ctrain",
     "Grouped full-batch training in C (called through ctypes: mlem_neuro.core.ctrain).",

@@ -71,6 +71,9 @@ def _library():
     ss.argtypes = [ctypes.c_int64, ctypes.c_int64, p, p, ctypes.c_int, p, ctypes.c_int64, p,
                    p, p]
     ss.restype = ctypes.c_int
+    rw = lib.mlem_rank_walk
+    rw.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int, p, p, p]
+    rw.restype = ctypes.c_int
     g = lib.mlem_value_and_grad
     g.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, p, p, p, p,
                   ctypes.c_int, p, ctypes.c_int, ctypes.c_double, p, p, p]
@@ -250,3 +253,22 @@ def _finish(lib, q, keys, bits, tz, tz_div):
     lib.mlem_sorted_scores(R, n, _ptr(q), _ptr(keys), bits, _ptr(tz), int(tz_div), _ptr(c),
                            _ptr(rho), _ptr(flags))
     return rho, flags != 0
+
+
+def rank_walk(order, labels, U):
+    """Per set, row and distance row, the sums of the ranks of the set's pairs within
+    the set, walking each row's sorted order once for all sets: ``order (R, P)`` (int64),
+    ``labels (S, P)`` (int32: a pair's distance row in set ``s``, or ``U`` when it is not
+    in it).  Returns ``(S, R, U)`` float64 (exact: sums of integers), or ``None`` when the
+    library is not built (:func:`mlem_neuro.core.fastnull.rank_sums` then walks in torch).
+    """
+    lib = _library() if USE_C else None
+    if lib is None:
+        return None
+    order = np.ascontiguousarray(order, dtype=np.int64)
+    labels = np.ascontiguousarray(labels, dtype=np.int32)
+    (R, P), S = order.shape, labels.shape[0]
+    out = np.empty((S, R, U))
+    if lib.mlem_rank_walk(R, P, S, int(U), _ptr(order), _ptr(labels), _ptr(out)):
+        raise MemoryError("the compiled rank walk could not allocate its counts")
+    return out

@@ -35,6 +35,7 @@ import torch
 from joblib import Parallel, delayed, effective_n_jobs
 
 from .._threads import call_with_threads, worker_threads
+from . import ctrain
 from .engine import fit_grouped
 from .importance import _fold
 from .memory import memory_budget
@@ -265,15 +266,23 @@ def rank_sums(D, sets, U):
         else:
             out[k] = _ranked_sums(D, lin, g, U)
     step = max(1, RANK_WALK_ELEMENTS // max(P, 1))
+    keys = list(walks)
+    labels = (torch.stack([walks[k][0] for k in keys]).numpy()
+              if keys and D.device.type == "cpu" and U < 2**31 else None)
     for r0 in range(0, M if walks else 0, step):
         Db = D[r0:r0 + step]
         order, _, tied = sort_with_ties(Db)
         rows = tied.nonzero()[:, 0]
-        for k, (label, shift, norm) in walks.items():
-            walk = label[order]                              # rows in sorted order
-            pos = torch.cumsum(walk < U, dim=1, dtype=torch.int32).double()
-            rsum = torch.zeros(len(Db), U + 1, dtype=torch.float64).scatter_add_(
-                1, walk, pos)[:, :U]
+        # every set's walk of this block at once, compiled (None: not built; walk in torch)
+        walked = None if labels is None else ctrain.rank_walk(order.numpy(), labels, U)
+        for c, (k, (label, shift, norm)) in enumerate(walks.items()):
+            if walked is not None:
+                rsum = torch.from_numpy(walked[c])
+            else:
+                walk = label[order]                          # rows in sorted order
+                pos = torch.cumsum(walk < U, dim=1, dtype=torch.int32).double()
+                rsum = torch.zeros(len(Db), U + 1, dtype=torch.float64).scatter_add_(
+                    1, walk, pos)[:, :U]
             block = (rsum - shift) / norm
             if len(rows):
                 block[rows] = _ranked_sums(Db[rows], *sets[k], U)
