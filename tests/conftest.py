@@ -8,3 +8,27 @@ import os
 
 # figures are drawn off-screen (README examples, result.plot tests)
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def watch_compiled(monkeypatch):
+    """``watch(name, compiled=None)``: record what ``mlem_neuro.core.ctrain.<name>``
+    returns (``None`` where the compiled library was not used) in the list it returns;
+    with ``compiled`` given, switch the compiled paths on or off first (skipping the test
+    when they are asked for and not built)."""
+    from mlem_neuro.core import ctrain
+
+    def watch(name, compiled=None):
+        if compiled is not None:
+            if compiled and not ctrain.built():
+                pytest.skip("the compiled library is not built")
+            monkeypatch.setattr(ctrain, "USE_C", compiled)
+        seen = []
+        real = getattr(ctrain, name)
+        monkeypatch.setattr(ctrain, name, lambda *a: seen.append(real(*a)) or seen[-1])
+        return seen
+
+    return watch

@@ -87,21 +87,14 @@ def test_rankdata_by_packed_keys_is_exact(case):
 
 
 @pytest.mark.parametrize("compiled", [True, False])
-def test_importance_score_equals_scipy_spearman_with_and_without_ties(monkeypatch, compiled):
+def test_importance_score_equals_scipy_spearman_with_and_without_ties(watch_compiled, compiled):
     """The held-out score of importance (fixed standardised ranks in sorted order for
     rows without ties, average ranks otherwise), broadcast over permutations: by the
     compiled keys and scores (rows with ties or values one ulp apart recomputed) and
     without them."""
-    from mlem_neuro.core import ctrain
     from mlem_neuro.core.importance import _score
 
-    if compiled and not ctrain.built():
-        pytest.skip("the compiled library is not built")
-    monkeypatch.setattr(ctrain, "USE_C", compiled)
-    calls = []
-    real = ctrain.sorted_scores
-    monkeypatch.setattr(ctrain, "sorted_scores",
-                        lambda *a: calls.append(real(*a)) or calls[-1])
+    calls = watch_compiled("sorted_scores", compiled)
     rng = np.random.default_rng(1)
     target = rng.standard_normal((3, 400))
     q = rng.standard_normal((3, 5, 400))
@@ -469,7 +462,7 @@ def test_grouped_importance_equals_explicit_permutations(level, monkeypatch):
 
 
 def test_per_pair_feature_importance_compiled_and_not_equal_explicit_permutations(
-        monkeypatch):
+        monkeypatch, watch_compiled):
     """Numeric designs are scored pair by pair: the predictions and their packed keys in
     one compiled pass, or in torch; both give the drops of permuting a feature's values
     and rescoring every pair with scipy (ties included: feature "c" repeats its values)."""
@@ -483,10 +476,7 @@ def test_per_pair_feature_importance_compiled_and_not_equal_explicit_permutation
     i, j = pair_indices(n)
     W = make_W(torch.as_tensor(rng.standard_normal((2, 3, 3))), "spd").double()
     target = torch.as_tensor(rng.random((2, len(i))))
-    used = []
-    real = ctrain.feature_scores
-    monkeypatch.setattr(ctrain, "feature_scores",
-                        lambda *a: used.append(real(*a)) or used[-1])
+    used = watch_compiled("feature_scores")
     out = {}
     for compiled in ([True, False] if ctrain.built() else [False]):
         monkeypatch.setattr(ctrain, "USE_C", compiled)

@@ -68,19 +68,13 @@ def test_group_sums_are_scatter_sums():
 
 
 @pytest.mark.parametrize("compiled", [True, False])
-def test_rank_sums_are_sums_of_standardised_ranks(monkeypatch, compiled):
+def test_rank_sums_are_sums_of_standardised_ranks(monkeypatch, watch_compiled, compiled):
     """rank_sums' sorted walk (compiled, or in torch) gives the sums of ranking each
     subset on its own, for rows with and without ties, large and small subsets and across
     row blocks."""
-    from mlem_neuro.core import ctrain
     from mlem_neuro.core.spearman import rankdata, standardize
 
-    if compiled and not ctrain.built():
-        pytest.skip("the compiled library is not built")
-    monkeypatch.setattr(ctrain, "USE_C", compiled)
-    walked = []
-    real = ctrain.rank_walk
-    monkeypatch.setattr(ctrain, "rank_walk", lambda *a: walked.append(real(*a)) or walked[-1])
+    walked = watch_compiled("rank_walk", compiled)
     monkeypatch.setattr(fastnull, "RANK_WALK_ELEMENTS", 3 * 200)   # blocks of 3 rows
     rng = np.random.default_rng(3)
     D = torch.as_tensor(rng.random((8, 200)))
