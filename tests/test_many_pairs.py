@@ -94,16 +94,22 @@ def test_codes_do_not_pay_for_numeric_features():
     assert tied.distinct_rows(terms.all, terms.codes()) is None     # 780 distinct rows
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("metric", ["euclidean", "correlation", "cosine"])
-def test_rdm_of_all_pairs_equals_the_gathered_rdm(metric, monkeypatch):
-    """Bit for bit, with the Gram products split over models and rows."""
+def test_rdm_of_all_pairs_equals_the_gathered_rdm(metric, compiled, monkeypatch,
+                                                   watch_compiled):
+    """Bit for bit, with the Gram products split over models and rows, whether the
+    compiled pass or torch reads the pairs off the Gram matrices."""
     import mlem_neuro.core.neural as neural
+
+    seen = watch_compiled("condensed", compiled)
     Y = torch.as_tensor(np.random.default_rng(3).standard_normal((5, 47, 9)))
     i, j = pair_indices(47)
     ref = neural.rdm_from_rows(Y, i, j, metric)
     assert torch.equal(neural.rdm_all_pairs(Y, metric), ref)
     monkeypatch.setattr(neural, "CHUNK_BYTES", 8 * 47 * 47 * 2)    # 2 models, 1 row a block
     assert torch.equal(neural.rdm_all_pairs(Y, metric), ref)
+    assert len(seen) == 4 and all((d is not None) is compiled for d in seen)
 
 
 def _sample_pairs_before(rng, n_total, size):

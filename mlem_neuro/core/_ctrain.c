@@ -609,33 +609,74 @@ int mlem_sorted_scores(int64_t R, int64_t n, const double *q, const int64_t *key
     return 0;
 }
 
-/* Rank sums of subsets of pairs from one sorted order per row (fastnull.rank_sums):
- * order (R, P): each row's pairs in increasing order; labels (S, P): the distance row of
- * each pair in set s, or U when the pair is not in set s.  Walking a row's order, a
- * pair's rank within set s is the count of set s's pairs up to it; rsum (S, R, U) gets,
- * per set, row and distance row, the sum of its pairs' ranks (integers, exact in double).
- * Returns 0, or -1 when memory ran out. */
-int mlem_rank_walk(int64_t R, int64_t P, int S, int U, const int64_t *order,
-                   const int32_t *labels, double *rsum)
+/* Rank sums of subsets of pairs from one sort per row (fastnull.rank_sums): keys (R, P)
+ * are each row's packed keys (mlem_packed_keys of x, the row's values), sorted; labels
+ * (P, S): the distance row (< U) of pair p in set s, or U when the pair is not in set s (a
+ * pair's labels side by side: one cache line per pair).  Walking a row's order, a pair's
+ * rank within set s is the count of set s's pairs up to it; rsum (S, R, U) gets, per set,
+ * row and distance row, the sum of its pairs' ranks (integers, exact in double).
+ * flags[r] bit 1: row r is not in order (values that differ only in the dropped bits),
+ * bit 2: it holds equal values (ranks to average); a flagged row's sums are the caller's
+ * to recompute.  Returns 0, or -1 when memory ran out. */
+int mlem_rank_walk(int64_t R, int64_t P, const double *x, const int64_t *keys, int bits,
+                   int S, int U, const int32_t *labels, double *rsum, uint8_t *flags)
 {
+    const int64_t mask = ((int64_t)1 << bits) - 1;
+    const int V = U + 1;         /* per set: the U distance rows and a slot for non-members */
     int64_t *count = malloc(sizeof(int64_t) * (S > 0 ? S : 1));
-    if (!count) return -1;
-    memset(rsum, 0, sizeof(double) * (size_t)S * R * U);
+    double *acc = malloc(sizeof(double) * ((size_t)S * V));
+    if (!count || !acc) { free(count); free(acc); return -1; }
     for (int64_t r = 0; r < R; r++) {
-        const int64_t *o = order + r * P;
-        for (int k = 0; k < S; k++) count[k] = 0;
+        const int64_t *k = keys + r * P;
+        const double *xr = x + r * P;
+        double prev = -INFINITY;
+        uint8_t flag = 0;
+        for (int s = 0; s < S; s++) count[s] = 0;
+        memset(acc, 0, sizeof(double) * (size_t)S * V);
         for (int64_t p = 0; p < P; p++) {
-            int64_t idx = o[p];
-            for (int k = 0; k < S; k++) {
-                int32_t g = labels[(int64_t)k * P + idx];
-                if (g < U) {
-                    count[k]++;
-                    rsum[((int64_t)k * R + r) * U + g] += (double)count[k];
-                }
+            int64_t idx = k[p] & mask;
+            double v = xr[idx];
+            flag |= (uint8_t)((v < prev) | ((v == prev) << 1));
+            prev = v;
+            const int32_t *lab = labels + idx * S;
+            /* without branches (membership is unpredictable): a non-member adds 0 to the
+             * spare slot */
+            for (int s = 0; s < S; s++) {
+                int32_t g = lab[s];
+                int64_t in = g < U;
+                count[s] += in;
+                acc[(size_t)s * V + g] += (double)(count[s] * in);
             }
         }
+        for (int s = 0; s < S; s++)
+            memcpy(rsum + ((size_t)s * R + r) * U, acc + (size_t)s * V, sizeof(double) * U);
+        flags[r] = flag;
     }
     free(count);
+    free(acc);
+    return 0;
+}
+
+/* Squared distances of every pair i < j (pair_indices order) from the Gram matrices G
+ * (M, n, n) of preprocessed rows: out[m, p] = (G_ii + G_jj) - 2 G_ij, the operations of
+ * neural.rdm_all_pairs in the same order (bit for bit).  Returns 0, or -1 when memory
+ * ran out. */
+int mlem_condensed(int64_t M, int64_t n, const double *G, double *out)
+{
+    double *sq = malloc(sizeof(double) * (n > 0 ? n : 1));
+    if (!sq) return -1;
+    for (int64_t m = 0; m < M; m++) {
+        const double *g = G + m * n * n;
+        double *o = out + m * (n * (n - 1) / 2);
+        for (int64_t i = 0; i < n; i++) sq[i] = g[i * n + i];
+        for (int64_t i = 0; i < n - 1; i++) {
+            const double *row = g + i * n;
+            double si = sq[i];
+            for (int64_t j = i + 1; j < n; j++)
+                *o++ = (si + sq[j]) - 2.0 * row[j];
+        }
+    }
+    free(sq);
     return 0;
 }
 

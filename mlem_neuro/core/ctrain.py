@@ -72,8 +72,12 @@ def _library():
                    p, p]
     ss.restype = ctypes.c_int
     rw = lib.mlem_rank_walk
-    rw.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int, p, p, p]
+    rw.argtypes = [ctypes.c_int64, ctypes.c_int64, p, p, ctypes.c_int, ctypes.c_int,
+                   ctypes.c_int, p, p, p]
     rw.restype = ctypes.c_int
+    cd = lib.mlem_condensed
+    cd.argtypes = [ctypes.c_int64, ctypes.c_int64, p, p]
+    cd.restype = ctypes.c_int
     g = lib.mlem_value_and_grad
     g.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, p, p, p, p,
                   ctypes.c_int, p, ctypes.c_int, ctypes.c_double, p, p, p]
@@ -255,20 +259,48 @@ def _finish(lib, q, keys, bits, tz, tz_div):
     return rho, flags != 0
 
 
-def rank_walk(order, labels, U):
+def rank_walk(D, labels, U):
     """Per set, row and distance row, the sums of the ranks of the set's pairs within
-    the set, walking each row's sorted order once for all sets: ``order (R, P)`` (int64),
-    ``labels (S, P)`` (int32: a pair's distance row in set ``s``, or ``U`` when it is not
-    in it).  Returns ``(S, R, U)`` float64 (exact: sums of integers), or ``None`` when the
-    library is not built (:func:`mlem_neuro.core.fastnull.rank_sums` then walks in torch).
+    the set, from one sort of each row of ``D (R, P)`` (float64, C-contiguous numpy) for
+    all ``S`` sets: ``labels (S, P)`` holds a pair's distance row in set ``s``, or ``U``
+    when it is not in it.  The sort is numpy's, of integer keys packing each value's order
+    with its index (:func:`sorted_scores`); one compiled pass walks each sorted row.
+
+    Returns ``(rsum (S, R, U) float64, redo (R,) bool)``: exact sums (of integers) for the
+    rows not marked ``redo``; a row marked (tied values, whose ranks are averaged, or
+    values too close for the packed keys) is the caller's to rank another way.  ``None``
+    when the library is not built or ``D`` holds a value that is not finite.
     """
     lib = _library() if USE_C else None
     if lib is None:
         return None
-    order = np.ascontiguousarray(order, dtype=np.int64)
-    labels = np.ascontiguousarray(labels, dtype=np.int32)
-    (R, P), S = order.shape, labels.shape[0]
+    R, P = D.shape
+    bits = max(int(P - 1).bit_length(), 1)
+    keys = np.empty((R, P), dtype=np.int64)
+    if lib.mlem_packed_keys(R, P, _ptr(D), bits, _ptr(keys)):
+        return None
+    keys.sort(axis=-1)
+    lab = np.ascontiguousarray(np.asarray(labels, dtype=np.int32).T)     # (P, S)
+    S = lab.shape[1]
     out = np.empty((S, R, U))
-    if lib.mlem_rank_walk(R, P, S, int(U), _ptr(order), _ptr(labels), _ptr(out)):
-        raise MemoryError("the compiled rank walk could not allocate its counts")
+    flags = np.empty(R, dtype=np.uint8)
+    if lib.mlem_rank_walk(R, P, _ptr(D), _ptr(keys), bits, S, int(U), _ptr(lab), _ptr(out),
+                          _ptr(flags)):
+        raise MemoryError("the compiled rank walk could not allocate its sums")
+    return out, flags != 0
+
+
+def condensed(G):
+    """Squared distances ``(M, n (n - 1) / 2)`` of every pair ``i < j`` (pair order of
+    :func:`~mlem_neuro.core.pairs.pair_indices`) from Gram matrices ``G (M, n, n)``
+    (float64, C-contiguous numpy): ``(G_ii + G_jj) - 2 G_ij``, bit for bit as
+    :func:`~mlem_neuro.core.neural.rdm_all_pairs` computes it; ``None`` when the library
+    is not built."""
+    lib = _library() if USE_C else None
+    if lib is None:
+        return None
+    M, n, _ = G.shape
+    out = np.empty((M, n * (n - 1) // 2))
+    if lib.mlem_condensed(M, n, _ptr(G), _ptr(out)):
+        raise MemoryError("the compiled pair distances could not allocate their workspace")
     return out

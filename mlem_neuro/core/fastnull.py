@@ -268,16 +268,23 @@ def rank_sums(D, sets, U):
     step = max(1, RANK_WALK_ELEMENTS // max(P, 1))
     keys = list(walks)
     labels = (torch.stack([walks[k][0] for k in keys]).numpy()
-              if keys and D.device.type == "cpu" and U < 2**31 else None)
+              if keys and D.device.type == "cpu" and D.dtype == torch.float64 and U < 2**31
+              else None)
     for r0 in range(0, M if walks else 0, step):
         Db = D[r0:r0 + step]
-        order, _, tied = sort_with_ties(Db)
-        rows = tied.nonzero()[:, 0]
-        # every set's walk of this block at once, compiled (None: not built; walk in torch)
-        walked = None if labels is None else ctrain.rank_walk(order.numpy(), labels, U)
+        # every set's walk of this block at once, compiled (None: not built, or a value
+        # not finite; then sort and walk in torch)
+        walked = None if labels is None else ctrain.rank_walk(
+            np.ascontiguousarray(Db.numpy()), labels, U)
+        if walked is not None:
+            rsums, redo = walked
+            rows = torch.from_numpy(np.flatnonzero(redo))
+        else:
+            order, _, tied = sort_with_ties(Db)
+            rows = tied.nonzero()[:, 0]
         for c, (k, (label, shift, norm)) in enumerate(walks.items()):
             if walked is not None:
-                rsum = torch.from_numpy(walked[c])
+                rsum = torch.from_numpy(rsums[c])
             else:
                 walk = label[order]                          # rows in sorted order
                 pos = torch.cumsum(walk < U, dim=1, dtype=torch.int32).double()
