@@ -612,14 +612,30 @@ int mlem_sorted_scores(int64_t R, int64_t n, const double *q, const int64_t *key
 /* Rank sums of subsets of pairs from one sort per row (fastnull.rank_sums): keys (R, P)
  * are each row's packed keys (mlem_packed_keys of x, the row's values), sorted; labels
  * (P, S): the distance row (< U) of pair p in set s, or U when the pair is not in set s (a
- * pair's labels side by side: one cache line per pair).  Walking a row's order, a pair's
+ * pair's labels side by side; uint8 when narrow, else int32: with uint8 the labels of
+ * 20,000 pairs stay in the core's cache).  Walking a row's order, a pair's
  * rank within set s is the count of set s's pairs up to it; rsum (S, R, U) gets, per set,
  * row and distance row, the sum of its pairs' ranks (integers, exact in double).
  * flags[r] bit 1: row r is not in order (values that differ only in the dropped bits),
  * bit 2: it holds equal values (ranks to average); a flagged row's sums are the caller's
  * to recompute.  Returns 0, or -1 when memory ran out. */
+#define RANK_WALK_ROW(LTYPE)                                                              \
+    for (int64_t p = 0; p < P; p++) {                                                     \
+        int64_t idx = k[p] & mask;                                                        \
+        double v = xr[idx];                                                               \
+        flag |= (uint8_t)((v < prev) | ((v == prev) << 1));                               \
+        prev = v;                                                                         \
+        const LTYPE *lab = (const LTYPE *)labels + idx * S;                               \
+        for (int s = 0; s < S; s++) {                                                     \
+            int64_t g = lab[s], in = g < U;                                               \
+            count[s] += in;                                                               \
+            acc[(size_t)s * V + g] += (double)(count[s] * in);                            \
+        }                                                                                 \
+    }
+
 int mlem_rank_walk(int64_t R, int64_t P, const double *x, const int64_t *keys, int bits,
-                   int S, int U, const int32_t *labels, double *rsum, uint8_t *flags)
+                   int S, int U, const void *labels, int narrow, double *rsum,
+                   uint8_t *flags)
 {
     const int64_t mask = ((int64_t)1 << bits) - 1;
     const int V = U + 1;         /* per set: the U distance rows and a slot for non-members */
@@ -633,21 +649,9 @@ int mlem_rank_walk(int64_t R, int64_t P, const double *x, const int64_t *keys, i
         uint8_t flag = 0;
         for (int s = 0; s < S; s++) count[s] = 0;
         memset(acc, 0, sizeof(double) * (size_t)S * V);
-        for (int64_t p = 0; p < P; p++) {
-            int64_t idx = k[p] & mask;
-            double v = xr[idx];
-            flag |= (uint8_t)((v < prev) | ((v == prev) << 1));
-            prev = v;
-            const int32_t *lab = labels + idx * S;
-            /* without branches (membership is unpredictable): a non-member adds 0 to the
-             * spare slot */
-            for (int s = 0; s < S; s++) {
-                int32_t g = lab[s];
-                int64_t in = g < U;
-                count[s] += in;
-                acc[(size_t)s * V + g] += (double)(count[s] * in);
-            }
-        }
+        /* without branches (membership is unpredictable): a non-member adds 0 to the
+         * spare slot */
+        if (narrow) { RANK_WALK_ROW(uint8_t) } else { RANK_WALK_ROW(int32_t) }
         for (int s = 0; s < S; s++)
             memcpy(rsum + ((size_t)s * R + r) * U, acc + (size_t)s * V, sizeof(double) * U);
         flags[r] = flag;

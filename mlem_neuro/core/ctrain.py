@@ -73,7 +73,7 @@ def _library():
     ss.restype = ctypes.c_int
     rw = lib.mlem_rank_walk
     rw.argtypes = [ctypes.c_int64, ctypes.c_int64, p, p, ctypes.c_int, ctypes.c_int,
-                   ctypes.c_int, p, p, p]
+                   ctypes.c_int, p, ctypes.c_int, p, p]
     rw.restype = ctypes.c_int
     cd = lib.mlem_condensed
     cd.argtypes = [ctypes.c_int64, ctypes.c_int64, p, p]
@@ -280,12 +280,14 @@ def rank_walk(D, labels, U):
     if lib.mlem_packed_keys(R, P, _ptr(D), bits, _ptr(keys)):
         return None
     keys.sort(axis=-1)
-    lab = np.ascontiguousarray(np.asarray(labels, dtype=np.int32).T)     # (P, S)
+    narrow = U < 255                    # one byte a label: all labels stay in the cache
+    lab = np.ascontiguousarray(np.asarray(labels).T,
+                               dtype=np.uint8 if narrow else np.int32)     # (P, S)
     S = lab.shape[1]
     out = np.empty((S, R, U))
     flags = np.empty(R, dtype=np.uint8)
-    if lib.mlem_rank_walk(R, P, _ptr(D), _ptr(keys), bits, S, int(U), _ptr(lab), _ptr(out),
-                          _ptr(flags)):
+    if lib.mlem_rank_walk(R, P, _ptr(D), _ptr(keys), bits, S, int(U), _ptr(lab), int(narrow),
+                          _ptr(out), _ptr(flags)):
         raise MemoryError("the compiled rank walk could not allocate its sums")
     return out, flags != 0
 
