@@ -92,6 +92,29 @@ def test_rank_sums_are_sums_of_standardised_ranks(monkeypatch, watch_compiled, c
     assert len(walked) == 3 and all((w is not None) is compiled for w in walked)
 
 
+@pytest.mark.parametrize("U", [4, 300])
+def test_compiled_rank_walk_sums_ranks_within_each_set(U):
+    """One-byte labels (fewer than 255 distance rows) and four-byte ones give the sums of
+    ranking each set on its own; a row with a tie is marked for the caller."""
+    from mlem_neuro.core import ctrain
+    from mlem_neuro.core.spearman import rankdata
+
+    if not ctrain.built():
+        pytest.skip("the compiled library is not built")
+    rng = np.random.default_rng(4)
+    D = rng.random((5, 500))
+    D[3, 7] = D[3, 100]
+    labels = np.where(rng.random((3, 500)) < 0.5, rng.integers(0, U, (3, 500)), U)
+    rsum, redo = ctrain.rank_walk(D, labels, U)
+    np.testing.assert_array_equal(redo, [False, False, False, True, False])
+    for s in range(3):
+        member = labels[s] < U
+        ranks = rankdata(torch.as_tensor(D[:, member]))
+        expected = torch.zeros(5, U, dtype=torch.float64).index_add_(
+            1, torch.as_tensor(labels[s, member]), ranks)
+        np.testing.assert_array_equal(rsum[s][~redo], expected[~redo].numpy())
+
+
 def test_per_model_counts_give_the_shared_counts_values_and_gradients():
     rng = np.random.default_rng(3)
     pred = torch.as_tensor(rng.random((6, 9)), dtype=torch.float64)
