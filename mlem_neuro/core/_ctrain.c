@@ -610,54 +610,64 @@ int mlem_sorted_scores(int64_t R, int64_t n, const double *q, const int64_t *key
 }
 
 /* Rank sums of subsets of pairs from one sort per row (fastnull.rank_sums): keys (R, P)
- * are each row's packed keys (mlem_packed_keys of x, the row's values), sorted; labels
- * (P, S): the distance row (< U) of pair p in set s, or U when the pair is not in set s (a
- * pair's labels side by side; uint8 when narrow, else int32: with uint8 the labels of
- * 20,000 pairs stay in the core's cache).  Walking a row's order, a pair's
- * rank within set s is the count of set s's pairs up to it; rsum (S, R, U) gets, per set,
- * row and distance row, the sum of its pairs' ranks (integers, exact in double).
- * flags[r] bit 1: row r is not in order (values that differ only in the dropped bits),
- * bit 2: it holds equal values (ranks to average); a flagged row's sums are the caller's
- * to recompute.  Returns 0, or -1 when memory ran out. */
+ * are each row's packed keys (mlem_packed_keys of x, the row's values), sorted.  The sets
+ * come in C channels of up to J sets that share no pair; labels (P, C) (a pair's labels
+ * side by side; uint8 when narrow, else int32) holds, per channel, j * U + g for a pair
+ * of the channel's j-th set in distance row g (< U), or J * U for a pair in none of its
+ * sets.  Walking a row's order, a pair's rank within its set is the count of the set's
+ * pairs up to it; rsum (C, R, J * U) gets, per channel, row and label, the sum of its
+ * pairs' ranks (integers, exact in double).  flags[r] bit 1: row r is not in order
+ * (values that differ only in the dropped bits), bit 2: it holds equal values (ranks to
+ * average); a flagged row's sums are the caller's to recompute.  Returns 0, or -1 when
+ * memory ran out. */
 #define RANK_WALK_ROW(LTYPE)                                                              \
     for (int64_t p = 0; p < P; p++) {                                                     \
-        int64_t idx = k[p] & mask;                                                        \
-        double v = xr[idx];                                                               \
-        flag |= (uint8_t)((v < prev) | ((v == prev) << 1));                               \
-        prev = v;                                                                         \
-        const LTYPE *lab = (const LTYPE *)labels + idx * S;                               \
-        for (int s = 0; s < S; s++) {                                                     \
-            int64_t g = lab[s], in = g < U;                                               \
-            count[s] += in;                                                               \
-            acc[(size_t)s * V + g] += (double)(count[s] * in);                            \
+        int64_t idx = k[p] & mask, hi = k[p] >> bits;                                     \
+        if (hi == prev_hi) {   /* same kept bits: only the values can tell the order */   \
+            double v = xr[idx], u = xr[prev_idx];                                         \
+            flag |= (uint8_t)((v < u) | ((v == u) << 1));                                 \
+        }                                                                                 \
+        prev_hi = hi;                                                                     \
+        prev_idx = idx;                                                                   \
+        const LTYPE *lab = (const LTYPE *)labels + idx * C;                               \
+        for (int c = 0; c < C; c++) {                                                     \
+            int64_t code = lab[c];                                                        \
+            int64_t *n = count + c * (J + 1) + set_of[code];                              \
+            acc[c * V + code] += (double)(++*n);                                          \
         }                                                                                 \
     }
 
 int mlem_rank_walk(int64_t R, int64_t P, const double *x, const int64_t *keys, int bits,
-                   int S, int U, const void *labels, int narrow, double *rsum,
+                   int C, int J, int U, const void *labels, int narrow, double *rsum,
                    uint8_t *flags)
 {
     const int64_t mask = ((int64_t)1 << bits) - 1;
-    const int V = U + 1;         /* per set: the U distance rows and a slot for non-members */
-    int64_t *count = malloc(sizeof(int64_t) * (S > 0 ? S : 1));
-    double *acc = malloc(sizeof(double) * ((size_t)S * V));
-    if (!count || !acc) { free(count); free(acc); return -1; }
+    const int64_t L = (int64_t)J * U, V = L + 1;   /* a channel's labels, and its spare */
+    /* per channel: a count per set and a spare count; sums per label and a spare sum (a
+     * pair in none of the channel's sets adds to the spares: no branches, since
+     * membership is unpredictable) */
+    int64_t *count = malloc(sizeof(int64_t) * (size_t)(C > 0 ? C : 1) * (J + 1));
+    double *acc = malloc(sizeof(double) * (size_t)(C > 0 ? C : 1) * V);
+    int64_t *set_of = malloc(sizeof(int64_t) * (size_t)V);
+    if (!count || !acc || !set_of) { free(count); free(acc); free(set_of); return -1; }
+    for (int64_t code = 0; code < V; code++) set_of[code] = code / (U > 0 ? U : 1);
     for (int64_t r = 0; r < R; r++) {
         const int64_t *k = keys + r * P;
         const double *xr = x + r * P;
-        double prev = -INFINITY;
+        /* keys whose kept bits differ are in the order of their values (strictly), so
+         * the values are read only where consecutive keys share their kept bits */
+        int64_t prev_hi = INT64_MIN, prev_idx = 0;
         uint8_t flag = 0;
-        for (int s = 0; s < S; s++) count[s] = 0;
-        memset(acc, 0, sizeof(double) * (size_t)S * V);
-        /* without branches (membership is unpredictable): a non-member adds 0 to the
-         * spare slot */
+        memset(count, 0, sizeof(int64_t) * (size_t)C * (J + 1));
+        memset(acc, 0, sizeof(double) * (size_t)C * V);
         if (narrow) { RANK_WALK_ROW(uint8_t) } else { RANK_WALK_ROW(int32_t) }
-        for (int s = 0; s < S; s++)
-            memcpy(rsum + ((size_t)s * R + r) * U, acc + (size_t)s * V, sizeof(double) * U);
+        for (int c = 0; c < C; c++)
+            memcpy(rsum + ((size_t)c * R + r) * L, acc + (size_t)c * V, sizeof(double) * L);
         flags[r] = flag;
     }
     free(count);
     free(acc);
+    free(set_of);
     return 0;
 }
 

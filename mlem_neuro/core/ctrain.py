@@ -73,7 +73,7 @@ def _library():
     ss.restype = ctypes.c_int
     rw = lib.mlem_rank_walk
     rw.argtypes = [ctypes.c_int64, ctypes.c_int64, p, p, ctypes.c_int, ctypes.c_int,
-                   ctypes.c_int, p, ctypes.c_int, p, p]
+                   ctypes.c_int, ctypes.c_int, p, ctypes.c_int, p, p]
     rw.restype = ctypes.c_int
     cd = lib.mlem_condensed
     cd.argtypes = [ctypes.c_int64, ctypes.c_int64, p, p]
@@ -259,17 +259,20 @@ def _finish(lib, q, keys, bits, tz, tz_div):
     return rho, flags != 0
 
 
-def rank_walk(D, labels, U):
-    """Per set, row and distance row, the sums of the ranks of the set's pairs within
-    the set, from one sort of each row of ``D (R, P)`` (float64, C-contiguous numpy) for
-    all ``S`` sets: ``labels (S, P)`` holds a pair's distance row in set ``s``, or ``U``
-    when it is not in it.  The sort is numpy's, of integer keys packing each value's order
-    with its index (:func:`sorted_scores`); one compiled pass walks each sorted row.
+def rank_walk(D, labels, J, U):
+    """Rank sums of sets of pairs within each set, from one sort of each row of ``D (R,
+    P)`` (float64, C-contiguous numpy) for all sets.  The sets come in ``C`` channels of
+    up to ``J`` sets that share no pair: ``labels (C, P)`` holds ``j * U + g`` for a pair of
+    the channel's ``j``-th set in distance row ``g < U``, or ``J * U`` for a pair in none
+    (:func:`mlem_neuro.core.fastnull._walk_plan`).  The sort is numpy's, of integer keys
+    packing each value's order with its index (:func:`sorted_scores`); one compiled pass
+    walks each sorted row for every channel.
 
-    Returns ``(rsum (S, R, U) float64, redo (R,) bool)``: exact sums (of integers) for the
-    rows not marked ``redo``; a row marked (tied values, whose ranks are averaged, or
-    values too close for the packed keys) is the caller's to rank another way.  ``None``
-    when the library is not built or ``D`` holds a value that is not finite.
+    Returns ``(rsum (C, R, J * U) float64, redo (R,) bool)``: per channel, row and label,
+    the exact sum (of integers) of the ranks of its pairs within their set, for the rows
+    not marked ``redo``; a row marked (tied values, whose ranks are averaged, or values
+    too close for the packed keys) is the caller's to rank another way.  ``None`` when the
+    library is not built or ``D`` holds a value that is not finite.
     """
     lib = _library() if USE_C else None
     if lib is None:
@@ -280,14 +283,14 @@ def rank_walk(D, labels, U):
     if lib.mlem_packed_keys(R, P, _ptr(D), bits, _ptr(keys)):
         return None
     keys.sort(axis=-1)
-    narrow = U < 255                    # one byte a label: all labels stay in the cache
+    narrow = J * U < 256                  # one byte a label: all labels stay in the cache
     lab = np.ascontiguousarray(np.asarray(labels).T,
-                               dtype=np.uint8 if narrow else np.int32)     # (P, S)
-    S = lab.shape[1]
-    out = np.empty((S, R, U))
+                               dtype=np.uint8 if narrow else np.int32)     # (P, C)
+    C = lab.shape[1]
+    out = np.empty((C, R, J * U))
     flags = np.empty(R, dtype=np.uint8)
-    if lib.mlem_rank_walk(R, P, _ptr(D), _ptr(keys), bits, S, int(U), _ptr(lab), int(narrow),
-                          _ptr(out), _ptr(flags)):
+    if lib.mlem_rank_walk(R, P, _ptr(D), _ptr(keys), bits, C, int(J), int(U), _ptr(lab),
+                          int(narrow), _ptr(out), _ptr(flags)):
         raise MemoryError("the compiled rank walk could not allocate its sums")
     return out, flags != 0
 

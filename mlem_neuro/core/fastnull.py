@@ -245,56 +245,95 @@ def rank_sums(D, sets, U):
     sums equal to ``zeros(M, U).index_add_(1, g, standardize(rankdata(D[:, lin])))``
     up to rounding.
 
-    Sets larger than a quarter of the pairs (training folds) are ranked from one sort of
-    every pair per model: walking that order, a pair's rank in a set is the count of the
-    set's pairs up to it (a cumulative sum), so each set costs a pass instead of a sort.
-    Rows of ``D`` with tied distances, and the small sets, are ranked as usual.
+    Every set is ranked from one sort of every pair per model: walking that order, a
+    pair's rank in a set is the count of the set's pairs up to it, so each set costs a pass
+    instead of a sort.  Compiled (:func:`~mlem_neuro.core.ctrain.rank_walk`), one pass
+    serves every set: sets that share no pair (a fold's training and held-out pairs) share
+    one label per pair.  In torch (the library not built, or a distance not finite) only
+    the sets larger than a quarter of the pairs (training folds) are walked, the others
+    ranked as usual.  Rows of ``D`` with tied distances are ranked as usual either way.
     """
     M, P = D.shape
-    out = [None] * len(sets)
-    walks = {}
-    for k, (lin, g) in enumerate(sets):
-        n_set = len(lin)
-        if 4 * n_set > P:
-            label = torch.full((P,), U, dtype=torch.long)
-            label[lin] = g
-            # ranks 1..n_set: mean (n_set + 1) / 2, centred norm sqrt(n_set (n_set² - 1) / 12)
-            shift = torch.bincount(g, minlength=U).double() * ((n_set + 1) / 2.0)
-            norm = max(math.sqrt(n_set * (n_set * n_set - 1) / 12.0), _EPS)
-            walks[k] = (label, shift, norm)
-            out[k] = torch.empty(M, U, dtype=torch.float64)
-        else:
-            out[k] = _ranked_sums(D, lin, g, U)
+    stats = [(torch.bincount(g, minlength=U).double() * ((len(lin) + 1) / 2.0),
+              # ranks 1..n: mean (n + 1) / 2, centred norm sqrt(n (n² - 1) / 12)
+              max(math.sqrt(len(lin) * (len(lin) ** 2 - 1) / 12.0), _EPS))
+             for lin, g in sets]
+    out = [torch.empty(M, U, dtype=torch.float64) for _ in sets]
+    plan = (_walk_plan(sets, P, U) if D.device.type == "cpu" and D.dtype == torch.float64
+            and ctrain.USE_C and ctrain.built() else None)
     step = max(1, RANK_WALK_ELEMENTS // max(P, 1))
-    keys = list(walks)
-    labels = (torch.stack([walks[k][0] for k in keys]).numpy()
-              if keys and D.device.type == "cpu" and D.dtype == torch.float64 and U < 2**31
-              else None)
-    for r0 in range(0, M if walks else 0, step):
+    for r0 in range(0, M if sets else 0, step):
         Db = D[r0:r0 + step]
-        # every set's walk of this block at once, compiled (None: not built, or a value
-        # not finite; then sort and walk in torch)
-        walked = None if labels is None else ctrain.rank_walk(
-            np.ascontiguousarray(Db.numpy()), labels, U)
-        if walked is not None:
-            rsums, redo = walked
-            rows = torch.from_numpy(np.flatnonzero(redo))
+        walked = None if plan is None else ctrain.rank_walk(
+            np.ascontiguousarray(Db.numpy()), plan[0], plan[1], U)
+        if walked is None:
+            blocks = _torch_walk(Db, sets, stats, U)
         else:
-            order, _, tied = sort_with_ties(Db)
-            rows = tied.nonzero()[:, 0]
-        for c, (k, (label, shift, norm)) in enumerate(walks.items()):
-            if walked is not None:
-                rsum = torch.from_numpy(rsums[c])
-            else:
-                walk = label[order]                          # rows in sorted order
-                pos = torch.cumsum(walk < U, dim=1, dtype=torch.int32).double()
-                rsum = torch.zeros(len(Db), U + 1, dtype=torch.float64).scatter_add_(
-                    1, walk, pos)[:, :U]
-            block = (rsum - shift) / norm
-            if len(rows):
-                block[rows] = _ranked_sums(Db[rows], *sets[k], U)
+            acc, redo = walked
+            rows = torch.from_numpy(np.flatnonzero(redo))
+            blocks = []
+            for k, (c, j) in enumerate(plan[2]):
+                shift, norm = stats[k]
+                block = (torch.from_numpy(acc[c, :, j * U:(j + 1) * U]) - shift) / norm
+                if len(rows):
+                    block[rows] = _ranked_sums(Db[rows], *sets[k], U)
+                blocks.append(block)
+        for k, block in enumerate(blocks):
             out[k][r0:r0 + step] = block
     return out
+
+
+def _walk_plan(sets, P, U):
+    """How the compiled walk reads ``sets``: ``(labels (C, P), J, where)``.
+
+    The sets are grouped, in order, into ``C`` channels of sets that share no pair (a
+    fold's training and held-out pairs); ``where[k] = (c, j)``: set ``k`` is the ``j``-th
+    of channel ``c``, and ``labels[c, p]`` is ``j * U + g`` for a pair of that set in
+    distance row ``g``, or ``J * U`` when the pair is in no set of the channel (``J``:
+    the most sets of a channel).
+    """
+    used, where = [], []
+    for lin, _ in sets:
+        idx = np.asarray(lin)
+        for c, occupied in enumerate(used):
+            if not occupied[idx].any():
+                break
+        else:
+            c = len(used)
+            used.append(np.zeros(P, dtype=bool))
+        used[c][idx] = True
+        where.append((c, sum(1 for cc, _ in where if cc == c)))
+    J = max(j for _, j in where) + 1
+    labels = np.full((len(used), P), J * U, dtype=np.int64)
+    for (lin, g), (c, j) in zip(sets, where):
+        labels[c, np.asarray(lin)] = j * U + np.asarray(g)
+    return labels, J, where
+
+
+def _torch_walk(Db, sets, stats, U):
+    """:func:`rank_sums` of the rows ``Db`` in torch: the large sets walked, the small
+    ones and the rows with ties ranked."""
+    large = [k for k, (lin, _) in enumerate(sets) if 4 * len(lin) > Db.shape[1]]
+    blocks = [None] * len(sets)
+    if large:
+        order, _, tied = sort_with_ties(Db)
+        rows = tied.nonzero()[:, 0]
+    for k in large:
+        lin, g = sets[k]
+        label = torch.full((Db.shape[1],), U, dtype=torch.long)
+        label[lin] = g
+        walk = label[order]                                  # rows in sorted order
+        pos = torch.cumsum(walk < U, dim=1, dtype=torch.int32).double()
+        rsum = torch.zeros(len(Db), U + 1, dtype=torch.float64).scatter_add_(
+            1, walk, pos)[:, :U]
+        shift, norm = stats[k]
+        blocks[k] = (rsum - shift) / norm
+        if len(rows):
+            blocks[k][rows] = _ranked_sums(Db[rows], lin, g, U)
+    for k, (lin, g) in enumerate(sets):
+        if blocks[k] is None:
+            blocks[k] = _ranked_sums(Db, lin, g, U)
+    return blocks
 
 
 def _ranked_sums(D, lin, g, U):
