@@ -26,7 +26,7 @@ Recordings (``../shared/data``; a missing one is skipped):
   62.5 ms windows every 15.6 ms from -0.2 s to 0.6 s.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_snr.py [--settings 5:1:10 5:5:10]
-        [--items [--distance cv_euclidean]]
+        [--items [--distance cv_euclidean]] [--lr 0.03 --patience 50 --tol 1e-4]
 """
 import argparse
 import time
@@ -37,6 +37,7 @@ import pandas as pd
 import scipy.io
 import scipy.stats
 import torch
+from _common import add_optimiser_arguments
 
 import mlem_neuro
 
@@ -111,7 +112,7 @@ def weak_searchlight(seed, n=60, shape=(10, 10, 10), centre=(5, 5, 5), amp=0.3):
     return imgs, table, mask, np.asarray(centre)
 
 
-def searchlight_peaks(settings, seeds):
+def searchlight_peaks(settings, seeds, **optimiser):
     """Distance (voxels) of the peak of "a"'s importance map from the encoded sphere."""
     print(f"\nweak searchlight: 60 images of 10x10x10 voxels, every voxel a 6 mm sphere "
           f"centre, 'a' encoded at amplitude 0.3 in one sphere; seeds {list(seeds)}")
@@ -139,7 +140,8 @@ def searchlight_peaks(settings, seeds):
             t0 = time.process_time()
             res = mlem_neuro.mlem_searchlight(imgs, table, mask, radius=6.0, cv=cv,
                                               n_repeats=rep, n_permutations=K,
-                                              random_state=seed, verbose="WARNING")
+                                              random_state=seed, verbose="WARNING",
+                                              **optimiser)
             took += time.process_time() - t0
             imp = res.importance[:, res.terms.index("a")]
             peak = res.model_coords()[np.argmax(imp)] / 3.0      # voxel units
@@ -167,10 +169,11 @@ def snr(curve, times):
 
 
 def mlem_curves(data, table, times, cv, n_repeats, n_permutations, seed, items=None,
-                distance="euclidean"):
+                distance="euclidean", **optimiser):
     res = mlem_neuro.mlem_array(data, table, times=times, cv=cv, n_repeats=n_repeats,
                                 n_permutations=n_permutations, random_state=seed,
-                                items=items, distance=distance, verbose="WARNING")
+                                items=items, distance=distance, verbose="WARNING",
+                                **optimiser)
     return {f: res.importance[:, res.terms.index(f)] for f in table.columns}
 
 
@@ -190,13 +193,15 @@ def main():
                         choices=["IT units", "EEGLAB", "searchlight"])
     parser.add_argument("--n-sims", type=int, default=10,
                         help="simulated datasets of the weak searchlight")
+    add_optimiser_arguments(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
     settings = [tuple(int(v) for v in s.split(":")) for s in args.settings]
     loaders = {"IT units": lambda: it_units(args.groups), "EEGLAB": eeglab_trials}
     recordings = {name: loaders[name]() for name in args.recordings if name in loaders}
     if "searchlight" in args.recordings:
-        searchlight_peaks(settings, range(args.n_sims))
+        searchlight_peaks(settings, range(args.n_sims), lr=args.lr, patience=args.patience,
+                          tol=args.tol)
     for name, rec in recordings.items():
         if rec is None:
             print(f"{name}: data not found, skipped")
@@ -205,7 +210,8 @@ def main():
         halves = ([("all", slice(None)), ("even", slice(0, None, 2)),
                    ("odd", slice(1, None, 2))] if name == "IT units" else [("all", slice(None))])
         print(f"\n{name}: {data.shape[0]} stimuli x {data.shape[1]} units x {len(times)} "
-              f"time points, features {list(table.columns)}")
+              f"time points, features {list(table.columns)}; MLEM lr={args.lr:g}, "
+              f"patience={args.patience}, tol={args.tol:g}")
         curves = {}
         items = None
         if args.items and name == "IT units":
@@ -219,7 +225,8 @@ def main():
                 t0 = time.process_time()
                 out = mlem_curves(data[:, sl], table, times, cv, rep, K, args.seed,
                                   items=items,
-                                  distance=args.distance if items is not None else "euclidean")
+                                  distance=args.distance if items is not None else "euclidean",
+                                  lr=args.lr, patience=args.patience, tol=args.tol)
                 took = time.process_time() - t0
                 for f, c in out.items():
                     curves[(f"MLEM cv={cv} x{rep} K={K}", half, f)] = c
