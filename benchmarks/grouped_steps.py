@@ -22,7 +22,7 @@ import mlem_neuro
 from mlem_neuro.core import engine, fastnull
 from mlem_neuro.simulation import simulate_epochs
 
-SETTINGS = [(0.03, 50), (0.03, 20), (0.1, 50), (0.1, 20), (0.3, 20), (0.3, 10)]
+SETTINGS = [(0.03, 50), (0.03, 20), (0.1, 50), (0.1, 30), (0.1, 20), (0.3, 20), (0.3, 10)]
 
 
 def record(n_times):
