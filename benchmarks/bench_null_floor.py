@@ -12,7 +12,8 @@ thread, CPU times (``time.process_time``).  Three runs, one after the other:
    usual): everything the tests cost but training.  Its p-values mean nothing.
 
 From them: the cost per null permutation of training (run 2 - run 3) and of the rest (run
-3 - run 1), the training cost per null model (the stub counts them) and per step, and
+3 - run 1; of which the interaction test's datasets, timed in run 3, and the unit cost
+of its irreducible steps: a Gram product, a sort, the walk), the training cost per null model (the stub counts them) and per step, and
 the ratio to the analysis that 200 nulls would reach if the null models cost nothing to
 train: the floor left by the interaction test's null datasets (each is new response
 patterns, their RDM, one sort of its pairs and the walks of every fold), the feature
@@ -75,13 +76,24 @@ def main():
                                converged=np.ones(M, dtype=bool), history=None,
                                best_score=np.zeros(M), batch_size=0, full_batch=True)
 
+    inter = {"cpu": 0.0}
+    real_inter = fastnull.interaction_scores
+
+    def timed_inter(*a, **k):
+        c0 = time.process_time()
+        out = real_inter(*a, **k)
+        inter["cpu"] += time.process_time() - c0
+        return out
+
     fastnull.fit_grouped = count
     try:
         timed(n_null=args.n_null)                    # counts the null models (not timed)
         fastnull.fit_grouped = stub
+        fastnull.interaction_scores = timed_inter
         t_stub, _ = timed(n_null=args.n_null)
     finally:
         fastnull.fit_grouped = real
+        fastnull.interaction_scores = real_inter
     N, T, P = args.n_null, args.n_times, args.planned_null
     train = (t_full - t_stub) / N
     rest = (t_stub - t0) / N
@@ -93,11 +105,57 @@ def main():
           f"steps each: {train * N / max(fits['models'], 1) * 1e6:.1f} us a model, "
           f"{train * N / max(fits['steps'], 1) * 1e9:.0f} ns a step) + {rest * 1e3:.0f} ms the "
           f"rest ({rest / T * 1e3:.2f} ms a time point)")
+    n_sets = (args.n_null + 1) * T
+    print(f"  of the rest, the interaction test's datasets (training stubbed): "
+          f"{inter['cpu'] / n_sets * 1e3:.2f} ms a dataset ({n_sets:,} datasets: the data and "
+          f"{args.n_null} null ones per time point)")
+    unit_costs(args.n_trials, args.n_channels)
     budget = (args.target - 1) * t0 / P
     print(f"n_null={P} projected: {(t0 + P * (train + rest)) / t0:.0f}x; with free null "
           f"training: {(t0 + P * rest) / t0:.0f}x (the floor); the {args.target:g}x target "
           f"allows {budget * 1e3:.0f} ms a permutation ({budget / T * 1e3:.2f} ms a time "
           f"point), {budget / (train + rest):.2f} of today's")
+
+
+def unit_costs(n, units, rows=100, repeats=5):
+    """Best-of-``repeats`` cost per dataset of the interaction test's irreducible steps:
+    the Gram product of ``n`` patterns of ``units`` (float64), the sort of the packed keys
+    of its ``n (n - 1) / 2`` distances, and the compiled walk of 5 folds' sets."""
+    from mlem_neuro.core import ctrain
+    from mlem_neuro.core.pairs import pair_indices
+
+    rng = np.random.default_rng(0)
+    Y = torch.as_tensor(rng.standard_normal((rows, n, units)))
+    P = n * (n - 1) // 2
+    D = rng.random((rows, P))
+    i, j = pair_indices(n)
+    test = np.zeros((5, n), dtype=bool)
+    for f, block in enumerate(np.array_split(rng.permutation(n), 5)):
+        test[f, block] = True
+    sets = []
+    for f in range(5):
+        for keep in (~test[f][i] & ~test[f][j], test[f][i] & test[f][j]):
+            lin = np.flatnonzero(keep)
+            sets.append((torch.as_tensor(lin), torch.as_tensor(rng.integers(0, 8, len(lin)))))
+    labels, J, _ = fastnull._walk_plan(sets, P, 8)
+    keys = np.empty((rows, P), dtype=np.int64)
+
+    def best(f):
+        out = []
+        for _ in range(repeats):
+            c0 = time.perf_counter()
+            f()
+            out.append(time.perf_counter() - c0)
+        return min(out) / rows * 1e3
+
+    gram = best(lambda: Y @ Y.transpose(-1, -2))
+    bits = int(P - 1).bit_length()
+    keys[:] = (D.view(np.int64) >> bits) << bits | np.arange(P)
+    sort = best(lambda: np.sort(keys, axis=-1))
+    walk = best(lambda: ctrain.rank_walk(D, labels, J, 8)) if ctrain.built() else float("nan")
+    print(f"  per dataset ({n} stimuli x {units} units, {P:,} pairs; best of {repeats}, "
+          f"{rows} at a time): Gram product {gram:.2f} ms, sort of the packed keys "
+          f"{sort:.2f} ms, keys + sort + compiled walk of 5 folds {walk:.2f} ms")
 
 
 if __name__ == "__main__":
