@@ -13,11 +13,12 @@ thread, CPU times (``time.process_time``).  Three runs, one after the other:
 
 From them: the cost per null permutation of training (run 2 - run 3) and of the rest (run
 3 - run 1; of which the interaction test's datasets, timed in run 3, and the unit cost
-of its irreducible steps: a Gram product, a sort, the walk), the training cost per null model (the stub counts them) and per step, and
-the ratio to the analysis that 200 nulls would reach if the null models cost nothing to
-train: the floor left by the interaction test's null datasets (each is new response
-patterns, their RDM, one sort of its pairs and the walks of every fold), the feature
-tests' grouped sums and the per-call costs.  The ratio target is 20x.
+of its irreducible steps: a Gram product, a sort, the walk), the training cost per null
+model (the stub counts them) and per step, and the ratio to the analysis that 200 nulls
+would reach if the null models cost nothing to train: the floor left by the interaction
+test's null datasets (each is new response patterns, their RDM, one sort of its pairs and
+the walks of every fold), the feature tests' grouped sums and the per-call costs.  The
+ratio target is 20x.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_null_floor.py [--n-null 20] [--n-times 100]
 """
