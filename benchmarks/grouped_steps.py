@@ -7,7 +7,9 @@ interaction test's fits with and without interactions) is recorded, then fitted 
 with each ``lr / patience`` setting (``tol`` 1e-4, at most 1,000 steps).  For each setting
 the script prints the median and mean steps, and the gap of each fit's best training soft
 Spearman to the best that any setting reached for that fit (0: the best optimum found;
-mean, 95th percentile, max and the share of fits more than 0.01 below it).
+mean, 95th percentile, max and the share of fits more than 0.01 below it), then what the
+fits more than 0.01 below it with the first setting look like (their training score,
+and the smallest diagonal weight of their ``W``, with that setting and with 0.1 / 50).
 
     OMP_NUM_THREADS=1 python benchmarks/grouped_steps.py [--n-times 100]
 """
@@ -55,9 +57,9 @@ def main():
     n_fits = sum(c[1].shape[0] for c in calls)
     print(f"{n_fits} grouped fits ({len(calls)} calls) from the tests of {args.n_times} time "
           f"points, n_null=4; tol 1e-4, at most 1,000 steps")
-    best, steps, took = {}, {}, {}
+    best, steps, took, small = {}, {}, {}, {}
     for lr, patience in SETTINGS:
-        scores, iters = [], []
+        scores, iters, diag = [], [], []
         t0 = time.process_time()
         for D, counts, sums, options in calls:
             opts = dataclasses.replace(options, lr=lr, patience=patience, tol=1e-4,
@@ -65,9 +67,12 @@ def main():
             fit = engine.fit_grouped(D, counts, sums, opts)
             scores.append(fit.best_score)
             iters.append(fit.n_iter)
+            # the smallest diagonal weight of each fitted W (Frobenius norm 1)
+            diag.append(np.diagonal(fit.W, axis1=1, axis2=2).min(axis=1))
         took[lr, patience] = time.process_time() - t0
         best[lr, patience] = np.concatenate(scores)
         steps[lr, patience] = np.concatenate(iters)
+        small[lr, patience] = np.concatenate(diag)
     top = np.max(np.stack(list(best.values())), axis=0)
     print(f"{'lr / patience':>14}  {'steps median / mean':>19}  {'gap mean':>9}  {'p95':>7}  "
           f"{'max':>7}  {'> 0.01':>7}  CPU")
@@ -77,6 +82,14 @@ def main():
         print(f"{lr:>8g} / {patience:<3d}  {np.median(s):>9.0f} / {s.mean():<7.0f}  "
               f"{gap.mean():9.4f}  {np.percentile(gap, 95):7.4f}  {gap.max():7.4f}  "
               f"{np.mean(gap > 0.01):7.3f}  {took[lr, patience]:.2f} s")
+    ref, big = SETTINGS[0], (0.1, 50)
+    low = top - best[ref] > 0.01
+    if low.any():
+        print(f"the {low.sum()} fits more than 0.01 below with {ref[0]:g} / {ref[1]}: mean "
+              f"training score {best[ref][low].mean():.3f} ({best[big][low].mean():.3f} with "
+              f"{big[0]:g} / {big[1]}; the other fits {best[ref][~low].mean():.3f}); median "
+              f"smallest diagonal weight of W {np.median(small[ref][low]):.3f} "
+              f"({np.median(small[big][low]):.3f} with {big[0]:g} / {big[1]})")
 
 
 if __name__ == "__main__":
