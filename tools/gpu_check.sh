@@ -5,7 +5,8 @@
 #
 # PHASE:
 #   setup       install the carried wheels (WHL, default ../../.whl: mne, nilearn, nibabel...)
-#               into /tmp/site and torchsort into /tmp/site2: from a prebuilt wheel in
+#               into /tmp/site, build the compiled loop in place (gcc), and torchsort
+#               into /tmp/site2: from a prebuilt wheel in
 #               $WHL/ts/ when there is one, else built from $WHL/torchsort-0.1.10.tar.gz with
 #               its CUDA extension (TORCH_CUDA_ARCH_LIST, default 9.0 = H100/H200); the
 #               built wheel is copied to $OUT/ts/ for later runs.
@@ -53,6 +54,7 @@ setup() {
     fi
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site2 \
         "$wheel" || return 1
+    build_ctrain
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     $PY - <<'EOF'
 import torch, torchsort, mlem_neuro
@@ -64,6 +66,18 @@ print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), torchsort "
       f"mlem_neuro from {mlem_neuro.__file__}")
 assert tied._pav_kernel("cuda") is not None
 EOF
+}
+
+# the compiled training loop and exact scores (mlem_neuro/core/_ctrain.c): built in place,
+# since the working tree that reaches the GPU machine does not hold build outputs; without
+# it the CPU runs of the benchmarks would take the numpy loop
+build_ctrain() {
+    local inc suffix
+    inc=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+    suffix=$($PY -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+    gcc -O3 -fwrapv -fPIC -shared -I"$inc" mlem_neuro/core/_ctrain.c \
+        -o "mlem_neuro/core/_ctrain$suffix" || return 1
+    $PY -c 'from mlem_neuro.core import ctrain; assert ctrain.built(); print("compiled loop built")'
 }
 
 tests() {
