@@ -215,14 +215,22 @@ def sorted_scores(q, tz, tz_div):
     its index (``_ctrain.c``: ``mlem_packed_keys``, ``mlem_sorted_scores``).
     """
     lib = _library() if USE_C else None
-    if lib is None:
+    packed = None if lib is None else _packed_keys(lib, q)
+    if packed is None:
         return None
-    R, n = q.shape
+    return _finish(lib, q, *packed, tz, tz_div)
+
+
+def _packed_keys(lib, x):
+    """``(keys, bits)``: each value of the rows of ``x`` (float64, C-contiguous numpy) as
+    an integer key of its order with its index in the low ``bits`` bits
+    (``mlem_packed_keys``), or ``None`` when a value is not finite."""
+    R, n = x.shape
     bits = max(int(n - 1).bit_length(), 1)
     keys = np.empty((R, n), dtype=np.int64)
-    if lib.mlem_packed_keys(R, n, _ptr(q), bits, _ptr(keys)):
+    if lib.mlem_packed_keys(R, n, _ptr(x), bits, _ptr(keys)):
         return None
-    return _finish(lib, q, keys, bits, tz, tz_div)
+    return keys, bits
 
 
 def feature_scores(A, B, Wff, d):
@@ -275,13 +283,11 @@ def rank_walk(D, labels, J, U):
     library is not built or ``D`` holds a value that is not finite.
     """
     lib = _library() if USE_C else None
-    if lib is None:
+    packed = None if lib is None else _packed_keys(lib, D)
+    if packed is None:
         return None
+    keys, bits = packed
     R, P = D.shape
-    bits = max(int(P - 1).bit_length(), 1)
-    keys = np.empty((R, P), dtype=np.int64)
-    if lib.mlem_packed_keys(R, P, _ptr(D), bits, _ptr(keys)):
-        return None
     keys.sort(axis=-1)
     narrow = J * U < 256                  # one byte a label: all labels stay in the cache
     lab = np.ascontiguousarray(np.asarray(labels).T,

@@ -292,7 +292,7 @@ def _walk_plan(sets, P, U):
     distance row ``g``, or ``J * U`` when the pair is in no set of the channel (``J``:
     the most sets of a channel).
     """
-    used, where = [], []
+    used, size, where = [], [], []          # per channel: its pairs, its sets
     for lin, _ in sets:
         idx = np.asarray(lin)
         for c, occupied in enumerate(used):
@@ -301,8 +301,10 @@ def _walk_plan(sets, P, U):
         else:
             c = len(used)
             used.append(np.zeros(P, dtype=bool))
+            size.append(0)
         used[c][idx] = True
-        where.append((c, sum(1 for cc, _ in where if cc == c)))
+        where.append((c, size[c]))
+        size[c] += 1
     J = max(j for _, j in where) + 1
     labels = np.full((len(used), P), J * U, dtype=np.int64)
     for (lin, g), (c, j) in zip(sets, where):
