@@ -262,12 +262,13 @@ def rank_sums(D, sets, U):
     plan = (_walk_plan(sets, P, U) if D.device.type == "cpu" and D.dtype == torch.float64
             and ctrain.USE_C and ctrain.built() else None)
     step = max(1, RANK_WALK_ELEMENTS // max(P, 1))
+    labels = {}                        # the torch walk's labels, made once when needed
     for r0 in range(0, M if sets else 0, step):
         Db = D[r0:r0 + step]
         walked = None if plan is None else ctrain.rank_walk(
             np.ascontiguousarray(Db.numpy()), plan[0], plan[1], U)
         if walked is None:
-            blocks = _torch_walk(Db, sets, stats, U)
+            blocks = _torch_walk(Db, sets, stats, U, labels)
         else:
             acc, redo = walked
             rows = torch.from_numpy(np.flatnonzero(redo))
@@ -312,9 +313,10 @@ def _walk_plan(sets, P, U):
     return labels, J, where
 
 
-def _torch_walk(Db, sets, stats, U):
+def _torch_walk(Db, sets, stats, U, labels):
     """:func:`rank_sums` of the rows ``Db`` in torch: the large sets walked, the small
-    ones and the rows with ties ranked."""
+    ones and the rows with ties ranked.  ``labels`` caches each large set's distance row
+    per pair (``U`` for pairs outside it) across blocks of rows."""
     large = [k for k, (lin, _) in enumerate(sets) if 4 * len(lin) > Db.shape[1]]
     blocks = [None] * len(sets)
     if large:
@@ -322,9 +324,10 @@ def _torch_walk(Db, sets, stats, U):
         rows = tied.nonzero()[:, 0]
     for k in large:
         lin, g = sets[k]
-        label = torch.full((Db.shape[1],), U, dtype=torch.long)
-        label[lin] = g
-        walk = label[order]                                  # rows in sorted order
+        if k not in labels:
+            labels[k] = torch.full((Db.shape[1],), U, dtype=torch.long)
+            labels[k][lin] = g
+        walk = labels[k][order]                              # rows in sorted order
         pos = torch.cumsum(walk < U, dim=1, dtype=torch.int32).double()
         rsum = torch.zeros(len(Db), U + 1, dtype=torch.float64).scatter_add_(
             1, walk, pos)[:, :U]
