@@ -124,6 +124,40 @@ def test_compiled_rank_walk_sums_ranks_within_each_set(U):
         np.testing.assert_array_equal(got[~redo], expected[~redo].numpy())
 
 
+def test_rank_sums_on_random_designs(monkeypatch):
+    """On random sets (nested, disjoint and overlapping, so channels of one to several
+    sets; up to 300 distance rows, so one- and four-byte labels), rows with ties or an
+    infinite distance (the compiled walk declines, torch walks) and blocks of rows, both
+    paths give the sums of ranking each set on its own."""
+    from mlem_neuro.core import ctrain
+    from mlem_neuro.core.spearman import rankdata, standardize
+
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        P, M = int(rng.integers(2, 300)), int(rng.integers(1, 6))
+        U = int(rng.choice([1, 8, 300]))
+        D = torch.as_tensor(rng.random((M, P)))
+        if rng.random() < 0.3:
+            D = torch.round(D * 5) / 7                          # ties
+        if rng.random() < 0.1:
+            D[0, 0] = float("inf")
+        perm, sets = rng.permutation(P), []
+        for _ in range(int(rng.integers(1, 6))):
+            if rng.random() < 0.5:
+                a, b = sorted(rng.integers(0, P, 2))
+                lin = np.sort(perm[a:b + 1])
+            else:
+                lin = np.sort(rng.choice(P, int(rng.integers(1, P + 1)), replace=False))
+            sets.append((torch.as_tensor(lin), torch.as_tensor(rng.integers(0, U, len(lin)))))
+        monkeypatch.setattr(fastnull, "RANK_WALK_ELEMENTS", int(rng.integers(1, 4)) * P)
+        for compiled in ([True, False] if ctrain.built() else [False]):
+            monkeypatch.setattr(ctrain, "USE_C", compiled)
+            for (lin, g), got in zip(sets, fastnull.rank_sums(D, sets, U)):
+                expected = torch.zeros(M, U, dtype=torch.float64).index_add_(
+                    1, g, standardize(rankdata(D[:, lin])))
+                np.testing.assert_allclose(got, expected, atol=1e-10)
+
+
 def test_per_model_counts_give_the_shared_counts_values_and_gradients():
     rng = np.random.default_rng(3)
     pred = torch.as_tensor(rng.random((6, 9)), dtype=torch.float64)
