@@ -582,15 +582,19 @@ def _null_rows(null, plan, n_train):
 
 
 def _interaction_test(source, table, opts, groups, seed):
-    """Observed and null statistics of the non-additivity test (its warnings and progress
-    repeat those of the analysis, so they are silenced)."""
+    """Observed and null statistics of the non-additivity test (its warnings and messages
+    repeat those of the analysis, so they are silenced; its own progress bar, over blocks
+    of models, shows at INFO)."""
+    import logging
+
     from .core.additivity import interaction_test
     from .utils import use_log_level
 
+    progress = logger.isEnabledFor(logging.INFO)
     with warnings.catch_warnings(), use_log_level("WARNING"):
         warnings.simplefilter("ignore", UserWarning)
         return interaction_test(source, table, opts, groups=groups, n_null=opts.n_null,
-                                random_state=seed)
+                                random_state=seed, progress=progress)
 
 
 def _draw_nulls(opts, table, rng):
@@ -725,11 +729,12 @@ def _flat_features(enc, names):
     return [(name, float(col[0])) for name, col in zip(names, D.T) if np.ptp(col) == 0]
 
 
-def _run_jobs(Parallel, jobs, n_total, n_jobs, desc):
-    """Run joblib jobs in order, with a progress bar at INFO."""
+def _run_jobs(Parallel, jobs, n_total, n_jobs, desc, show=None):
+    """Run joblib jobs in order, with a progress bar at INFO (``show``: with one or not,
+    whatever the level; a bar needs more than one job)."""
     import logging
 
-    show = logger.isEnabledFor(logging.INFO) and n_total > 1
+    show = (logger.isEnabledFor(logging.INFO) if show is None else show) and n_total > 1
     parallel = Parallel(n_jobs=n_jobs, return_as="generator")
     if show:
         from mne.utils import ProgressBar

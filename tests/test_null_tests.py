@@ -127,6 +127,21 @@ def test_tests_do_not_depend_on_chunking_or_jobs():
     np.testing.assert_allclose(chunked.fold_importance, ref.fold_importance, atol=1e-10)
 
 
+def test_interaction_test_blocks_show_progress_and_do_not_change_it(monkeypatch, capfd):
+    """Split into blocks of models (as the spheres of a brain would be), the interaction
+    test shows a progress bar at INFO and gives the same p-values."""
+    from mlem_neuro.core import fastnull
+
+    data, table = _noise(2, T=3)
+    kw = dict(random_state=3, n_null=4, **SMALL)
+    ref = mlem_array(data, table, **kw)
+    capfd.readouterr()
+    monkeypatch.setattr(fastnull, "STACK_ARRAYS", 2**60)        # one model a block
+    blocked = mlem_array(data, table, verbose="INFO", **kw)
+    assert "MLEM chunks (interaction test)" in capfd.readouterr().err
+    np.testing.assert_array_equal(blocked.pvalues, ref.pvalues)
+
+
 # ------------------------------------------------------------------- calibration
 def test_pure_noise_pvalues_are_uniform_and_fwe_is_controlled():
     """Pure noise, 2 binary features, 40 datasets x 6 time points, 19 nulls each.

@@ -244,7 +244,8 @@ def _check_inputs(source, table, options, n_null):
     return space
 
 
-def interaction_test(source, features, options, *, groups=None, n_null, random_state=None):
+def interaction_test(source, features, options, *, groups=None, n_null, random_state=None,
+                     progress=None):
     """Permutation test of non-additivity: do the features interact in the geometry?
 
     The statistic of each model is the fold-mean held-out Spearman of the model with
@@ -277,6 +278,9 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     random_state : None | int | numpy Generator
         Seeds the permutations (and the training, when ``options.random_state`` is not an
         int).
+    progress : bool | None
+        Whether to show a progress bar over the blocks of models of categorical designs
+        (``None``: at the INFO log level).
 
     Returns
     -------
@@ -325,7 +329,8 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     constraints = (options.constraint, "diagonal")
     # categorical designs on full batches: each null dataset's RDM, ranks and row sums
     # once for both fits (the numbers of run_cv up to rounding)
-    scores = fastnull.interaction_scores(null_source, table, options, folds, constraints)
+    scores = fastnull.interaction_scores(null_source, table, options, folds, constraints,
+                                         progress=progress)
     if scores is None:
         scores = []
         for constraint in constraints:

@@ -363,7 +363,7 @@ def _fold_groups(universe, stimuli, n):
     return universe.pair_row[c[i], c[j]], _lin(stimuli, n)
 
 
-def interaction_scores(source, table, options, folds, constraints):
+def interaction_scores(source, table, options, folds, constraints, progress=None):
     """Fold-mean held-out Spearman ``(len(constraints), n_models)`` of every model of
     ``source`` fitted with each constraint, for a categorical design trained on full
     batches; ``None`` when the design is not one (then train through
@@ -377,7 +377,7 @@ def interaction_scores(source, table, options, folds, constraints):
     exact grouped Spearman.  The numbers are those of ``run_cv`` with full batches, up to
     rounding.  With ``options.n_jobs`` above 1 the models are split into blocks that run
     in worker processes (each model trains on its own, so the split changes nothing but
-    rounding).
+    rounding).  ``progress``: a progress bar over the blocks (``None``: at INFO).
     """
     from .engine import FULL_BATCH_PAIRS
 
@@ -414,9 +414,12 @@ def interaction_scores(source, table, options, folds, constraints):
               constraints)
     blocks = [np.arange(lo, min(lo + outer, N)) for lo in range(0, N, outer)]
     threads = worker_threads(workers)
-    results = Parallel(n_jobs=options.n_jobs)(
-        delayed(call_with_threads)(threads, _interaction_block, source.subset(rows), *shared)
-        for rows in blocks)
+    from ..crossval import _run_jobs
+
+    # a progress bar at INFO when there are several blocks (e.g. the spheres of a brain)
+    results = _run_jobs(Parallel, (delayed(call_with_threads)(
+        threads, _interaction_block, source.subset(rows), *shared) for rows in blocks),
+        len(blocks), options.n_jobs, "interaction test", show=progress)
     out = np.zeros((len(constraints), N))
     for rows, scores in zip(blocks, results):
         out[:, rows] = scores
