@@ -29,6 +29,10 @@ Peak memory is the process's peak resident set size (``resource.getrusage(RUSAGE
 ``--device cuda`` trains every path on the GPU (sphere RDMs are computed on the CPU either
 way); clocks are read after ``torch.cuda.synchronize()``, after an untimed warm-up fit.
 
+With ``--n-null N...`` the small case also times ``mlem_searchlight`` with ``n_null=N``
+(the single-subject tests of every sphere, family-wise over the spheres) against the
+analysis without tests.
+
 Run: ``.venv/bin/python benchmarks/bench_searchlight.py`` (a few minutes on 2 CPU cores;
 ``--full-whole-brain`` runs every sphere and fold instead, a few hours on 2 cores).
 """
@@ -138,6 +142,15 @@ def small_case(args):
           f"{sl.masked_scores_.mean():.4f}, mlem_searchlight mean {ours.mean():.4f}, max "
           f"|diff| {np.abs(np.sort(sl.masked_scores_) - np.sort(ours)).max():.1e}")
     print(f"peak RSS so far: {peak_rss_mib():.0f} MiB")
+    for n_null in args.n_null:
+        t0 = clock(dev)
+        tested = mlem_neuro.mlem_searchlight(imgs, table, mask_img, radius=6.0, cv=folds,
+                                             n_permutations=10, random_state=0, device=dev,
+                                             n_null=n_null, **train_kw)
+        t_null = clock(dev) - t0
+        found = {t: int(tested.significant(t).sum()) for t in tested.tests}
+        print(f"mlem_searchlight with n_null={n_null:<4d}: {t_null:8.1f} s  "
+              f"({t_null / t_ours:.1f}x the analysis; FWE-significant spheres {found})")
 
 
 def whole_brain(args):
@@ -228,6 +241,9 @@ def main():
                    help="(b): spheres per engine call (chunk_size)")
     p.add_argument("--full-whole-brain", action="store_true",
                    help="run every sphere and fold of the whole-brain case (hours on 2 CPUs)")
+    p.add_argument("--n-null", type=int, nargs="*", default=[],
+                   help="small case: also time mlem_searchlight with these n_null "
+                        "(single-subject tests), against the analysis without")
     p.add_argument("--skip-small", action="store_true")
     p.add_argument("--skip-whole-brain", action="store_true")
     add_optimiser_arguments(p)
