@@ -325,7 +325,11 @@ def main():
     parser.add_argument("--unconditional", action="store_true")
     parser.add_argument("--sl-amplitude", type=float, default=0.8,
                         help="searchlight: amplitude of A's pattern in the encoded sphere")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="the fits' lr (default: the package's)")
     args = parser.parse_args()
+    if args.lr is not None:
+        FIT["lr"] = args.lr
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     print(f"n_null={args.n_null}, fit {FIT}")
