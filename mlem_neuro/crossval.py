@@ -39,6 +39,7 @@ from .core.neural import NeuralTargets
 from .core.nulls import null_permutations, permutation_pvalues, permuted_pairs
 from .core.options import MLEMOptions, cv_description, jsonable
 from .core.pairs import kfold_stimuli, n_pairs, pair_indices
+from .core.spearman import SubsetRanks, rankdata
 from .core.sources import DenseRDMSource, RDMSource, SphereRDMSource  # noqa: F401
 from .utils import check_device, check_random_state, logger
 
@@ -321,7 +322,7 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
     if relabel_data:
         everything = source.rdm(np.arange(source.n_stimuli), dev)
         target_train = _with_nulls(target_train, everything, null, train, source.n_stimuli)
-    targets = NeuralTargets.from_rdm(target_train, len(train), dev)
+    targets = NeuralTargets.from_rdm(target_train, len(train), dev, ranked=relabel_data)
     if plan is None:
         del target_train
     fit = fit_stack(enc_train, targets, options, random_state=np.random.default_rng(train_seq),
@@ -357,14 +358,22 @@ def _observed(values, W):
 
 
 def _with_nulls(observed, everything, null, train, n):
-    """Training targets ``(M * (1 + R), P)``: each model's observed row then its ``R`` null
-    rows (relabellings ``null`` of the ``n`` stimuli, flattened test by test)."""
+    """Ranked training targets ``(M * (1 + R), P)``: each model's observed row then its
+    ``R`` null rows (relabellings ``null`` of the ``n`` stimuli, flattened test by test),
+    each row holding the average ranks of its distances (training only ranks them).
+
+    A null row is a subset of the pairs of all stimuli: its ranks come from one sort of
+    each model's RDM of all stimuli (:class:`~mlem_neuro.core.spearman.SubsetRanks`), not
+    from a sort per null row; they are the ranks :func:`~mlem_neuro.core.spearman.rankdata`
+    gives (exact)."""
     M, P = observed.shape
     lin = torch.as_tensor(permuted_pairs(null.reshape(-1, n), train, n),
                           device=everything.device)
     out = torch.empty(M, 1 + lin.shape[0], P, dtype=torch.float64, device=observed.device)
-    out[:, 0] = observed
-    out[:, 1:] = everything[:, lin]
+    out[:, 0] = rankdata(observed)
+    ranker = SubsetRanks(everything)
+    for r in range(lin.shape[0]):
+        out[:, 1 + r] = ranker.ranks(lin[r])
     return out.reshape(M * (1 + lin.shape[0]), P)
 
 

@@ -349,3 +349,36 @@ def test_auto_batch_size_is_the_full_batch_for_grouped_designs_up_to_the_cap(mon
     assert engine.resolve_batch_size("auto", terms, 200, None, groups) == 4096
     assert calls == [200, 200]
     assert engine.resolve_batch_size("full", terms, 200, None, None) == 19900
+
+
+@pytest.mark.parametrize("design", ["binary full", "numeric grid", "numeric pairs"])
+def test_targets_given_as_their_ranks_train_alike(design):
+    """Training sees the target distances only through their ranks: rows that already hold
+    their average ranks (``ranked=True``, as the null models that relabel the data pass
+    them) train to the same metrics on every path (full batches of groups, the grid's
+    blocks, mini-batches of pairs), with ties; and the flag is read (distances passed as if
+    they were ranks train differently, except on mini-batches of pairs, ranked within each
+    batch)."""
+    rng = np.random.default_rng(4)
+    n = 120
+    if design == "binary full":
+        table = {f: rng.integers(0, 2, n).astype(bool) for f in "abc"}
+        kw = dict(batch_size="full")
+    else:
+        table = {"a": rng.integers(0, 2, n).astype(bool), "x": rng.uniform(size=n),
+                 "y": rng.uniform(size=n)}
+        kw = (dict(batch_size="auto") if design == "numeric grid"   # the grid's blocks
+              else dict(batch_size=600, numeric_levels=None))
+    import pandas as pd
+    enc = FeatureSpace().fit_transform(pd.DataFrame(table))
+    Y = rng.standard_normal((3, n, 6))
+    values = NeuralTargets.from_data(Y, "euclidean", "cpu").full
+    values = torch.round(values, decimals=1)                # ties in every row
+    ranks = rankdata(values)
+    opts = dict(max_steps=40, random_state=0, **kw)
+    ref = _fit(enc, NeuralTargets.from_rdm(values, n, "cpu"), **opts)
+    fit = _fit(enc, NeuralTargets.from_rdm(ranks, n, "cpu", ranked=True), **opts)
+    np.testing.assert_array_equal(fit.W, ref.W)
+    np.testing.assert_array_equal(fit.n_iter, ref.n_iter)
+    lied = _fit(enc, NeuralTargets.from_rdm(values, n, "cpu", ranked=True), **opts)
+    assert np.array_equal(lied.W, ref.W) == (design == "numeric pairs")

@@ -75,6 +75,29 @@ def test_gathered_pairs_are_the_rdm_of_the_relabelled_data():
     assert lin.shape == (4, len(i))
 
 
+@pytest.mark.parametrize("decimals", [None, 1])
+def test_null_rows_are_ranked_from_one_sort(decimals):
+    """The training targets of null models that relabel the data are the ranks a sort of
+    each gathered row gives, with and without ties (distances rounded to one decimal)."""
+    from mlem_neuro.core.spearman import rankdata
+    from mlem_neuro.crossval import _with_nulls
+
+    rng = np.random.default_rng(2)
+    n, train = 14, np.array([0, 1, 3, 4, 6, 9, 10, 13])
+    everything = DenseRDMSource(rng.standard_normal((3, n, 4))).rdm(np.arange(n))
+    if decimals is not None:
+        everything = torch.round(everything, decimals=decimals)
+    i, j = pair_indices(n)
+    assert (decimals is None) == all(len(np.unique(r)) == len(r) for r in everything.numpy())
+    null = np.stack([rng.permutation(n) for _ in range(6)]).reshape(2, 3, n)
+    lin = permuted_pairs(null.reshape(-1, n), train, n)
+    observed = everything[:, permuted_pairs(np.arange(n)[None], train, n)[0]]
+    out = _with_nulls(observed, everything, null, train, n).reshape(3, 7, -1)
+    np.testing.assert_array_equal(out[:, 0], rankdata(observed))
+    for r in range(6):
+        np.testing.assert_array_equal(out[:, 1 + r], rankdata(everything[:, lin[r]]))
+
+
 def test_pvalues_count_nulls_at_least_as_large_and_the_max_over_models():
     obs = np.array([0.5, 0.1, 0.3])
     null = np.array([[0.6, 0.0, 0.1],
@@ -345,13 +368,15 @@ def test_group_statistics_accept_results_with_tests():
     assert st.n_subjects == 3
 
 
-@pytest.mark.parametrize("level, interactions", [("term", False), ("term", True),
-                                                 ("feature", True)])
+@pytest.mark.parametrize("level, interactions, numeric",
+                         [("term", False, False), ("term", True, False),
+                          ("feature", True, False), ("feature", True, True)])
 def test_identity_relabelling_reproduces_the_observed_statistics(monkeypatch, level,
-                                                                 interactions):
+                                                                 interactions, numeric):
     """With every relabelling the identity, the null models are the observed ones (same
     stack, same batches), so every null statistic equals the observed one: each is
-    computed exactly as the observed statistic, with the same importance permutations."""
+    computed exactly as the observed statistic, with the same importance permutations.
+    A numeric feature trains on the grid's blocks, and its null models relabel the data."""
     from mlem_neuro.core import nulls
     from mlem_neuro.core.options import MLEMOptions
     from mlem_neuro.crossval import run_cv
@@ -360,6 +385,8 @@ def test_identity_relabelling_reproduces_the_observed_statistics(monkeypatch, le
                         lambda labels, n_perm, rng: np.tile(np.arange(len(labels)),
                                                             (n_perm, 1)))
     data, table = _noise(6)
+    if numeric:
+        table["C"] = np.random.default_rng(0).uniform(size=len(table))
     opts = MLEMOptions(**{**SMALL, "level": level}, interactions=interactions, n_null=2,
                        random_state=0)
     out = run_cv(DenseRDMSource(data.transpose(2, 0, 1)), table, opts)

@@ -239,7 +239,7 @@ class _StepTargets:
         # memory budget (else batches of pairs, ranked within the batch)
         if (setup.blocks is not None and not self.full and targets.full is not None
                 and self.M * self.n_groups * quantise.N_BLOCKS * 8 <= memory_budget() // 8):
-            self.blocks = setup.blocks.targets(targets.full.to(dev), rng)
+            self.blocks = setup.blocks.targets(targets.full.to(dev), rng, targets.ranked)
         # one sort per model pays while the pairs are at most ~8 batches
         if (self.blocks is None and not self.full and targets.full is not None
                 and self.M * self.total <= MAX_RANKER_ELEMENTS and self.total <= 8 * self.b):
@@ -250,7 +250,8 @@ class _StepTargets:
 
     def _init_full(self):
         i, j = pair_indices(self.n)
-        tz = standardize(rankdata(self.targets.take(np.arange(self.total), i, j).to(self.dev)))
+        values = self.targets.take(np.arange(self.total), i, j).to(self.dev)
+        tz = standardize(values if self.targets.ranked else rankdata(values))
         if self.grouped:
             self.counts = torch.bincount(self.uid, minlength=self.n_groups)
             self.t_active = torch.zeros(self.M, self.n_groups, dtype=torch.float64,

@@ -128,11 +128,12 @@ class NeuralTargets:
     order).
     """
 
-    def __init__(self, n_stimuli, full=None, rows=None, metric=None):
+    def __init__(self, n_stimuli, full=None, rows=None, metric=None, ranked=False):
         self.n_stimuli = n_stimuli
         self.full = full
         self.rows = rows
         self.metric = metric
+        self.ranked = ranked
 
     @property
     def n_models(self):
@@ -149,10 +150,13 @@ class NeuralTargets:
         return cls(n, rows=preprocess_rows(Y, metric), metric=metric)
 
     @classmethod
-    def from_rdm(cls, rdm, n_stimuli, device):
+    def from_rdm(cls, rdm, n_stimuli, device, ranked=False):
+        """``ranked``: each row of ``rdm`` holds its own average ranks (:func:`~mlem_neuro.
+        core.spearman.rankdata` of the distances), so training takes them as they are
+        (training sees the distances only through their ranks)."""
         full = torch.as_tensor(np.asarray(rdm) if not torch.is_tensor(rdm) else rdm,
                                device=device, dtype=torch.float64)
-        return cls(n_stimuli, full=full[None] if full.ndim == 1 else full)
+        return cls(n_stimuli, full=full[None] if full.ndim == 1 else full, ranked=ranked)
 
     def take(self, lin, i, j, models=None):
         """Distances ``(M, len(lin))`` for linear pair indices ``lin`` = pairs ``(i, j)``.

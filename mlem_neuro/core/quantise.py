@@ -273,18 +273,19 @@ class GridBlocks:
         iu = torch.triu_indices(T, T, offset=1)
         return float(corr[:, iu[0], iu[1]].std(dim=0).max())
 
-    def targets(self, values, rng):
-        """The batches of a fit on the models' target distances ``values (M, P)``."""
-        return _BlockTargets(self, values, rng)
+    def targets(self, values, rng, ranked=False):
+        """The batches of a fit on the models' target distances ``values (M, P)``
+        (``ranked``: rows that already hold their own average ranks)."""
+        return _BlockTargets(self, values, rng, ranked)
 
 
 class _BlockTargets:
     """Per-block target tables of a fit's models; :meth:`draw` gives a batch's sums."""
 
-    def __init__(self, blocks, values, rng):
+    def __init__(self, blocks, values, rng, ranked=False):
         M, P = values.shape
         K = N_BLOCKS
-        ranks = rankdata(values).to(torch.float64)
+        ranks = (values if ranked else rankdata(values)).to(torch.float64)
         self.T = torch.zeros(M, blocks.n_cells * K, dtype=torch.float64,
                              device=values.device).scatter_add_(
             1, blocks.key.expand(M, P), ranks).view(M, blocks.n_cells, K)
