@@ -100,6 +100,15 @@ def code_universe(enc):
     S = base_rows.shape[0]
     if S > MAX_STIMULUS_CODES:
         return None
+    # the distances of pairs of stimuli's rows are among the universe's: a feature whose
+    # distances take too many values (a numeric one) rules it out before it is built
+    a, b = np.triu_indices(S, 1)
+    base = EncodedFeatures(values=base_rows[:, :dims], missing=base_rows[:, dims:] > 0.5,
+                           slices=enc.slices, indicator=enc.indicator,
+                           missing_distance=enc.missing_distance, names=enc.names,
+                           scale=enc.scale)
+    if any(len(np.unique(col)) > MAX_GROUPS for col in base.pair_distances(a, b).T):
+        return None
     blocks = [base_rows]
     for f, sl in enumerate(enc.slices):
         cols = list(range(sl.start, sl.stop)) + [dims + f]
