@@ -49,7 +49,7 @@ from ..utils import check_random_state, logger
 from . import fastnull
 from .features import as_feature_table
 from .options import MLEMOptions, _is_int
-from .sources import DenseRDMSource, SphereRDMSource
+from .sources import CondensedRDMSource, DenseRDMSource, SphereRDMSource
 
 __all__ = ["interaction_test", "main_effects_design", "residual_basis"]
 
@@ -205,6 +205,32 @@ class PatternNullSource:
         return out
 
 
+def _scores_by_blocks(null_source, table, options, common, constraints, groups):
+    """Fold-mean held-out Spearman ``(len(constraints), n_models)`` of the models of
+    ``null_source`` fitted with each constraint by :func:`~mlem_neuro.crossval.run_cv`.
+
+    The models go in blocks (an eighth of the memory budget for their RDMs of all
+    stimuli): each block's datasets are built, and their RDMs of all stimuli computed,
+    once; every fold of both fits then reads its training and held-out distances off them
+    (the numbers of ``run_cv`` on ``null_source`` up to rounding)."""
+    from ..crossval import run_cv
+    from .memory import memory_budget
+    from .pairs import n_pairs
+
+    n, N = null_source.n_stimuli, null_source.n_models
+    block = max(1, memory_budget() // 8 // (8 * n_pairs(n)))
+    scores = np.empty((len(constraints), N))
+    for lo in range(0, N, block):
+        models = np.arange(lo, min(lo + block, N))
+        rdms = CondensedRDMSource(null_source.subset(models).rdm(np.arange(n)).numpy())
+        for c, constraint in enumerate(constraints):
+            opts = dataclasses.replace(options, constraint=constraint,
+                                       interactions=constraint != "diagonal", **common)
+            out = run_cv(rdms, table, opts, groups=groups, desc="interaction-test models")
+            scores[c, models] = out.score.mean(axis=0)
+    return scores
+
+
 def _patterns(source):
     return source.Y if isinstance(source, DenseRDMSource) else source.X
 
@@ -298,7 +324,7 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     :func:`~mlem_neuro.crossval.run_cv` of the same data, less the per-call overhead that
     the stacks share.
     """
-    from ..crossval import check_cv, fold_usable, run_cv
+    from ..crossval import check_cv, fold_usable
 
     table = as_feature_table(features, name="features")
     space = _check_inputs(source, table, options, n_null)
@@ -332,13 +358,7 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     scores = fastnull.interaction_scores(null_source, table, options, folds, constraints,
                                          progress=progress)
     if scores is None:
-        scores = []
-        for constraint in constraints:
-            opts = dataclasses.replace(options, constraint=constraint,
-                                       interactions=constraint != "diagonal", **common)
-            out = run_cv(null_source, table, opts, groups=groups,
-                         desc="interaction-test models")
-            scores.append(out.score.mean(axis=0))
+        scores = _scores_by_blocks(null_source, table, options, common, constraints, groups)
     scores = np.asarray(scores).reshape(2, n_null + 1, M)
     stat = scores[0] - scores[1]
     return stat[0], np.ascontiguousarray(stat[1:])
