@@ -2,7 +2,8 @@
 
 A time-resolved analysis of 200 trials x 64 channels x 100 time points
 (:func:`mlem_neuro.simulation.simulate_epochs`, three binary features A, B, C with A and B
-encoded in windows), level="feature", cv=5, the default training options: ``n_null=0``,
+encoded in windows; with ``--numeric`` C takes uniform numeric values), level="feature"
+(``--level``), cv=5, the default training options: ``n_null=0``,
 then each ``--n-null`` value.  The null models are trained like the observed ones, so the
 training grows linearly with the ``1 + n_null * n_tests`` models per time point (1,001 at
 n_null=200 with the interaction test's two fits; with categorical features they share
@@ -41,6 +42,10 @@ def main():
     parser.add_argument("--batch-size", default="auto",
                         help="'auto' (default), 'full' (every pair each step: cheaper "
                              "null models with categorical features) or an int")
+    parser.add_argument("--numeric", action="store_true",
+                        help="feature C numeric (uniform values; A and B stay binary): the "
+                             "grid's null models, which relabel the data")
+    parser.add_argument("--level", default="feature", choices=["feature", "term"])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--n-jobs", type=int, default=None,
                         help="n_jobs of every run (worker processes; wall time then drops "
@@ -54,13 +59,16 @@ def main():
     data, table, times = simulate_epochs(n_trials=args.n_trials, n_channels=args.n_channels,
                                          n_times=args.n_times, sfreq=100.0, tmin=-0.2,
                                          random_state=0)
+    if args.numeric:
+        table = table.assign(C=np.random.default_rng(0).uniform(size=len(table)))
     batch_size = int(args.batch_size) if args.batch_size.isdigit() else args.batch_size
-    kw = dict(times=times, level="feature", cv=5, batch_size=batch_size, device=args.device,
+    kw = dict(times=times, level=args.level, cv=5, batch_size=batch_size, device=args.device,
               n_jobs=args.n_jobs, lr=args.lr, patience=args.patience, tol=args.tol,
               random_state=0)
     print(describe(args.device))
     print(f"{args.n_trials} trials x {args.n_channels} channels x {args.n_times} time points, "
-          f"features {list(table.columns)} (binary), level='feature', cv=5, "
+          f"features {list(table.columns)} ({'C numeric' if args.numeric else 'binary'}), "
+          f"level={args.level!r}, cv=5, "
           f"batch_size={batch_size!r}, n_jobs={args.n_jobs}, lr={args.lr:g}, "
           f"patience={args.patience}, tol={args.tol:g}")
     runs = []
