@@ -39,8 +39,8 @@ from .core.neural import NeuralTargets
 from .core.nulls import null_permutations, permutation_pvalues, permuted_pairs
 from .core.options import MLEMOptions, cv_description, jsonable
 from .core.pairs import kfold_stimuli, n_pairs, pair_indices
-from .core.spearman import SubsetRanks, rankdata
 from .core.sources import DenseRDMSource, RDMSource, SphereRDMSource  # noqa: F401
+from .core.spearman import SubsetRanks, rankdata
 from .utils import check_device, check_random_state, logger
 
 #: bytes of training-pair distances (float64) allowed in one chunk of models (at most a
