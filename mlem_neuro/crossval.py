@@ -322,7 +322,9 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
     if relabel_data:
         everything = source.rdm(np.arange(source.n_stimuli), dev)
         target_train = _with_nulls(target_train, everything, null, train, source.n_stimuli)
-    targets = NeuralTargets.from_rdm(target_train, len(train), dev, ranked=relabel_data)
+    # null rows relabelling the data come ranked (_with_nulls), as do ranked sources
+    ranked = relabel_data or getattr(source, "ranked", False)
+    targets = NeuralTargets.from_rdm(target_train, len(train), dev, ranked=ranked)
     if plan is None:
         del target_train
     fit = fit_stack(enc_train, targets, options, random_state=np.random.default_rng(train_seq),
@@ -371,9 +373,7 @@ def _with_nulls(observed, everything, null, train, n):
                           device=everything.device)
     out = torch.empty(M, 1 + lin.shape[0], P, dtype=torch.float64, device=observed.device)
     out[:, 0] = rankdata(observed)
-    ranker = SubsetRanks(everything)
-    for r in range(lin.shape[0]):
-        out[:, 1 + r] = ranker.ranks(lin[r])
+    SubsetRanks(everything).ranks_of_subsets(lin, out=out[:, 1:])
     return out.reshape(M * (1 + lin.shape[0]), P)
 
 

@@ -382,3 +382,32 @@ def test_targets_given_as_their_ranks_train_alike(design):
     np.testing.assert_array_equal(fit.n_iter, ref.n_iter)
     lied = _fit(enc, NeuralTargets.from_rdm(values, n, "cpu", ranked=True), **opts)
     assert np.array_equal(lied.W, ref.W) == (design == "numeric pairs")
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_ranks_of_many_subsets_equal_rankdata(compiled, monkeypatch):
+    """Ranks of many column subsets at once (the null rows of permutation tests), in the
+    compiled pass and in torch, with and without ties, after keeping some rows; written
+    into a view when one is given."""
+    from mlem_neuro.core import ctrain
+    from mlem_neuro.core.spearman import SubsetRanks
+    if compiled and not ctrain.built():
+        pytest.skip("the compiled library is not built")
+    monkeypatch.setattr(ctrain, "USE_C", compiled)
+    g = torch.Generator().manual_seed(5)
+    for ties in (False, True):
+        v = torch.rand(6, 500, dtype=torch.float64, generator=g)
+        if ties:
+            v = torch.round(v * 9)
+        sr = SubsetRanks(v)
+        assert (sr._compiled() is not None) == compiled
+        cols = torch.stack([torch.randperm(500, generator=g)[:120] for _ in range(7)])
+        out = sr.ranks_of_subsets(cols)
+        for r in range(7):
+            assert torch.equal(out[:, r], rankdata(v[:, cols[r]]))
+        sr.keep(torch.tensor([4, 1, 5]))
+        big = torch.full((3, 9, 120), -1.0, dtype=torch.float64)
+        sr.ranks_of_subsets(cols, out=big[:, 1:8])
+        assert (big[:, 0] == -1).all() and (big[:, 8] == -1).all()
+        for r in range(7):
+            assert torch.equal(big[:, 1 + r], rankdata(v[[4, 1, 5]][:, cols[r]]))

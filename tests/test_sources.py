@@ -279,3 +279,30 @@ def test_condensed_source_serves_any_subset_of_stimuli():
                        (np.full((1, 3), np.nan), "NaN")):
         with pytest.raises(ValueError, match=match):
             CondensedRDMSource(bad)
+
+
+def test_ranked_source_gives_the_ranks_and_the_analysis_of_the_distances():
+    """RankedRDMSource serves the ranks of any subset's distances (ties included), its
+    subsets (slices or indices, pickled) share the rows' sort, and an analysis of it
+    equals the analysis of the distances (training sees only their ranks)."""
+    from mlem_neuro.core.sources import CondensedRDMSource, RankedRDMSource
+    from mlem_neuro.core.spearman import rankdata
+
+    rng = np.random.default_rng(8)
+    n = 24
+    table = pd.DataFrame({"a": np.tile(["x", "y"], n // 2), "b": rng.uniform(size=n)})
+    Y = np.stack([np.column_stack([table["a"] == "x", table["b"]]) * [2.0, 3.0]
+                  + 0.4 * rng.standard_normal((n, 2)) for _ in range(3)])
+    d = np.round(DenseRDMSource(Y).rdm(np.arange(n)).numpy(), 1)     # with ties
+    dist, ranked = CondensedRDMSource(d), RankedRDMSource(d)
+    assert isinstance(ranked, RDMSource) and ranked.ranked and ranked.n_models == 3
+    stim = rng.permutation(n)[:10]
+    assert torch.equal(ranked.rdm(stim), rankdata(dist.rdm(stim)))
+    for models in (slice(1, 3), np.array([2, 0])):
+        part = pickle.loads(pickle.dumps(ranked.subset(models)))
+        assert torch.equal(part.rdm(stim), rankdata(dist.subset(models).rdm(stim)))
+    opts = MLEMOptions(cv=3, max_steps=40, patience=10, n_permutations=2, random_state=0)
+    a, b = run_cv(dist, table, opts), run_cv(ranked, table, opts)
+    np.testing.assert_array_equal(a.W, b.W)
+    np.testing.assert_array_equal(a.score, b.score)
+    np.testing.assert_array_equal(a.importance, b.importance)

@@ -694,6 +694,47 @@ int mlem_condensed(int64_t M, int64_t n, const double *G, double *out)
     return 0;
 }
 
+/* Average ranks (1-based) of R subsets of the N columns of each of M rows, from each
+ * row's sorted positions: pos (M, N) the sorted position of each column; first and last
+ * (M, N), indexed by sorted position, the first and last sorted position of its group of
+ * equal values (NULL: no ties).  cols (R, P) the subsets' columns (distinct within a
+ * subset).  out[m * stride_m + r * stride_r + p]: the rank of column cols[r, p] among
+ * the columns of subset r in row m, as spearman.SubsetRanks computes it (a count of the
+ * subset's columns at or before each sorted position; ties: before + (upto - before +
+ * 1) / 2, the same float64 operations).  Returns 0, or -1 when memory ran out. */
+int mlem_subset_ranks(int64_t M, int64_t N, const int32_t *pos, const int32_t *first,
+                      const int32_t *last, int64_t R, int64_t P, const int64_t *cols,
+                      int64_t stride_m, int64_t stride_r, double *out)
+{
+    int32_t *cnt = malloc(sizeof(int32_t) * (N > 0 ? N : 1));
+    if (!cnt) return -1;
+    for (int64_t m = 0; m < M; m++) {
+        const int32_t *pm = pos + m * N;
+        const int32_t *fm = first ? first + m * N : NULL;
+        const int32_t *lm = last ? last + m * N : NULL;
+        for (int64_t r = 0; r < R; r++) {
+            const int64_t *c = cols + r * P;
+            double *o = out + m * stride_m + r * stride_r;
+            memset(cnt, 0, sizeof(int32_t) * N);
+            for (int64_t p = 0; p < P; p++) cnt[pm[c[p]]] = 1;
+            int32_t run = 0;
+            for (int64_t q = 0; q < N; q++) { run += cnt[q]; cnt[q] = run; }
+            if (!fm) {
+                for (int64_t p = 0; p < P; p++) o[p] = (double)cnt[pm[c[p]]];
+            } else {
+                for (int64_t p = 0; p < P; p++) {
+                    int32_t q = pm[c[p]], f = fm[q];
+                    /* before: the subset's columns strictly before the group */
+                    int32_t before = f > 0 ? cnt[f - 1] : 0, upto = cnt[lm[q]];
+                    o[p] = (double)before + (double)(upto - before + 1) / 2;
+                }
+            }
+        }
+    }
+    free(cnt);
+    return 0;
+}
+
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT, "_ctrain",
     "Grouped full-batch training in C (called through ctypes: mlem_neuro.core.ctrain).",

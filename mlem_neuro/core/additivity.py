@@ -49,7 +49,7 @@ from ..utils import check_random_state, logger
 from . import fastnull
 from .features import as_feature_table
 from .options import MLEMOptions, _is_int
-from .sources import CondensedRDMSource, DenseRDMSource, SphereRDMSource
+from .sources import DenseRDMSource, RankedRDMSource, SphereRDMSource
 
 __all__ = ["interaction_test", "main_effects_design", "residual_basis"]
 
@@ -210,19 +210,20 @@ def _scores_by_blocks(null_source, table, options, common, constraints, groups):
     ``null_source`` fitted with each constraint by :func:`~mlem_neuro.crossval.run_cv`.
 
     The models go in blocks (an eighth of the memory budget for their RDMs of all
-    stimuli): each block's datasets are built, and their RDMs of all stimuli computed,
-    once; every fold of both fits then reads its training and held-out distances off them
-    (the numbers of ``run_cv`` on ``null_source`` up to rounding)."""
+    stimuli and one sort of each): each block's datasets are built, their RDMs of all
+    stimuli computed and sorted, once; every fold of both fits then reads the ranks of its
+    training and held-out distances off them (:class:`~mlem_neuro.core.sources.
+    RankedRDMSource`; the numbers of ``run_cv`` on ``null_source`` up to rounding)."""
     from ..crossval import run_cv
     from .memory import memory_budget
     from .pairs import n_pairs
 
     n, N = null_source.n_stimuli, null_source.n_models
-    block = max(1, memory_budget() // 8 // (8 * n_pairs(n)))
+    block = max(1, memory_budget() // 8 // (32 * n_pairs(n)))
     scores = np.empty((len(constraints), N))
     for lo in range(0, N, block):
         models = np.arange(lo, min(lo + block, N))
-        rdms = CondensedRDMSource(null_source.subset(models).rdm(np.arange(n)).numpy())
+        rdms = RankedRDMSource(null_source.subset(models).rdm(np.arange(n)).numpy())
         for c, constraint in enumerate(constraints):
             opts = dataclasses.replace(options, constraint=constraint,
                                        interactions=constraint != "diagonal", **common)

@@ -78,6 +78,10 @@ def _library():
     cd = lib.mlem_condensed
     cd.argtypes = [ctypes.c_int64, ctypes.c_int64, p, p]
     cd.restype = ctypes.c_int
+    sr = lib.mlem_subset_ranks
+    sr.argtypes = [ctypes.c_int64, ctypes.c_int64, p, p, p, ctypes.c_int64, ctypes.c_int64, p,
+                   ctypes.c_int64, ctypes.c_int64, p]
+    sr.restype = ctypes.c_int
     g = lib.mlem_value_and_grad
     g.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, p, p, p, p,
                   ctypes.c_int, p, ctypes.c_int, ctypes.c_double, p, p, p]
@@ -315,3 +319,22 @@ def condensed(G):
     if lib.mlem_condensed(M, n, _ptr(G), _ptr(out)):
         raise MemoryError("the compiled pair distances could not allocate their workspace")
     return out
+
+
+def subset_ranks(pos, first, last, cols, out):
+    """Average ranks of the column subsets ``cols (R, P)`` (int64) of every row, from the
+    rows' sorted positions ``pos (M, N)`` and tie groups ``first``, ``last`` (int32, or
+    ``None`` without ties; :class:`~mlem_neuro.core.spearman.SubsetRanks`), written into
+    ``out (M, R, P)`` (a float64 numpy array or view whose last axis is contiguous);
+    ``False`` when the library is not built."""
+    lib = _library() if USE_C else None
+    if lib is None:
+        return False
+    M, N = pos.shape
+    R, P = cols.shape
+    assert out.shape == (M, R, P) and out.strides[2] == 8
+    if lib.mlem_subset_ranks(M, N, _ptr(pos), None if first is None else _ptr(first),
+                             None if last is None else _ptr(last), R, P, _ptr(cols),
+                             out.strides[0] // 8, out.strides[1] // 8, _ptr(out)):
+        raise MemoryError("the compiled subset ranks could not allocate their counts")
+    return True

@@ -59,6 +59,7 @@ distances in :func:`~mlem_neuro.core.pairs.pair_indices` order.
 """
 from __future__ import annotations
 
+import copy
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -276,9 +277,64 @@ class CondensedRDMSource:
 
     def rdm(self, stimuli, device="cpu"):
         """Distances ``(n_models, n_pairs)`` between ``stimuli`` (see :class:`RDMSource`)."""
-        s = np.asarray(stimuli)
-        i, j = pair_indices(len(s))
-        a, b = s[i], s[j]
-        lo, hi = np.minimum(a, b), np.maximum(a, b)
-        lin = lo * self._n - lo * (lo + 1) // 2 + (hi - lo - 1)
-        return torch.as_tensor(self.d[:, lin], device=device)
+        return torch.as_tensor(self.d[:, _condensed_columns(stimuli, self._n)], device=device)
+
+
+def _condensed_columns(stimuli, n):
+    """Columns of a condensed RDM of ``n`` stimuli holding the pairs of ``stimuli`` (in
+    :func:`~mlem_neuro.core.pairs.pair_indices` order)."""
+    s = np.asarray(stimuli)
+    i, j = pair_indices(len(s))
+    a, b = s[i], s[j]
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    return lo * n - lo * (lo + 1) // 2 + (hi - lo - 1)
+
+
+class RankedRDMSource:
+    """The ranks of distances computed elsewhere, within any subset of the stimuli.
+
+    ``rdm(stimuli)`` gives each model's average ranks (1-based) of the distances between
+    ``stimuli``: what :func:`~mlem_neuro.core.spearman.rankdata` of
+    ``CondensedRDMSource(d).rdm(stimuli)`` gives, from one sort per model for all subsets
+    (:class:`~mlem_neuro.core.spearman.SubsetRanks`; its subsets share that sort).  MLEM
+    sees neural distances only through their ranks, so an analysis of this source equals
+    one of ``CondensedRDMSource(d)``; ``ranked = True`` tells training that the targets are
+    ranks already.  Used where many cross-validated fits read the same RDMs (the test of
+    interactions).
+
+    Parameters
+    ----------
+    d : ndarray, shape (n_models, n_pairs)
+        As :class:`CondensedRDMSource`.
+    """
+
+    ranked = True
+
+    def __init__(self, d, _ranker=None):
+        from .spearman import SubsetRanks
+
+        if _ranker is None:
+            d = CondensedRDMSource(d).d
+            _ranker = SubsetRanks(torch.as_tensor(d))
+        self._ranker = _ranker
+        P = _ranker.n_columns
+        self._n = int(round((1 + np.sqrt(1 + 8 * P)) / 2))
+
+    @property
+    def n_models(self):
+        return self._ranker.n_rows
+
+    @property
+    def n_stimuli(self):
+        return self._n
+
+    def subset(self, models):
+        """The source of ``models`` only (their rows of the shared sort)."""
+        ranker = copy.copy(self._ranker)
+        ranker.keep(torch.as_tensor(np.arange(self.n_models)[models]))
+        return RankedRDMSource(None, ranker)
+
+    def rdm(self, stimuli, device="cpu"):
+        """Average ranks ``(n_models, n_pairs)`` of the distances between ``stimuli``."""
+        cols = torch.as_tensor(_condensed_columns(stimuli, self._n))
+        return self._ranker.ranks_of_subsets(cols[None])[:, 0].to(device)

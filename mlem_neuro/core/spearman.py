@@ -241,9 +241,10 @@ class SubsetRanks:
         s = values.gather(-1, order)
         self.n_columns = P
         self.order = order                                   # sorted position -> column
-        # column -> sorted position, stored column-major: a batch's rows gather fast
-        self.pos_t = torch.empty_like(order).scatter_(
-            1, order, torch.arange(P, device=values.device).expand(M, P)).T.contiguous()
+        # column -> sorted position (M, P)
+        self.pos = torch.empty_like(order).scatter_(
+            1, order, torch.arange(P, device=values.device).expand(M, P))
+        self._pos_t = self._c = None                         # built when first needed
         self.group_sorted = None if groups is None else groups[order]
         new = torch.ones_like(s, dtype=torch.bool)
         new[:, 1:] = s[:, 1:] != s[:, :-1]
@@ -264,11 +265,51 @@ class SubsetRanks:
 
     def keep(self, rows):
         """Restrict to the rows selected by ``rows`` (boolean mask or indices)."""
-        for name in ("order", "group_sorted", "first", "last"):
+        for name in ("order", "pos", "group_sorted", "first", "last"):
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, value[rows])
-        self.pos_t = self.pos_t[:, rows].contiguous()
+        self._pos_t = self._c = None
+
+    @property
+    def pos_t(self):
+        """Sorted positions stored column-major ``(P, M)``: a batch's rows gather fast."""
+        if self._pos_t is None:
+            self._pos_t = self.pos.T.contiguous()
+        return self._pos_t
+
+    def _compiled(self):
+        """The rows as the compiled loop reads them (int32 numpy), or ``None`` (not on
+        the CPU, or the library is not built)."""
+        from . import ctrain
+
+        if self.pos.device.type != "cpu" or not ctrain.USE_C or not ctrain.built():
+            return None
+        if self._c is None:
+            def i32(t):
+                return None if t is None else np.ascontiguousarray(t.numpy(), np.int32)
+            self._c = (i32(self.pos), i32(self.first), i32(self.last))
+        return self._c
+
+    def ranks_of_subsets(self, cols, out=None):
+        """Average ranks ``(M, R, P)`` of the columns of each of ``R`` subsets ``cols
+        (R, P)`` (each without repeats) per row: ``ranks(cols[r])`` for every ``r``, in
+        one compiled pass on the CPU (a count over each row's sorted positions per subset,
+        no sort).  ``out``: a float64 tensor ``(M, R, P)`` (e.g. a view) to fill."""
+        cols = torch.as_tensor(cols, device=self.order.device)
+        M, (R, P) = self.n_rows, cols.shape
+        if out is None:
+            out = torch.empty(M, R, P, dtype=torch.float64, device=self.order.device)
+        c = self._compiled()
+        if c is not None and out.stride(2) == 1 and R > 0 and P > 0:
+            from . import ctrain
+
+            ctrain.subset_ranks(*c, np.ascontiguousarray(cols.numpy(), np.int64),
+                                out.numpy())
+            return out
+        for r in range(R):
+            out[:, r] = self.ranks(cols[r])
+        return out
 
     def _sorted_ranks(self, cols):
         """Batch mask and within-batch average ranks, both laid out in sorted order."""
