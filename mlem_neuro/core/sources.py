@@ -59,7 +59,6 @@ distances in :func:`~mlem_neuro.core.pairs.pair_indices` order.
 """
 from __future__ import annotations
 
-import copy
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -316,6 +315,7 @@ class RankedRDMSource:
         if _ranker is None:
             d = CondensedRDMSource(d).d
             _ranker = SubsetRanks(torch.as_tensor(d))
+            _ranker._compiled()            # its subsets share the compiled loop's arrays
         self._ranker = _ranker
         P = _ranker.n_columns
         self._n = int(round((1 + np.sqrt(1 + 8 * P)) / 2))
@@ -330,9 +330,7 @@ class RankedRDMSource:
 
     def subset(self, models):
         """The source of ``models`` only (their rows of the shared sort)."""
-        ranker = copy.copy(self._ranker)
-        ranker.keep(torch.as_tensor(np.arange(self.n_models)[models]))
-        return RankedRDMSource(None, ranker)
+        return RankedRDMSource(None, self._ranker.rows(models))
 
     def rdm(self, stimuli, device="cpu"):
         """Average ranks ``(n_models, n_pairs)`` of the distances between ``stimuli``."""

@@ -21,6 +21,7 @@ values; the exact Spearman is what every score and importance reports.
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -271,6 +272,22 @@ class SubsetRanks:
                 setattr(self, name, value[rows])
         self._pos_t = self._c = None
 
+    def rows(self, models):
+        """The same ranks for the rows ``models`` only (a slice or indices), leaving these
+        alone; a slice of rows shares their arrays (views, no copy)."""
+        new = copy.copy(self)
+        if not isinstance(models, slice):
+            models = torch.as_tensor(np.asarray(models), device=self.order.device)
+        for name in ("order", "pos", "group_sorted", "first", "last"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(new, name, value[models])
+        new._pos_t = None
+        if self._c is not None:
+            rows = models if isinstance(models, slice) else models.cpu().numpy()
+            new._c = tuple(None if a is None else a[rows] for a in self._c)
+        return new
+
     @property
     def pos_t(self):
         """Sorted positions stored column-major ``(P, M)``: a batch's rows gather fast."""
@@ -287,9 +304,9 @@ class SubsetRanks:
             return None
         if self._c is None:
             def i32(t):
-                return None if t is None else np.ascontiguousarray(t.numpy(), np.int32)
+                return None if t is None else t.numpy().astype(np.int32)
             self._c = (i32(self.pos), i32(self.first), i32(self.last))
-        return self._c
+        return tuple(None if a is None else np.ascontiguousarray(a) for a in self._c)
 
     def ranks_of_subsets(self, cols, out=None):
         """Average ranks ``(M, R, P)`` of the columns of each of ``R`` subsets ``cols
