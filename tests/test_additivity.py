@@ -189,6 +189,39 @@ def test_shapes_and_same_replicate_for_every_model():
     assert not np.allclose(other, null)
 
 
+@pytest.mark.parametrize("numeric", [False, True])
+def test_blocks_of_null_datasets_do_not_change_the_test(numeric, monkeypatch):
+    """The datasets of a non-categorical design are built and ranked in blocks that fit a
+    memory budget (one sort of each RDM for every fold of both fits): blocks of 3 models
+    give the numbers of one block, which are those of the cross-validated fits of each
+    null dataset's distances."""
+    import dataclasses
+
+    from mlem_neuro.core import memory
+    from mlem_neuro.core.additivity import _scores_by_blocks
+    from mlem_neuro.core.sources import CondensedRDMSource
+    from mlem_neuro.crossval import run_cv
+
+    kinds = ("binary", "binary", "numeric") if numeric else ("binary", "binary")
+    src, table = _stack(kinds, 24, 3, 1.0, 0.5, seed=5)
+    opts = MLEMOptions(cv=3, random_state=0, max_steps=30, batch_size=40)  # not grouped
+    obs, null = interaction_test(src, table, opts, n_null=4, random_state=1)
+    monkeypatch.setattr(memory, "memory_budget", lambda: 8 * 64 * 276 * 3)  # 3 models
+    obs3, null3 = interaction_test(src, table, opts, n_null=4, random_state=1)
+    np.testing.assert_array_equal(obs3, obs)
+    np.testing.assert_array_equal(null3, null)
+    # the distances' own analysis, dataset by dataset
+    null_source = PatternNullSource(src, np.eye(24)[:, :20], np.tile(np.arange(20), (2, 1)))
+    common = dict(cv=3, n_repeats=1, random_state=0, level="feature", n_permutations=1)
+    got = _scores_by_blocks(null_source, table, opts, common, ("spd", "diagonal"), None)
+    d = CondensedRDMSource(null_source.rdm(np.arange(24)).numpy())
+    for c, constraint in enumerate(("spd", "diagonal")):
+        o = dataclasses.replace(opts, constraint=constraint,
+                                interactions=constraint != "diagonal", **common)
+        np.testing.assert_allclose(got[c], run_cv(d, table, o).score.mean(axis=0),
+                                   rtol=0, atol=1e-12)
+
+
 def test_errors():
     src, table = _stack(("binary", "binary"), 20, 1, 1.0, 0.0, seed=0)
     opts = MLEMOptions(cv=3, random_state=0)

@@ -219,7 +219,7 @@ def _scores_by_blocks(null_source, table, options, common, constraints, groups):
     from .pairs import n_pairs
 
     n, N = null_source.n_stimuli, null_source.n_models
-    block = max(1, memory_budget() // 8 // (32 * n_pairs(n)))
+    block = max(1, memory_budget() // 8 // (64 * n_pairs(n)))   # RDM, sort, tie groups
     scores = np.empty((len(constraints), N))
     for lo in range(0, N, block):
         models = np.arange(lo, min(lo + block, N))
