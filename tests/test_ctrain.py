@@ -182,3 +182,22 @@ def test_grid_mini_batches_fit_as_the_numpy_loop(monkeypatch, stopping):
         assert dW.max() < 1e-2 and np.median(dW) < 1e-5
     # the stream continues as after the numpy loop's draws
     assert rngs[0].integers(2**31) == rngs[1].integers(2**31)
+
+
+def test_grid_block_tables_are_the_torch_sums(monkeypatch):
+    """The grid's per-block target tables from one compiled pass equal torch's
+    scatter_add_ / index_add_ sums bit for bit (the same pairs added in the same order)."""
+    from mlem_neuro.core.quantise import GridBlocks
+
+    rng = np.random.default_rng(9)
+    P, cells = 3000, 40
+    uid = torch.as_tensor(rng.integers(0, cells, P))
+    blocks = GridBlocks(uid, cells, np.random.default_rng(0))
+    values = torch.as_tensor(np.round(rng.random((6, P)), 2))        # tied ranks too
+    fast = blocks.targets(values, np.random.default_rng(1))
+    monkeypatch.setattr(ctrain, "USE_C", False)
+    slow = blocks.targets(values, np.random.default_rng(1))
+    assert fast.T.shape == slow.T.shape == (6, cells, 32)
+    for name in ("T", "S1", "S2"):
+        assert torch.equal(getattr(fast, name), getattr(slow, name)), name
+    assert slow.T.sum() > 0

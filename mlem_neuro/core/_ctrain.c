@@ -735,6 +735,27 @@ int mlem_subset_ranks(int64_t M, int64_t N, const int32_t *pos, const int32_t *f
     return 0;
 }
 
+/* The grid's per-block target tables (quantise._BlockTargets) of M rows of ranks (M, P):
+ * T[m, key[p]] += r, S1[m, block[p]] += r, S2[m, block[p]] += r * r, the pairs in order
+ * (as torch's scatter_add_ and index_add_ add them); T (M, n_keys), S1 and S2 (M, K)
+ * come zeroed. */
+int mlem_block_tables(int64_t M, int64_t P, int64_t n_keys, int64_t K, const int64_t *key,
+                      const int64_t *block, const double *ranks, double *T, double *S1,
+                      double *S2)
+{
+    for (int64_t m = 0; m < M; m++) {
+        const double *r = ranks + m * P;
+        double *t = T + m * n_keys, *s1 = S1 + m * K, *s2 = S2 + m * K;
+        for (int64_t p = 0; p < P; p++) {
+            double v = r[p];
+            t[key[p]] += v;
+            s1[block[p]] += v;
+            s2[block[p]] += v * v;
+        }
+    }
+    return 0;
+}
+
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT, "_ctrain",
     "Grouped full-batch training in C (called through ctypes: mlem_neuro.core.ctrain).",

@@ -82,6 +82,10 @@ def _library():
     sr.argtypes = [ctypes.c_int64, ctypes.c_int64, p, p, p, ctypes.c_int64, ctypes.c_int64, p,
                    ctypes.c_int64, ctypes.c_int64, p]
     sr.restype = ctypes.c_int
+    bt = lib.mlem_block_tables
+    bt.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, p, p, p, p,
+                   p, p]
+    bt.restype = ctypes.c_int
     g = lib.mlem_value_and_grad
     g.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, p, p, p, p,
                   ctypes.c_int, p, ctypes.c_int, ctypes.c_double, p, p, p]
@@ -338,3 +342,21 @@ def subset_ranks(pos, first, last, cols, out):
                              out.strides[0] // 8, out.strides[1] // 8, _ptr(out)):
         raise MemoryError("the compiled subset ranks could not allocate their counts")
     return True
+
+
+def block_tables(key, block, ranks, n_keys, K):
+    """The grid's per-block target tables of ``ranks (M, P)`` (float64 numpy): ``T (M,
+    n_keys)``, ``S1`` and ``S2 (M, K)``, the sums of the ranks per key (cell and block)
+    and of the ranks and squared ranks per block, added pair by pair in order as
+    :class:`~mlem_neuro.core.quantise._BlockTargets` does in torch; ``None`` when the
+    library is not built."""
+    lib = _library() if USE_C else None
+    if lib is None:
+        return None
+    M, P = ranks.shape
+    key, block = (np.ascontiguousarray(a, dtype=np.int64) for a in (key, block))
+    ranks = np.ascontiguousarray(ranks, dtype=np.float64)
+    T, S1, S2 = np.zeros((M, n_keys)), np.zeros((M, K)), np.zeros((M, K))
+    lib.mlem_block_tables(M, P, n_keys, K, _ptr(key), _ptr(block), _ptr(ranks), _ptr(T),
+                          _ptr(S1), _ptr(S2))
+    return T, S1, S2
