@@ -250,7 +250,9 @@ class _StepTargets:
 
     def _init_full(self):
         i, j = pair_indices(self.n)
-        values = self.targets.take(np.arange(self.total), i, j).to(self.dev)
+        # every pair in pair order: the full rows themselves when they are held
+        values = (self.targets.full if self.targets.full is not None
+                  else self.targets.take(np.arange(self.total), i, j)).to(self.dev)
         tz = standardize(values if self.targets.ranked else rankdata(values))
         if self.grouped:
             self.counts = torch.bincount(self.uid, minlength=self.n_groups)
