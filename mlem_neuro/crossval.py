@@ -19,6 +19,7 @@ order).  :mod:`mlem_neuro.core.sources` holds the dense and the sphere/region so
 from __future__ import annotations
 
 import functools
+import hashlib
 import numbers
 import warnings
 from dataclasses import dataclass, field
@@ -359,6 +360,33 @@ def _observed(values, W):
     return values if W.ndim == 3 else values.reshape(W.shape[:2])[:, 0]
 
 
+#: the pair columns of the last relabellings asked for: every chunk of a fold asks for the
+#: same ones (with many nulls, chunks hold a few models each), so they are kept
+_COLUMNS = {}
+#: the most bytes of pair columns kept
+_COLUMNS_BYTES = 512 * 2**20
+
+
+def _null_columns(null, stimuli, n, device):
+    """Columns ``(n_tests * n_null, n_pairs(len(stimuli)))`` into the RDM of all ``n``
+    stimuli of the pairs of ``stimuli`` under each relabelling of ``null``
+    (:func:`~mlem_neuro.core.nulls.permuted_pairs`), computed once for all the chunks of a
+    fold (the last training and held-out columns are kept, keyed by their content)."""
+    stimuli = np.asarray(stimuli)
+    key = (null.shape, hashlib.sha1(np.ascontiguousarray(null).tobytes()).hexdigest(),
+           hashlib.sha1(stimuli.tobytes()).hexdigest(), n, str(device))
+    lin = _COLUMNS.get(key)
+    if lin is None:
+        lin = torch.as_tensor(permuted_pairs(null.reshape(-1, n), stimuli, n),
+                              device=device)
+        while _COLUMNS and (len(_COLUMNS) >= 2 or sum(
+                v.nbytes for v in _COLUMNS.values()) + lin.nbytes > _COLUMNS_BYTES):
+            _COLUMNS.pop(next(iter(_COLUMNS)))
+        if lin.nbytes <= _COLUMNS_BYTES:
+            _COLUMNS[key] = lin
+    return lin
+
+
 def _with_nulls(observed, everything, null, train, n):
     """Ranked training targets ``(M * (1 + R), P)``: each model's observed row then its
     ``R`` null rows (relabellings ``null`` of the ``n`` stimuli, flattened test by test),
@@ -369,8 +397,7 @@ def _with_nulls(observed, everything, null, train, n):
     from a sort per null row; they are the ranks :func:`~mlem_neuro.core.spearman.rankdata`
     gives (exact)."""
     M, P = observed.shape
-    lin = torch.as_tensor(permuted_pairs(null.reshape(-1, n), train, n),
-                          device=everything.device)
+    lin = _null_columns(null, train, n, everything.device)
     out = torch.empty(M, 1 + lin.shape[0], P, dtype=torch.float64, device=observed.device)
     out[:, 0] = rankdata(observed)
     SubsetRanks(everything).ranks_of_subsets(lin, out=out[:, 1:])
@@ -402,8 +429,7 @@ def _null_statistics(W, everything, null, test, options, stat, perm_seq, n_test,
     size = n_pairs if options.level == "term" else n_test
     n_tests, n_null, n = null.shape
     M, m = W.shape[0], W.shape[-1]
-    lin = torch.as_tensor(permuted_pairs(null.reshape(-1, n), test, n),
-                          device=everything.device)
+    lin = _null_columns(null, test, n, everything.device)
     out = np.empty((M, n_tests, n_null))
     for t in range(n_tests):
         Wt = torch.as_tensor(W[:, t * n_null:(t + 1) * n_null].reshape(-1, m, m))
@@ -508,6 +534,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
             for _, sl, et, ete, tr, te, sd, plan, setup in _shared_setups(layout, opts))
     logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(layout))
     results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc)
+    _COLUMNS.clear()                     # the nulls' pair columns are not needed any more
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
              else list(names))
     out = _collect(layout, results, folds, terms, names, M)

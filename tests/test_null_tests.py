@@ -98,6 +98,31 @@ def test_null_rows_are_ranked_from_one_sort(decimals):
         np.testing.assert_array_equal(out[:, 1 + r], rankdata(everything[:, lin[r]]))
 
 
+def test_null_pair_columns_are_computed_once_per_fold_and_then_forgotten(monkeypatch):
+    """Chunks of one fold share the nulls' pair columns (kept by content, then dropped
+    when the analysis ends); keeping none gives the same null statistics."""
+    from mlem_neuro import crossval
+    from mlem_neuro.core.options import MLEMOptions
+    from mlem_neuro.crossval import run_cv
+
+    data, table = _noise(7)
+    table["C"] = np.random.default_rng(1).uniform(size=len(table))    # relabels the data
+    source = DenseRDMSource(data.transpose(2, 0, 1))
+    opts = MLEMOptions(**SMALL, n_null=2, chunk_size=2, random_state=0)    # 3 chunks a fold
+    calls = []
+    pairs = crossval.permuted_pairs
+    monkeypatch.setattr(crossval, "permuted_pairs",
+                        lambda *a: calls.append(1) or pairs(*a))
+    kept = run_cv(source, table, opts)
+    assert len(calls) == 2 * 3                      # training and held-out, per fold
+    assert not crossval._COLUMNS
+    monkeypatch.setattr(crossval, "_COLUMNS_BYTES", 0)
+    calls.clear()
+    fresh = run_cv(source, table, opts)
+    assert len(calls) == 2 * 3 * 3                  # per chunk
+    np.testing.assert_array_equal(kept.fold_null, fresh.fold_null)
+
+
 def test_pvalues_count_nulls_at_least_as_large_and_the_max_over_models():
     obs = np.array([0.5, 0.1, 0.3])
     null = np.array([[0.6, 0.0, 0.1],

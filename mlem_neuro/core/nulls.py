@@ -85,10 +85,12 @@ def permuted_pairs(perms, stimuli, n):
     """
     stimuli = np.asarray(stimuli)
     i, j = pair_indices(len(stimuli))
-    a = perms[:, stimuli[i]]
-    b = perms[:, stimuli[j]]
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
-    return lo * n - lo * (lo + 1) // 2 + (hi - lo - 1)
+    # the linear index of every ordered pair of the n stimuli, looked up (one gather)
+    lo, hi = np.minimum.outer(np.arange(n), np.arange(n)), np.maximum.outer(np.arange(n),
+                                                                              np.arange(n))
+    table = (lo * n - lo * (lo + 1) // 2 + (hi - lo - 1)).ravel()
+    perms = np.asarray(perms, dtype=np.int64)
+    return table[perms[:, stimuli[i]] * n + perms[:, stimuli[j]]]
 
 
 def permutation_pvalues(tests, tol=1e-12):
