@@ -325,7 +325,8 @@ n_null : int
     ranks, which makes them several times cheaper (same tests, exact either way; see the
     method page).  The cost grows with ``n_null`` times the number of tests (measured
     on 200 trials x 64 channels x 100 time points, three binary features: 200 nulls took
-    67 s on one core, 137x the half-second analysis; ``n_jobs=2`` ran them in 37 s);
+    67 s on one core, 137x the half-second analysis; ``n_jobs=2`` ran them in 37 s; with
+    one of the features numeric, whose null models relabel the data, 337 s);
     the smallest p-value is ``1 / (1 + n_null)``, so a test at 0.05 (``p < 0.05``)
     needs ``n_null >= 20`` (99 or more is usual).
 """

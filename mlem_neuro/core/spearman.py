@@ -288,6 +288,14 @@ class SubsetRanks:
             new._c = tuple(None if a is None else a[rows] for a in self._c)
         return new
 
+    def __getstate__(self):
+        # compact copies of row views (a pickled view would carry all of its storage)
+        state = dict(self.__dict__, _pos_t=None)
+        for name in ("order", "pos", "group_sorted", "first", "last"):
+            if state[name] is not None:
+                state[name] = state[name].clone()
+        return state
+
     @property
     def pos_t(self):
         """Sorted positions stored column-major ``(P, M)``: a batch's rows gather fast."""
