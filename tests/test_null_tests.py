@@ -165,8 +165,13 @@ def test_term_level_tests_use_the_main_effect_terms():
     assert df.loc[df.term == "A", "pvalue"].notna().all()
 
 
-def test_tests_do_not_depend_on_chunking_or_jobs():
+@pytest.mark.parametrize("numeric", [False, True])
+def test_tests_do_not_depend_on_chunking_or_jobs(numeric):
+    """Also with a numeric feature: null models that relabel the data, and an interaction
+    test whose ranked datasets go to the workers in chunks."""
     data, table = _noise(2)
+    if numeric:
+        table["C"] = np.random.default_rng(3).uniform(size=len(table))
     kw = dict(random_state=3, n_null=5, **SMALL)
     ref = mlem_array(data, table, **kw)
     chunked = mlem_array(data, table, chunk_size=2, n_jobs=2, **kw)
