@@ -302,6 +302,8 @@ def test_ranked_source_gives_the_ranks_and_the_analysis_of_the_distances():
         part = pickle.loads(pickle.dumps(ranked.subset(models)))
         assert torch.equal(part.rdm(stim), rankdata(dist.subset(models).rdm(stim)))
     assert torch.equal(ranked.rdm(stim), rankdata(dist.rdm(stim)))   # left alone
+    with pytest.raises(ValueError, match="distinct stimuli"):
+        ranked.rdm(np.array([1, 4, 1]))
     # a pickled slice holds its own rows only (joblib sends chunks to workers)
     one, whole = (len(pickle.dumps(x)) for x in (ranked.subset(slice(0, 1)), ranked))
     assert one < 0.5 * whole

@@ -16,7 +16,11 @@ contract; two sources implement it:
   with no loop over models.
 
 Both take the neural distance by name; each metric is one class of
-:mod:`mlem_neuro.core.distances`, used by both sources.
+:mod:`mlem_neuro.core.distances`, used by both sources.  Two more serve distances computed
+elsewhere: :class:`CondensedRDMSource` (one condensed RDM per model) and
+:class:`RankedRDMSource`, which serves the ranks of those distances within any subset of
+the stimuli and says so with ``ranked = True`` (training then takes them as ranks; a
+source without that attribute is ranked by training as usual).
 
 Adding an adapter
 -----------------
@@ -333,6 +337,11 @@ class RankedRDMSource:
         return RankedRDMSource(None, self._ranker.rows(models))
 
     def rdm(self, stimuli, device="cpu"):
-        """Average ranks ``(n_models, n_pairs)`` of the distances between ``stimuli``."""
+        """Average ranks ``(n_models, n_pairs)`` of the distances between ``stimuli``
+        (distinct stimuli: a repeated one would repeat pairs, which the count cannot
+        rank)."""
+        if len(np.unique(stimuli)) != len(stimuli):
+            raise ValueError("RankedRDMSource.rdm needs distinct stimuli; got repeats in "
+                             f"{np.asarray(stimuli).tolist()}.")
         cols = torch.as_tensor(_condensed_columns(stimuli, self._n))
         return self._ranker.ranks_of_subsets(cols[None])[:, 0].to(device)
