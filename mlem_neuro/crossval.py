@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import numbers
+import threading
 import warnings
 from dataclasses import dataclass, field
 
@@ -365,6 +366,9 @@ def _observed(values, W):
 _COLUMNS = {}
 #: the most bytes of pair columns kept
 _COLUMNS_BYTES = 512 * 2**20
+#: chunks may run in threads of one process (joblib's threading backend, a dask worker):
+#: the kept columns are read and changed under this lock
+_COLUMNS_LOCK = threading.Lock()
 
 
 def _null_columns(null, stimuli, n, device):
@@ -375,10 +379,13 @@ def _null_columns(null, stimuli, n, device):
     stimuli = np.asarray(stimuli)
     key = (null.shape, hashlib.sha1(np.ascontiguousarray(null).tobytes()).hexdigest(),
            hashlib.sha1(stimuli.tobytes()).hexdigest(), n, str(device))
-    lin = _COLUMNS.get(key)
-    if lin is None:
-        lin = torch.as_tensor(permuted_pairs(null.reshape(-1, n), stimuli, n),
-                              device=device)
+    with _COLUMNS_LOCK:
+        lin = _COLUMNS.get(key)
+    if lin is not None:
+        return lin
+    # computed outside the lock: two threads may both compute the same columns (equal)
+    lin = torch.as_tensor(permuted_pairs(null.reshape(-1, n), stimuli, n), device=device)
+    with _COLUMNS_LOCK:
         while _COLUMNS and (len(_COLUMNS) >= 2 or sum(
                 v.nbytes for v in _COLUMNS.values()) + lin.nbytes > _COLUMNS_BYTES):
             _COLUMNS.pop(next(iter(_COLUMNS)))
@@ -534,7 +541,8 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
             for _, sl, et, ete, tr, te, sd, plan, setup in _shared_setups(layout, opts))
     logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(layout))
     results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc)
-    _COLUMNS.clear()                     # the nulls' pair columns are not needed any more
+    with _COLUMNS_LOCK:                  # the nulls' pair columns are not needed any more
+        _COLUMNS.clear()
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
              else list(names))
     out = _collect(layout, results, folds, terms, names, M)

@@ -137,6 +137,35 @@ def test_engine_uses_it_by_default(monkeypatch):
     assert seen == [True]
 
 
+def test_library_loads_once_for_threads(monkeypatch):
+    """Threads asking for the library while it loads (chunks in joblib's threading
+    backend or a dask worker) all get it: none sees a half-loaded state and falls back to
+    the numpy loop, which would train its chunk's models slightly differently.  (Marked
+    loaded before it was, the library was missed by some thread in 4 of 4 runs.)"""
+    import sys
+    import threading
+
+    monkeypatch.setattr(ctrain, "_LIB", None)
+    monkeypatch.setattr(ctrain, "_LOADED", False)
+    got, start = [], threading.Barrier(8)
+
+    def ask():
+        start.wait()
+        got.append(ctrain._library())
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)          # threads switch while the library loads
+    try:
+        threads = [threading.Thread(target=ask) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert len(got) == 8 and all(lib is got[0] for lib in got) and got[0] is not None
+
+
 def _numeric_design(n=200, seed=0, models=4):
     """Numeric features on the grid: with 200 stimuli the batch-size rule keeps
     mini-batches of blocks (fewer than all pairs)."""

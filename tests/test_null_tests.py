@@ -123,6 +123,53 @@ def test_null_pair_columns_are_computed_once_per_fold_and_then_forgotten(monkeyp
     np.testing.assert_array_equal(kept.fold_null, fresh.fold_null)
 
 
+def test_null_pair_columns_are_shared_safely_between_threads(monkeypatch):
+    """Chunks may run in threads of one process (joblib's threading backend, a dask
+    worker): many threads asking for columns of several folds at once, with a cache so
+    small that they keep evicting each other's, all get the right columns; and an
+    analysis whose null models relabel the data gives the serial run's tests there.
+    (Unlocked, the cache raised "dictionary changed size during iteration" in 2 of 3
+    runs of this test.)"""
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    import joblib
+
+    from mlem_neuro import crossval
+
+    n = 30
+    rng = np.random.default_rng(0)
+    null = np.stack([rng.permutation(n) for _ in range(6)]).reshape(2, 3, n)
+    folds = [np.sort(rng.choice(n, 20, replace=False)) for _ in range(4)]
+    want = [permuted_pairs(null.reshape(-1, n), f, n) for f in folds]
+    # room for about one fold's columns: every few calls evict another thread's entry
+    monkeypatch.setattr(crossval, "_COLUMNS_BYTES", int(1.5 * want[0].nbytes))
+    # threads switch every microsecond: a cache read while another thread changes it
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+
+    def ask(k):
+        got = crossval._null_columns(null, folds[k % 4], n, "cpu")
+        return k % 4, got.numpy()
+
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            for k, got in pool.map(ask, range(400)):
+                np.testing.assert_array_equal(got, want[k])
+    finally:
+        sys.setswitchinterval(switch)
+    monkeypatch.undo()
+
+    data, table = _noise(2)
+    table["C"] = np.random.default_rng(3).uniform(size=len(table))
+    kw = dict(random_state=3, n_null=3, **SMALL)
+    ref = mlem_array(data, table, **kw)
+    with joblib.parallel_config(backend="threading"):
+        threaded = mlem_array(data, table, chunk_size=2, n_jobs=2, **kw)
+    np.testing.assert_array_equal(threaded.pvalues, ref.pvalues)
+    np.testing.assert_array_equal(threaded.pvalues_fwe, ref.pvalues_fwe)
+
+
 def test_pvalues_count_nulls_at_least_as_large_and_the_max_over_models():
     obs = np.array([0.5, 0.1, 0.3])
     null = np.array([[0.6, 0.0, 0.1],

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import threading
 
 import numpy as np
 import torch
@@ -35,12 +36,26 @@ _LIB = None
 _LOADED = False
 
 
+_LIB_LOCK = threading.Lock()
+
+
 def _library():
-    """The compiled library (ctypes), or ``None`` when it is not built."""
+    """The compiled library (ctypes), or ``None`` when it is not built.
+
+    Loaded once, under a lock: chunks running in threads (joblib's threading backend, a
+    dask worker) all see the library once it is loaded, never a half-loaded state that
+    would send a chunk to the numpy loop."""
     global _LIB, _LOADED
     if _LOADED:
         return _LIB
-    _LOADED = True
+    with _LIB_LOCK:
+        if not _LOADED:
+            _LIB = _load()
+            _LOADED = True
+    return _LIB
+
+
+def _load():
     try:
         spec = importlib.util.find_spec("mlem_neuro.core._ctrain")
         if spec is None or not spec.origin:
@@ -90,7 +105,6 @@ def _library():
     g.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, p, p, p, p,
                   ctypes.c_int, p, ctypes.c_int, ctypes.c_double, p, p, p]
     g.restype = ctypes.c_int
-    _LIB = lib
     return lib
 
 
