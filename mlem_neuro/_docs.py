@@ -41,13 +41,15 @@ batch_size : "auto" | "full" | int
 docdict["chunk_size_spheres"] = """
 chunk_size : int | None
     Spheres (or regions) per engine call (default: at most 1,000, bounded by memory, and
-    split over ``n_jobs``).  Results do not depend on it.
+    split over ``n_jobs``).  Results do not depend on it (on the CPU: equal to 1e-16; on a
+    GPU: not measured, float32 rounding may differ).
 """
 
 docdict["chunk_size_time"] = """
 chunk_size : int | None
     Time points per engine call (default: as many as fit a memory budget, split over
-    ``n_jobs``).  Results do not depend on it.
+    ``n_jobs``).  Results do not depend on it (on the CPU: equal to 1e-16; on a GPU: not
+    measured, float32 rounding may differ).
 """
 
 docdict["constraint"] = """

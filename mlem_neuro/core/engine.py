@@ -29,7 +29,15 @@ from ..utils import check_device, check_random_state, logger
 from . import ctrain, numpy_train, quantise, tied
 from .batch_size import select_batch_size
 from .memory import memory_budget
-from .metric import init_params, make_W, predict, term_index, term_matrix, term_weights
+from .metric import (
+    init_params,
+    make_W,
+    predict,
+    quadratic_forms,
+    term_index,
+    term_matrix,
+    term_weights,
+)
 from .options import MLEMOptions
 from .pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
 from .spearman import SOFT_RANK_STRENGTH, SubsetRanks, rankdata, soft_spearman, standardize
@@ -301,7 +309,8 @@ class _StepTargets:
     def soft_spearman(self, tw, constraint):
         """Soft Spearman of the active models with term weights ``tw`` on this batch."""
         if not self.grouped:
-            return soft_spearman(predict(tw @ self.Pt.T, constraint), self.t_active)
+            return soft_spearman(predict(quadratic_forms(tw, self.Pt), constraint),
+                                 self.t_active)
         P, counts, t = self._grouped_batch()
         return tied.grouped_soft_spearman(predict(tw.double() @ P.T, constraint), counts, t,
                                           SOFT_RANK_STRENGTH).to(self.dtype)

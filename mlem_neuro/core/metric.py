@@ -81,6 +81,43 @@ def term_weights(W, k, l):
     return W[:, torch.as_tensor(k, device=W.device), torch.as_tensor(l, device=W.device)]
 
 
+def quadratic_forms(tw, Pt):
+    """``q = tw @ Pt.T`` ``(M, P)``: each model's ``dᵀ W d`` over the pairs' term rows
+    ``Pt (P, n_terms)``, from its term weights ``tw (M, n_terms)``.
+
+    On the CPU each model's row is computed by the same operations whatever the number of
+    models ``M`` (one term at a time, in order): a matrix product picks its kernel, and so
+    its rounding, by the shape, and float32 training turns a last-bit difference into a
+    different fit, so that the models of one analysis would depend on how many of them
+    share a chunk.  On a GPU (never bit-reproducible across shapes) it is the product.
+    """
+    if tw.device.type != "cpu":
+        return tw @ Pt.T
+    return _RowwiseForms.apply(tw, Pt)
+
+
+class _RowwiseForms(torch.autograd.Function):
+    """:func:`quadratic_forms` on the CPU: the forms and their gradient by term, each
+    row by the same operations whatever the number of rows."""
+
+    @staticmethod
+    def forward(ctx, tw, Pt):
+        cols = Pt.T.contiguous()
+        ctx.save_for_backward(cols)
+        q = tw[:, :1] * cols[0]
+        for t in range(1, cols.shape[0]):
+            q.addcmul_(tw[:, t:t + 1], cols[t])
+        return q
+
+    @staticmethod
+    def backward(ctx, grad):
+        (cols,) = ctx.saved_tensors
+        out = torch.empty(grad.shape[0], cols.shape[0], dtype=grad.dtype, device=grad.device)
+        for t in range(cols.shape[0]):
+            out[:, t] = (grad * cols[t]).sum(dim=1)
+        return out, None
+
+
 def predict(q, constraint, eps=1e-12):
     """Predicted distance from the quadratic form ``q = dᵀ W d``.
 
