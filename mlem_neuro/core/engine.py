@@ -312,7 +312,8 @@ class _StepTargets:
             return soft_spearman(predict(quadratic_forms(tw, self.Pt), constraint),
                                  self.t_active)
         P, counts, t = self._grouped_batch()
-        return tied.grouped_soft_spearman(predict(tw.double() @ P.T, constraint), counts, t,
+        q = quadratic_forms(tw.double(), P)
+        return tied.grouped_soft_spearman(predict(q, constraint), counts, t,
                                           SOFT_RANK_STRENGTH).to(self.dtype)
 
     def _grouped_batch(self):
@@ -476,7 +477,7 @@ class GroupedTargets:
         return
 
     def soft_spearman(self, tw, constraint):
-        q = tw.double() @ self.P_uniq.T
+        q = quadratic_forms(tw.double(), self.P_uniq)
         return tied.grouped_soft_spearman(predict(q, constraint), self.c_active,
                                           self.t_active, SOFT_RANK_STRENGTH).to(tw.dtype)
 
