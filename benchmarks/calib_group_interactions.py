@@ -42,7 +42,7 @@ than 12 mm from it, so far hits are not measured here).
 The runs on the method page: ``--only binary`` (200 groups); ``--only multi-level --groups
 60``; ``--only numeric --groups 20``; ``--only numeric-curved --groups 10``; ``--only noise
 --groups 100``; ``--only power --groups 40 --amplitude 2`` (and ``2.5``, ``3``); ``--only
-maps --groups 100 --map-amplitude 4``; ``--only maps --groups 40 --map-amplitude 0`` (pure
+maps --groups 100 --map-amplitude 4``; ``--only maps --groups 200 --map-amplitude 0`` (pure
 noise); ``--only maps-power --groups 40 --map-amplitude 4`` (and ``6``)::
 
     OMP_NUM_THREADS=1 python benchmarks/calib_group_interactions.py --only binary

@@ -91,7 +91,7 @@ def second_level_maps(results, term, mask_img=None, n_perm=10000, two_sided_test
     level"): groups of 10 with a family-wise significant voxel of an unencoded feature
     in 5 of 100 groups (another feature encoded in one sphere).  With
     ``"interactions"`` ("Interactions across subjects"): a significant voxel in 0 of 100
-    groups with additive codes in one sphere and 3 of 40 on pure noise, and a
+    groups with additive codes in one sphere and 13 of 200 (0.065) on pure noise, and a
     sub-additive code found within 6 mm in 0.40 and 1.00 of 40 groups at two amplitudes.
 
     Examples
