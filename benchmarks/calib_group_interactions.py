@@ -40,7 +40,7 @@ three binary features' codes (additive for ``maps``, ``f0 x f1`` sub-additive fo
 than 12 mm from it, so far hits are not measured here).
 
 The runs on the method page: ``--only binary`` (200 groups); ``--only multi-level --groups
-60``; ``--only numeric --groups 20``; ``--only numeric-curved --groups 10``; ``--only noise
+60``; ``--only numeric --groups 20``; ``--only numeric-curved --groups 40``; ``--only noise
 --groups 100``; ``--only power --groups 40 --amplitude 2`` (and ``2.5``, ``3``); ``--only
 maps --groups 100 --map-amplitude 4``; ``--only maps --groups 200 --map-amplitude 0`` (pure
 noise); ``--only maps-power --groups 40 --map-amplitude 4`` (and ``6``)::
