@@ -114,12 +114,18 @@ def test_numeric_training_takes_the_grid_by_default_and_the_exact_path_on_reques
 def test_grid_error_is_small_and_held_out_scores_use_exact_distances():
     """The grid moves W little, leaves held-out rho alone, and scoring stays exact.
 
-    Measured here (100 stimuli, m = 3 on 10 levels, full batch, seeds 0-2):
-    ||W_grid - W_exact||_F = 0.014-0.033, held-out rho differences <= 0.0003.  Measured by
-    benchmarks/numeric_recovery.py (200 stimuli, m = 3, 5 seeds): at most 0.166 at noise 1
-    and 0.035 at noise 0.3, while two exact fits differing only in their seed differ by up
-    to 0.163 and 0.042; held-out rho within 0.0031 and 0.0004.  Bounds: 0.06 and 0.01.
+    Measured over seeds 0-29 of this design (100 stimuli, m = 3 on 10 levels, 80 training
+    stimuli, full batch; 2026-11-27): ||W_grid - W_exact||_F mean 0.036, sd 0.015, max 0.079
+    (seeds 0-2: 0.032, 0.060, 0.025); ||W_exact - W_true||_F mean 0.089 (seeds 0-2 sum
+    0.269); held-out rho differences at most 0.0020.  The fits are sensitive to float
+    order: the same exact fit on the stimuli listed in another order moved W by up to
+    0.014 and held-out rho by up to 0.0007 (a bound of 0.06 per seed, set from one run,
+    failed on another CPU at 0.061).  Bounds: every seed < 0.11 (the max over seeds plus
+    twice the float-order spread), the mean of seeds 0-2 < 0.06 (0.039 measured; the
+    float-order spread of a three-seed mean is about 0.004), the grid's error smaller than
+    the estimation error itself (summed over the seeds), held-out rho within 0.01.
     """
+    grid_err, est_err = [], []
     for seed in range(3):
         X, y, W_true = _numeric_data(seed=seed)
         train, test = np.arange(80), np.arange(80, 100)
@@ -127,7 +133,9 @@ def test_grid_error_is_small_and_held_out_scores_use_exact_distances():
         grid = MLEM(distance="precomputed", random_state=seed).fit(Xtr, y.iloc[train])
         exact = MLEM(distance="precomputed", numeric_levels=None,
                      random_state=seed).fit(Xtr, y.iloc[train])
-        assert np.linalg.norm(grid.W_ - exact.W_) < 0.06
+        grid_err.append(np.linalg.norm(grid.W_ - exact.W_))
+        est_err.append(np.linalg.norm(exact.W_ - W_true))
+        assert grid_err[-1] < 0.11
         assert abs(grid.score(Xte, y.iloc[test]) - exact.score(Xte, y.iloc[test])) < 0.01
         # held-out score from the exact distances, computed by hand
         F = y.iloc[test].to_numpy()
@@ -137,6 +145,8 @@ def test_grid_error_is_small_and_held_out_scores_use_exact_distances():
         pred = np.einsum("pa,ab,pb->p", D, grid.W_, D)
         ref = spearmanr(pred, Xte[i, j])[0]
         assert grid.score(Xte, y.iloc[test]) == pytest.approx(ref, abs=1e-10)
+    assert np.mean(grid_err) < 0.06
+    assert sum(grid_err) < sum(est_err)
 
 
 def test_mixed_design_keeps_categorical_distances_exact():
