@@ -391,7 +391,17 @@ pvalues : ndarray (n_models, n_tests) | None
 
 docdict["pvalues_fwe"] = """
 pvalues_fwe : ndarray (n_models, n_tests) | None
-    The same, family-wise corrected over models (maximum statistic over models).
+    The same, family-wise corrected over models (maximum statistic over models), for
+    each test on its own: with several tests, the chance of a false positive in *some*
+    test is higher (see ``pvalues_fwe_tests``).
+"""
+
+docdict["pvalues_fwe_tests"] = """
+pvalues_fwe_tests : ndarray (n_models, n_tests) | None
+    The same, corrected over models and tests (Holm's step-down over the tests on top of
+    ``pvalues_fwe``; see :func:`mlem_neuro.stats.familywise_over_tests`): the chance of
+    any false positive, at any model in any test, stays at the level.  Computed from
+    ``pvalues_fwe`` when read.
 """
 
 # --------------------------------------------------------------------------------- R

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .._docs import fill_doc
+from ..stats.familywise import familywise_over_tests
 
 #: result class name → module defining it (read_result imports it on demand).
 RESULT_MODULES = {
@@ -55,6 +56,10 @@ class BaseResult:
     %(tests)s
     %(pvalues)s
     %(pvalues_fwe)s
+
+    Attributes
+    ----------
+    %(pvalues_fwe_tests)s
     """
 
     #: names of extra ndarray attributes a subclass saves (besides the fold arrays).
@@ -113,6 +118,29 @@ class BaseResult:
             raise ValueError(f"unknown test {test!r}; tests are {self.tests}")
         return self.tests.index(test)
 
+    @property
+    def pvalues_fwe_tests(self):
+        """Corrected p-values over models and tests ``(n_models, n_tests)``, or None.
+
+        Computed from :attr:`pvalues_fwe` by
+        :func:`mlem_neuro.stats.familywise_over_tests` (Holm's step-down over the tests):
+        a value below ``alpha`` anywhere, in any test, is an ``alpha``-level claim.  NaN
+        where :attr:`pvalues_fwe` is NaN (a test that was not run counts for nothing).
+        """
+        if self.tests is None:
+            return None
+        return familywise_over_tests(self.pvalues_fwe)
+
+    def _corrected_pvalues(self, corrected):
+        """The p-values that ``corrected`` names (see :meth:`significant`)."""
+        if isinstance(corrected, (bool, np.bool_)):
+            return self.pvalues_fwe if corrected else self.pvalues
+        if isinstance(corrected, str) and corrected in ("models", "all"):
+            return self.pvalues_fwe if corrected == "models" else self.pvalues_fwe_tests
+        raise ValueError("corrected must be False (uncorrected), True or 'models' "
+                         "(family-wise over the models of each test) or 'all' (over "
+                         f"models and tests); got {corrected!r}")
+
     def significant(self, test, alpha=0.05, corrected=True):
         """Models where ``test`` is significant.
 
@@ -122,8 +150,12 @@ class BaseResult:
             A name of :attr:`tests` (``"score"`` or a feature).
         alpha : float
             Level of the test.
-        corrected : bool
-            Use the family-wise corrected p-values (max statistic over models).
+        corrected : bool | "models" | "all"
+            Which p-values: ``False`` uncorrected (:attr:`pvalues`, for a model chosen in
+            advance); ``True`` or ``"models"`` (default) family-wise corrected over the
+            models of this test (:attr:`pvalues_fwe`, maximum statistic over models);
+            ``"all"`` corrected over models and tests (:attr:`pvalues_fwe_tests`), so
+            that the chance of any false positive in any test stays at ``alpha``.
 
         Returns
         -------
@@ -133,12 +165,13 @@ class BaseResult:
         -----
         A p-value is ``(1 + #null >= observed) / (1 + n_null)``, at least
         ``1 / (1 + n_null)``: with ``n_null=19`` none is below 0.05, and a warning says
-        so (use ``n_null=99`` or more).
+        so (use ``n_null=99`` or more).  With ``corrected="all"`` and ``k`` tests the
+        smallest is usually ``k / (1 + n_null)``.
         """
         k = self._test_index(test)
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1]; got {alpha!r}")
-        p = self.pvalues_fwe if corrected else self.pvalues
+        p = self._corrected_pvalues(corrected)
         n_null = self.settings.get("n_null")
         if n_null is not None and 1.0 / (1 + n_null) >= alpha:
             warnings.warn(f"with n_null={n_null} the smallest p-value is 1/{n_null + 1} = "
@@ -229,11 +262,14 @@ class BaseResult:
         data["importance_fold_std"] = self.importance_fold_std.ravel()
         data["score"] = np.repeat(self.score, T)
         if self.tests is not None:
-            for name, p in (("pvalue", self.pvalues), ("pvalue_fwe", self.pvalues_fwe)):
+            kinds = (("pvalue", self.pvalues), ("pvalue_fwe", self.pvalues_fwe),
+                     ("pvalue_fwe_tests", self.pvalues_fwe_tests))
+            for name, p in kinds:
                 data[name] = self._term_pvalues(p).ravel()
-                # the tests of no term ("score", "interactions"): one column each
-                for k, test in enumerate(self.tests):
-                    if test not in self.terms:
+            # the tests of no term ("score", "interactions"): one column each
+            for k, test in enumerate(self.tests):
+                if test not in self.terms:
+                    for name, p in kinds:
                         data[f"{test}_{name}"] = np.repeat(p[:, k], T)
         return pd.DataFrame(data)
 

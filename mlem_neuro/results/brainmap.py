@@ -66,6 +66,7 @@ class BrainMapResult(BaseResult):
         Fold-mean held-out Spearman.
     terms : list of str
         ``"f"`` per feature, ``"f:g"`` per interaction.
+    %(pvalues_fwe_tests)s
 
     Examples
     --------
@@ -256,8 +257,10 @@ class BrainMapResult(BaseResult):
             One of :attr:`tests` (``"score"`` or a feature).
         alpha : float
             Level of the test.
-        corrected : bool
-            Family-wise corrected over models (:attr:`pvalues_fwe`, default) or not
+        corrected : bool | "models" | "all"
+            ``True`` or ``"models"`` (default): family-wise corrected over the models
+            (spheres, regions) of this test (:attr:`pvalues_fwe`); ``"all"``: over the
+            models and all the tests (:attr:`pvalues_fwe_tests`); ``False``: uncorrected
             (:attr:`pvalues`).
 
         Returns
@@ -321,10 +324,11 @@ class BrainMapResult(BaseResult):
             Searchlight: columns ``i, j, k`` (centre voxel), ``x, y, z`` (mm), ``term``,
             ``importance``, ``importance_fold_std``, ``score``.  ROI: ``region`` (label),
             ``n_voxels``, ``x, y, z`` (region centroid, mm), then the same value columns.
-            With tests (``n_null > 0``) also ``pvalue`` and ``pvalue_fwe`` (the term's
-            test; NaN for a term without one), ``score_pvalue``, ``score_pvalue_fwe``,
-            and ``interactions_pvalue``, ``interactions_pvalue_fwe`` when the test of
-            interactions ran.
+            With tests (``n_null > 0``) also ``pvalue``, ``pvalue_fwe`` (corrected over
+            models) and ``pvalue_fwe_tests`` (over models and tests) of the term's test
+            (NaN for a term without one), then ``score_pvalue``, ``score_pvalue_fwe``,
+            ``score_pvalue_fwe_tests``, and the same three ``interactions_*`` columns
+            when the test of interactions ran.
         """
         xyz = self.model_coords()
         if self.kind == "searchlight":
@@ -338,18 +342,22 @@ class BrainMapResult(BaseResult):
         return self._long_frame(coords)
 
     # -------------------------------------------------------------------- plot
-    def plot(self, term=None, alpha=0.05, **kwargs):
+    def plot(self, term=None, alpha=0.05, corrected=True, **kwargs):
         """Plot the importance map of ``term`` (or the score map) with nilearn.
 
-        With tests (``n_null > 0``), the voxels whose family-wise corrected p-value is
-        below ``alpha`` are outlined (black contours).
+        With tests (``n_null > 0``), the voxels whose p-value (by default corrected over
+        the models of the test) is below ``alpha`` are outlined (black contours).
 
         Parameters
         ----------
         term : str | None
             A term of :attr:`terms`; ``None`` plots the held-out score map.
         alpha : float
-            Level of the corrected tests that are outlined.
+            Level of the tests that are outlined.
+        corrected : bool | "models" | "all"
+            Which p-values (as in :meth:`significance_img`): ``True`` or ``"models"``
+            (default) corrected over the spheres or regions of the plotted test,
+            ``"all"`` over them and all the tests, ``False`` uncorrected.
         **kwargs
             Passed to :func:`nilearn.plotting.plot_stat_map` (``bg_img``,
             ``display_mode``, ``threshold``, ``axes``...).  ``bg_img`` defaults to
@@ -363,6 +371,8 @@ class BrainMapResult(BaseResult):
         """
         from nilearn.plotting import plot_stat_map
 
+        if self.tests is not None:
+            self._corrected_pvalues(corrected)          # a bad value fails before drawing
         if term is None:
             img, title = self.score_img, f"{self.score_kind} Spearman{self._no_cv_note}"
         else:
@@ -373,7 +383,7 @@ class BrainMapResult(BaseResult):
         display = plot_stat_map(img, **kwargs)
         test = "score" if term is None else term
         if self.tests is not None and test in self.tests:
-            sig = self.significance_img(test, alpha)
+            sig = self.significance_img(test, alpha, corrected)
             if np.asarray(sig.dataobj).any():
                 display.add_contours(sig, levels=[0.5], colors="k", linewidths=1.0)
         return display

@@ -170,6 +170,10 @@ class SourceMapResult(_SpaceTimeResult):
     %(pvalues)s
     %(pvalues_fwe)s
 
+    Attributes
+    ----------
+    %(pvalues_fwe_tests)s
+
     Examples
     --------
     >>> res = mlem_neuro.mlem_stcs(stcs, table, src, spatial_radius=0.01)  # doctest: +SKIP
@@ -278,9 +282,11 @@ class SourceMapResult(_SpaceTimeResult):
             A name of :attr:`tests` (``"score"`` or a feature).
         alpha : float
             Level of the test.
-        corrected : bool
-            Use the family-wise corrected p-values (max statistic over every time point
-            and patch).
+        corrected : bool | "models" | "all"
+            ``True`` or ``"models"`` (default): family-wise corrected over the models of
+            this test, every time point and patch (:attr:`pvalues_fwe`, maximum
+            statistic); ``"all"``: over those and all the tests
+            (:attr:`pvalues_fwe_tests`); ``False``: uncorrected (:attr:`pvalues`).
 
         Returns
         -------
@@ -336,6 +342,10 @@ class SensorMapResult(_SpaceTimeResult):
     %(tests)s
     %(pvalues)s
     %(pvalues_fwe)s
+
+    Attributes
+    ----------
+    %(pvalues_fwe_tests)s
 
     Examples
     --------
@@ -412,11 +422,12 @@ class SensorMapResult(_SpaceTimeResult):
                                comment="score" if term is None else term)
 
     def plot_topomap(self, term=None, times="peaks", *, ch_type=None, alpha=0.05,
-                     show=True, **kwargs):
+                     corrected=True, show=True, **kwargs):
         """Topographies of a term's importance at chosen times (MNE's topomaps).
 
-        With tests (``n_null > 0``), the channels whose neighbourhood's family-wise
-        corrected p-value is below ``alpha`` at a time are marked (MNE's ``mask``).
+        With tests (``n_null > 0``), the channels whose neighbourhood's p-value (by
+        default corrected over every time point and channel of the test) is below
+        ``alpha`` at a time are marked (MNE's ``mask``).
 
         Parameters
         ----------
@@ -428,7 +439,11 @@ class SensorMapResult(_SpaceTimeResult):
             Sensor type to draw (MNE's default: the first of the data).  Gradiometer
             pairs are combined as MNE does (root mean square).
         alpha : float
-            Level of the corrected tests that are marked.
+            Level of the tests that are marked.
+        corrected : bool | "models" | "all"
+            Which p-values (as in :meth:`significant`): ``True`` or ``"models"``
+            (default) corrected over the time points and channels of the drawn test,
+            ``"all"`` over them and all the tests, ``False`` uncorrected.
         show : bool
             Show the figure.
         **kwargs
@@ -442,7 +457,7 @@ class SensorMapResult(_SpaceTimeResult):
         evoked = self.to_evoked(term)
         test = "score" if term is None else term
         if self.tests is not None and test in self.tests and "mask" not in kwargs:
-            kwargs["mask"] = self._grid(self.significant(test, alpha))
+            kwargs["mask"] = self._grid(self.significant(test, alpha, corrected))
         kwargs.setdefault("cbar_fmt", "%0.3f")
         kwargs.setdefault("time_unit", "s")
         return evoked.plot_topomap(times=times, ch_type=ch_type, scalings=1.0, units="Δρ",

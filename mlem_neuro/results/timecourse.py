@@ -50,6 +50,7 @@ class TimeCourseResult(BaseResult):
         Fold-mean held-out Spearman ρ; :attr:`score_std` is its spread.
     weights : ndarray (n_times, m, m)
         Fold-mean ``W``.
+    %(pvalues_fwe_tests)s
 
     Examples
     --------
@@ -120,10 +121,11 @@ class TimeCourseResult(BaseResult):
         DataFrame
             Columns ``time``, ``term``, ``importance`` (fold mean), ``importance_fold_std``
             (fold spread), ``score`` and ``score_std`` (held-out Spearman ρ at that time);
-            with tests (``n_null > 0``) also ``pvalue``, ``pvalue_fwe`` (the term's test;
-            NaN for a term without one), ``score_pvalue`` and ``score_pvalue_fwe``, and
-            ``interactions_pvalue`` and ``interactions_pvalue_fwe`` when the test of
-            interactions ran.
+            with tests (``n_null > 0``) also ``pvalue``, ``pvalue_fwe`` (corrected over
+            time points) and ``pvalue_fwe_tests`` (over time points and tests) of the
+            term's test (NaN for a term without one), then ``score_pvalue``,
+            ``score_pvalue_fwe``, ``score_pvalue_fwe_tests``, and the same three
+            ``interactions_*`` columns when the test of interactions ran.
         """
         df = self._long_frame({"time": self.times})
         df["score_std"] = np.repeat(self.score_std, len(self.terms))
@@ -177,12 +179,13 @@ class TimeCourseResult(BaseResult):
                           "the exact times.", UserWarning, stacklevel=2)
         return evoked
 
-    def plot(self, terms=None, axes=None, show=True, score=True, alpha=0.05):
+    def plot(self, terms=None, axes=None, show=True, score=True, alpha=0.05,
+             corrected=True):
         """Importance over time, fold mean ± fold spread (std), and the held-out score.
 
-        With tests (``n_null > 0``), the time points whose family-wise corrected p-value
-        is below ``alpha`` are marked by a bar under the curves (one row per term, in its
-        colour; black for the score).
+        With tests (``n_null > 0``), the time points whose p-value (by default corrected
+        over the time points of each test) is below ``alpha`` are marked by a bar under
+        the curves (one row per term, in its colour; black for the score).
 
         Parameters
         ----------
@@ -195,7 +198,13 @@ class TimeCourseResult(BaseResult):
         score : bool
             Add a panel with the held-out Spearman ρ (when ``axes`` is None).
         alpha : float
-            Level of the corrected tests that are marked.
+            Level of the tests that are marked.
+        corrected : bool | "models" | "all"
+            Which p-values mark significance (as in :meth:`significant`): ``True`` or
+            ``"models"`` (default) corrected over the time points of each test
+            (:attr:`pvalues_fwe`); ``"all"`` over the time points and all the tests
+            (:attr:`pvalues_fwe_tests`: no false mark anywhere in the figure with
+            probability ``1 - alpha``); ``False`` uncorrected (:attr:`pvalues`).
 
         Returns
         -------
@@ -204,6 +213,8 @@ class TimeCourseResult(BaseResult):
         import matplotlib.pyplot as plt
 
         idx = self._term_index(terms)
+        if self.tests is not None:
+            self._corrected_pvalues(corrected)          # a bad value fails before drawing
         if axes is None:
             n_ax = 2 if score else 1
             fig, axs = plt.subplots(n_ax, 1, sharex=True, squeeze=False,
@@ -223,7 +234,8 @@ class TimeCourseResult(BaseResult):
             ax.fill_between(t, mean[:, k] - std[:, k], mean[:, k] + std[:, k],
                             color=line.get_color(), alpha=0.25, linewidth=0)
             if self.tests is not None and self.terms[k] in self.tests:
-                marks.append((self.significant(self.terms[k], alpha), line.get_color()))
+                marks.append((self.significant(self.terms[k], alpha, corrected),
+                              line.get_color()))
         _mark_significant(ax, t, marks)
         ax.axhline(0, color="k", linewidth=0.8)
         ax.set_ylabel("importance (Δ Spearman ρ)")
@@ -237,7 +249,8 @@ class TimeCourseResult(BaseResult):
                              color="k", alpha=0.2, linewidth=0)
             ax2.axhline(0, color="k", linewidth=0.8, linestyle=":")
             if self.tests is not None and "score" in self.tests:
-                _mark_significant(ax2, t, [(self.significant("score", alpha), "k")])
+                _mark_significant(ax2, t, [(self.significant("score", alpha, corrected),
+                                            "k")])
             ax2.set_ylabel(f"{self.score_kind} ρ{self._no_cv_note}")
         axs[-1].set_xlabel("time (s)" if self.settings.get("times_in_seconds", True)
                            else "sample")
