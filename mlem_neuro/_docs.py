@@ -179,6 +179,16 @@ fold_weights : ndarray (n_folds, n_models, n_features, n_features)
     Learnt metric ``W`` of each fold and model.
 """
 
+_GROUPS_NULLS = """\
+    With ``n_null``, the groups are also the exchangeability blocks of every permutation
+    test: groups whose stimuli differ in their features (runs, sessions) keep every null
+    within its group, so whatever the runs do to the data (offsets, drifts, per-run
+    z-scoring) is kept by the null datasets; groups of one feature row each (the trials of
+    an item) are exchanged whole, with groups of the same size.  Without ``groups`` every
+    stimulus is assumed exchangeable with every other: pass the runs whenever the data
+    come from several runs.
+"""
+
 # --------------------------------------------------------------------------------- G
 docdict["groups_epochs"] = """
 groups : array-like | str | None
@@ -188,14 +198,14 @@ groups : array-like | str | None
     holding the labels (left out of the features when ``features`` is ``None``).  Labels
     of every original event (``len(epochs.drop_log)``) are aligned with
     ``epochs.selection``, as the feature table (epochs dropped on reading keep theirs).
-"""
+""" + _GROUPS_NULLS
 
 docdict["groups_images"] = """
 groups : array-like | None
     One label per image (e.g. the run of each trial): folds keep each group's images
     together (an int ``cv`` then gives :class:`~sklearn.model_selection.GroupKFold`
     folds over the groups; a splitter receives ``groups``).
-"""
+""" + _GROUPS_NULLS
 
 docdict["groups_trials"] = """
 groups : array-like | str | None
@@ -203,6 +213,22 @@ groups : array-like | str | None
     together (an int ``cv`` then gives :class:`~sklearn.model_selection.GroupKFold`
     folds; a splitter receives ``groups``).  A str names a column of the features
     holding the labels (an identifier: it is not a feature).
+""" + _GROUPS_NULLS
+
+# --------------------------------------------------------------------------------- H
+docdict["held_out_pairs"] = """
+held_out_pairs : {"auto", "all", "between_groups"}
+    Which pairs of held-out stimuli score each fold (held-out Spearman, importance and
+    every test statistic).  ``"all"``: every pair.  ``"between_groups"``: only pairs of
+    stimuli from different ``groups`` (runs), so that whatever makes patterns of one run
+    alike or apart (per-run z-scoring, a run's drift) cannot pass for a feature's effect:
+    with one block per condition per run every same-run pair differs in the condition,
+    and on simulated block designs z-scored within run the importance of a feature that
+    is not encoded was biased upwards on all pairs and not on pairs between runs (method
+    page).  Each held-out fold must then hold two groups or more.  ``"auto"`` (default):
+    ``"between_groups"`` when ``groups`` are given, their stimuli differ in the features
+    (runs, not items) and every held-out fold holds two groups or more; else ``"all"``.
+    The pairs used are recorded in ``settings["held_out_pairs_used"]``.
 """
 
 # --------------------------------------------------------------------------------- I
@@ -322,7 +348,10 @@ n_null : int
     against the maximum over models of each null (family-wise error over models).  The
     score's null relabels all stimuli; a feature's null relabels stimuli only among those
     with the same values of every other feature (numeric ones in quantile bins), so it
-    holds when other features are encoded.  With categorical features (``level="feature"``)
+    holds when other features are encoded (``null``); with ``groups``, only within groups
+    (see ``groups``).  A test whose null cannot move what it tests (a feature nested in
+    the others, or constant within every group) is not testable: its p-values are NaN and
+    a warning says why.  With categorical features (``level="feature"``)
     the null models relabel the feature rows instead of the data and reuse the observed
     ranks, which makes them several times cheaper (same tests, exact either way; see the
     method page).  The cost grows with ``n_null`` times the number of tests (measured
@@ -347,6 +376,19 @@ n_repeats : int
     arrays hold every fold).  Each repetition costs one more analysis.  It averages out
     which stimuli happen to be held out together, the main source of noise in importance
     with few held-out pairs per fold (measured on the method page).
+"""
+
+docdict["null"] = """
+null : {"conditional", "marginal"}
+    The question each feature's permutation test asks (with ``n_null``).
+    ``"conditional"`` (default): does the feature matter *given the others*? Its null
+    relabels stimuli only among those with the same values of every other feature, so a
+    feature correlated with an encoded one is not declared significant on the other's
+    behalf, but a feature nested in another (animacy within category) cannot be tested
+    (NaN p-values) and one strongly correlated with another has little power.
+    ``"marginal"``: does the feature matter at all? Its null relabels stimuli ignoring
+    the other features (within ``groups``), so a feature is significant when it or any
+    feature correlated with it is encoded.  The score's test is the same under both.
 """
 
 docdict["numeric_levels"] = """

@@ -38,7 +38,13 @@ from .core.importance import feature_importance, term_importance, warn_unidentif
 from .core.memory import memory_budget
 from .core.metric import term_index, term_names
 from .core.neural import NeuralTargets
-from .core.nulls import null_permutations, permutation_pvalues, permuted_pairs
+from .core.nulls import (
+    exchange_units,
+    null_design,
+    null_permutations,
+    permutation_pvalues,
+    permuted_pairs,
+)
 from .core.options import MLEMOptions, cv_description, jsonable
 from .core.pairs import kfold_stimuli, n_pairs, pair_indices
 from .core.sources import DenseRDMSource, RDMSource, SphereRDMSource  # noqa: F401
@@ -80,6 +86,12 @@ class CVOutput:
         ``name -> (observed (M,), null (n_null, M))`` fold-mean statistics of every test
         (empty when ``n_null = 0``); :meth:`pvalues` turns them into p-values, and one
         more test is one more entry.
+    untestable : dict
+        ``test name -> reason`` of the tests whose null cannot move what they test
+        (:func:`~mlem_neuro.core.nulls.null_design`): their p-values are NaN.
+    held_out_pairs : str
+        The held-out pairs that scored every fold: ``"all"`` or ``"between_groups"``
+        (:func:`held_out_columns`).
     """
 
     W: np.ndarray
@@ -94,13 +106,20 @@ class CVOutput:
     batch_size: list = field(default_factory=list)
     fold_null: np.ndarray = None
     tests: dict = field(default_factory=dict)
+    untestable: dict = field(default_factory=dict)
+    held_out_pairs: str = "all"
 
     def pvalues(self):
         """``(names, pvalues, pvalues_fwe)`` of :attr:`tests`, or ``(None, None, None)``
-        when there are none (:func:`~mlem_neuro.core.nulls.permutation_pvalues`)."""
+        when there are none (:func:`~mlem_neuro.core.nulls.permutation_pvalues`); NaN
+        for the tests in :attr:`untestable`."""
         if not self.tests:
             return None, None, None
-        return permutation_pvalues(self.tests)
+        names, p, p_fwe = permutation_pvalues(self.tests)
+        for k, name in enumerate(names):
+            if name in self.untestable:
+                p[:, k] = p_fwe[:, k] = np.nan
+        return names, p, p_fwe
 
 
 def check_groups(groups, n):
@@ -303,7 +322,7 @@ def _fold_setup(enc_train, options, seed):
 
 
 def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=None,
-               setup=None, plan=None):
+               setup=None, plan=None, held=None):
     """Train one chunk of models on training pairs; score and permute on held-out pairs.
 
     ``null`` (relabellings ``(n_tests, n_null, n)``) adds every model's null models to the
@@ -312,7 +331,8 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
     test needs is computed on them; with a ``plan`` (:class:`_NullPlan`) the null models
     relabel the features instead and share the observed targets
     (:func:`~mlem_neuro.core.fastnull.null_statistics`).  ``setup`` (:func:`_fold_setup`),
-    when the fold's chunks share one, skips recomputing it.
+    when the fold's chunks share one, skips recomputing it.  ``held`` (columns of the
+    held-out pairs, :func:`held_out_columns`) scores the fold on those pairs only.
     """
     # separate streams: training draws as many batches as its slowest model needs
     train_seq, perm_seq = np.random.SeedSequence(seed).spawn(2)
@@ -338,6 +358,8 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
     target_test = source.rdm(test, dev)
     enc_t = enc_test.to_torch(dev, torch.float64)
     i, j = pair_indices(len(test))
+    if held is not None:
+        target_test, i, j = target_test[:, torch.as_tensor(held, device=dev)], i[held], j[held]
     stat = _importance_fn(options, enc_t, enc_test.n_features, i, j)
     drops, base = stat(W if not relabel_data else W[:, 0], target_test, n_permutations, rng,
                        None)
@@ -349,10 +371,10 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
                batch_size=fit.batch_size)
     if relabel_data:
         out["null"] = _null_statistics(W[:, 1:], everything, null, test, options, stat,
-                                       perm_seq, len(test), len(i))
+                                       perm_seq, len(test), len(i), held)
     elif null is not None:
         out["null"] = fastnull.null_statistics(plan.universe, null, target_train, target_test,
-                                               train, test, options, perm_seq)
+                                               train, test, options, perm_seq, held)
     return out
 
 
@@ -422,7 +444,8 @@ def _importance_fn(options, enc_t, m, i, j):
                                                                 rng, select)
 
 
-def _null_statistics(W, everything, null, test, options, stat, perm_seq, n_test, n_pairs):
+def _null_statistics(W, everything, null, test, options, stat, perm_seq, n_test, n_pairs,
+                     held=None):
     """Statistics ``(M, n_tests, n_null)`` of the null models ``W (M, n_tests * n_null,
     m, m)`` on held-out pairs: the score for the score's nulls, feature ``f``'s importance
     (its own term at ``level="term"``) for feature ``f``'s nulls.
@@ -437,6 +460,8 @@ def _null_statistics(W, everything, null, test, options, stat, perm_seq, n_test,
     n_tests, n_null, n = null.shape
     M, m = W.shape[0], W.shape[-1]
     lin = _null_columns(null, test, n, everything.device)
+    if held is not None:
+        lin = lin[:, torch.as_tensor(held, device=lin.device)]
     out = np.empty((M, n_tests, n_null))
     for t in range(n_tests):
         Wt = torch.as_tensor(W[:, t * n_null:(t + 1) * n_null].reshape(-1, m, m))
@@ -523,10 +548,11 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
         # results do not depend on chunk_size or n_jobs
         layout.append((f, enc_train, enc_test, train, test, int(rng.integers(2**63 - 1))))
     _warn_flat(flat, random_split)
+    held = held_out_columns(opts.held_out_pairs, folds, groups, table, opts)
     if opts.n_null:
         _check_test_names(names)
     # drawn after the folds' seeds: the observed results do not depend on n_null
-    null = _draw_nulls(opts, table, rng) if opts.n_null else None
+    null, untestable = _draw_nulls(opts, table, rng, groups) if opts.n_null else (None, {})
     plans = _null_plans(layout, table, opts, null)
     layout = [(f, sl, *rest, plans[f]) for f, *rest in layout
               for sl in _chunk_slices(M, len(rest[2]), opts.chunk_size, opts.n_jobs,
@@ -537,8 +563,8 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     threads = worker_threads(effective_n_jobs(opts.n_jobs))
     # chunk data are cut lazily, as joblib asks for the next job
     jobs = (delayed(call_with_threads)(threads, _fit_chunk, source.subset(sl), et, ete, tr,
-                                       te, opts, sd, null, setup, plan)
-            for _, sl, et, ete, tr, te, sd, plan, setup in _shared_setups(layout, opts))
+                                       te, opts, sd, null, setup, plan, held[f])
+            for f, sl, et, ete, tr, te, sd, plan, setup in _shared_setups(layout, opts))
     logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(layout))
     results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc)
     with _COLUMNS_LOCK:                  # the nulls' pair columns are not needed any more
@@ -546,6 +572,8 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
              else list(names))
     out = _collect(layout, results, folds, terms, names, M)
+    out.untestable = untestable
+    out.held_out_pairs = "all" if held[0] is None else "between_groups"
     if null is not None:
         _add_tests(out)
         if opts.model_interactions and len(names) >= 2:
@@ -641,12 +669,57 @@ def _interaction_test(source, table, opts, groups, seed):
                                 random_state=seed, progress=progress)
 
 
-def _draw_nulls(opts, table, rng):
+def held_out_columns(choice, folds, groups, table, options):
+    """Per fold, the columns (of :func:`~mlem_neuro.core.pairs.pair_indices` over its
+    held-out stimuli) of the pairs that score it, or ``None`` for every pair.
+
+    ``choice`` is the ``held_out_pairs`` option: ``"all"``; ``"between_groups"`` (pairs
+    of stimuli of different ``groups``; a fold holding one group is refused); ``"auto"``:
+    between groups when ``groups`` are given, vary in the features within a group (runs,
+    not items: :func:`~mlem_neuro.core.nulls.exchange_units`) and every held-out fold
+    holds two groups or more, else every pair.
+    """
+    if choice == "all" or groups is None:
+        if choice == "between_groups":
+            raise ValueError("held_out_pairs='between_groups' keeps the held-out pairs of "
+                             "stimuli from different groups: pass groups (e.g. the runs).")
+        return [None] * len(folds)
+    groups = np.asarray(groups)
+    per_fold = [len(np.unique(groups[te])) for _, te in folds]
+    if choice == "auto":
+        space = options.feature_space().fit(table)
+        if exchange_units(space.transform(table), groups) != "within" or min(per_fold) < 2:
+            return [None] * len(folds)
+    elif min(per_fold) < 2:
+        k = per_fold.index(min(per_fold))
+        raise ValueError(f"held_out_pairs='between_groups' needs two groups or more in every "
+                         f"held-out fold; fold {k + 1} holds one: use fewer folds than "
+                         "groups (an int cv with groups gives GroupKFold), or "
+                         "held_out_pairs='all'.")
+    out = []
+    for _, te in folds:
+        g = groups[te]
+        i, j = pair_indices(len(te))
+        out.append(np.flatnonzero(g[i] != g[j]))
+    return out
+
+
+def _draw_nulls(opts, table, rng, groups=None):
     """The relabellings of every test (drawn once per analysis, after the folds, so the
-    observed results do not depend on ``n_null``)."""
+    observed results do not depend on ``n_null``), within ``groups``, and the tests that
+    cannot move (``name -> reason``; warned about here)."""
     space = opts.feature_space().fit(table)
     null_rng = np.random.default_rng(int(rng.integers(2**63 - 1)))
-    return null_permutations(space.transform(table), space.kinds_, opts.n_null, null_rng)
+    enc = space.transform(table)
+    design = null_design(enc, space.kinds_, groups, opts.null)
+    if design.mode is not None:
+        logger.info("permutation tests: %s", "stimuli relabelled within their group"
+                    if design.mode == "within" else "groups (items) exchanged whole")
+    for name, why in design.untestable.items():
+        warnings.warn(f"the permutation test of {name!r} is not testable: {why}. Its "
+                      "p-values are NaN.", UserWarning, stacklevel=7)
+    perms = null_permutations(enc, space.kinds_, opts.n_null, null_rng, design=design)
+    return perms, dict(design.untestable)
 
 
 def _check_test_names(names):
@@ -742,6 +815,9 @@ def result_settings(options, out, groups=None, **extra):
                     fold_test_sizes=[int(len(te)) for _, te in out.folds],
                     batch_size_used=[int(b) for b in out.batch_size],
                     converged_fraction=float(np.mean(out.converged)))
+    settings["held_out_pairs_used"] = out.held_out_pairs
+    if out.untestable:                  # why those tests' p-values are NaN
+        settings["untestable_tests"] = dict(out.untestable)
     settings.update({k: jsonable(v) for k, v in extra.items()})
     return settings
 

@@ -198,7 +198,8 @@ def _average_items(X, items):
 def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0, *,
                      groups=None, items=None, partitions=None, cv=5, n_repeats=1,
                      standardize=None,
-                     n_permutations=10, n_null=0, level="feature", constraint="spd",
+                     n_permutations=10, n_null=0,
+                     null="conditional", held_out_pairs="auto", level="feature", constraint="spd",
                      interactions=True,
                      feature_kinds=None, feature_groups=None, missing_distance=0.0,
                      distance="euclidean", max_steps=1000, patience=50, lr=0.03, tol=1e-4,
@@ -230,6 +231,8 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     %(standardize_images)s
     %(n_permutations)s
     %(n_null)s
+    %(null)s
+    %(held_out_pairs)s
     %(level)s
     %(constraint)s
     %(interactions)s
@@ -327,6 +330,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
 @fill_doc
 def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=None,
              partitions=None, cv=5, n_repeats=1, standardize=None, n_permutations=10, n_null=0,
+             null="conditional", held_out_pairs="auto",
              level="feature",
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
              missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50, lr=0.03,
@@ -362,6 +366,8 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=No
     %(standardize_images)s
     %(n_permutations)s
     %(n_null)s
+    %(null)s
+    %(held_out_pairs)s
     %(level)s
     %(constraint)s
     %(interactions)s

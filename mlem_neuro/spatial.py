@@ -215,7 +215,9 @@ def crossval_spacetime_sq_distances(data, neighbourhoods, items, partitions,
 def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmin=None,
               tmax=None, decim=1, window=None, groups=None, items=None, partitions=None,
               cv=5, n_repeats=1,
-              n_permutations=10, n_null=0, level="feature", constraint="spd", interactions=True,
+              n_permutations=10, n_null=0,
+              null="conditional", held_out_pairs="auto", level="feature", constraint="spd",
+              interactions=True,
               feature_kinds=None, feature_groups=None, missing_distance=0.0,
               distance="euclidean", max_steps=1000, patience=50, lr=0.03, tol=1e-4,
               batch_size="auto", numeric_levels="auto", chunk_size=None, n_jobs=None,
@@ -256,6 +258,8 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
     %(n_repeats)s
     %(n_permutations)s
     %(n_null)s
+    %(null)s
+    %(held_out_pairs)s
     %(level)s
     %(constraint)s
     %(interactions)s

@@ -149,6 +149,7 @@ def _crossvalidated_source(data, items, partitions, options):
 def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=None,
                tmax=None, decim=1, window=None, scale=True, groups=None, items=None,
                partitions=None, cv=5, n_repeats=1, n_permutations=10, n_null=0,
+               null="conditional", held_out_pairs="auto",
                level="feature", constraint="spd",
                interactions=True,
                feature_kinds=None, feature_groups=None,
@@ -184,6 +185,8 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     %(n_repeats)s
     %(n_permutations)s
     %(n_null)s
+    %(null)s
+    %(held_out_pairs)s
     %(level)s
     %(constraint)s
     %(interactions)s
@@ -269,7 +272,8 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
 @fill_doc
 def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1, *,
                 window=None, scale=True, groups=None, items=None, partitions=None, cv=5,
-                n_repeats=1, n_permutations=10, n_null=0, spatial_radius=None,
+                n_repeats=1, n_permutations=10, n_null=0,
+                null="conditional", held_out_pairs="auto", spatial_radius=None,
                 level="feature", constraint="spd", interactions=True, feature_kinds=None,
                 feature_groups=None, missing_distance=0.0, distance="euclidean",
                 max_steps=1000, patience=50,
@@ -307,6 +311,8 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     %(n_repeats)s
     %(n_permutations)s
     %(n_null)s
+    %(null)s
+    %(held_out_pairs)s
     %(spatial_radius_sensors)s
     %(level)s
     %(constraint)s

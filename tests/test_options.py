@@ -25,6 +25,8 @@ BAD = [
     ("n_permutations", 0, ValueError, r"n_permutations must be an int >= 1; got 0"),
     ("n_null", -1, ValueError, r"n_null must be an int >= 0; got -1"),
     ("n_null", 2.0, TypeError, r"n_null must be an int >= 0; got 2.0"),
+    ("held_out_pairs", "within", ValueError, r"held_out_pairs must be one of \['auto'"),
+    ("null", "partial", ValueError, r"null must be one of \['conditional', 'marginal'\]"),
     ("n_repeats", 0, ValueError, r"n_repeats must be an int >= 1; got 0"),
     ("max_steps", 0, ValueError, r"max_steps must be an int >= 1; got 0"),
     ("max_steps", True, TypeError, r"max_steps must be an int >= 1; got True"),
@@ -49,7 +51,8 @@ BAD = [
 #: options an entry point does not take (the estimator has no folds, chunks or jobs;
 #: the brain-map analyses report term-level importance).
 NOT_TAKEN = {
-    "MLEM": {"cv", "chunk_size", "n_jobs", "level", "n_null", "n_repeats"},
+    "MLEM": {"cv", "chunk_size", "n_jobs", "level", "n_null", "null",
+             "held_out_pairs", "n_repeats"},
     "mlem_searchlight": {"level"},
     "mlem_roi": {"level"},
 }

@@ -171,7 +171,7 @@ def _importance_perms(perm_seq, K, f, n):
 
 
 def null_statistics(universe, perms, target_train, target_test, train, test, options,
-                    perm_seq):
+                    perm_seq, held=None):
     """Statistics ``(M, n_tests, n_null)`` of the null models of ``M`` models.
 
     Parameters
@@ -187,6 +187,8 @@ def null_statistics(universe, perms, target_train, target_test, train, test, opt
     options : MLEMOptions
     perm_seq : numpy SeedSequence
         The fold's importance stream (see :func:`_importance_perms`).
+    held : ndarray of int | None
+        The columns of the held-out pairs that ``target_test`` holds (``None``: all).
     """
     n_tests, n_null, n = perms.shape
     M = target_train.shape[0]
@@ -212,8 +214,11 @@ def null_statistics(universe, perms, target_train, target_test, train, test, opt
     q = _fold(term_weights(W, kk, ll), universe.D_uniq, terms=(kk, ll)).reshape(M, R, U)
     # held out
     n_te = len(test)
-    P_te = n_pairs(n_te)
-    it, jt = (torch.as_tensor(x) for x in pair_indices(n_te))
+    it, jt = pair_indices(n_te)
+    if held is not None:
+        it, jt = it[held], jt[held]
+    P_te = len(it)
+    it, jt = torch.as_tensor(it), torch.as_tensor(jt)
     tzt = standardize(rankdata(target_test.double().cpu()))
     ce = codes[:, test].reshape(n_tests, n_null, n_te)
     K = options.n_permutations

@@ -17,9 +17,27 @@ Each test has its own relabellings:
   ordinal features give their levels; numeric features are cut into :data:`NULL_BINS`
   quantile bins (a numeric feature rarely repeats a value).  A stimulus alone in its
   stratum keeps its own data (conservative).  With one feature, every stimulus is one
-  stratum, as for the score.
+  stratum, as for the score.  With ``null="marginal"`` a feature's null relabels the
+  stimuli ignoring the other features (as the score's does): the null is "the neural data
+  do not depend on this feature", which another feature correlated with it can violate.
+
+**Exchangeability.**  A relabelling is a valid null only among stimuli that are
+exchangeable under it.  With ``groups`` (:func:`exchange_units`):
+
+* groups whose stimuli vary in the features (runs, sessions, blocks: ``"within"``) confine
+  every null to stimuli of the same group, so that whatever the groups do to the data
+  (per-run z-scoring, run offsets, drifts) is kept by every null dataset;
+* groups whose stimuli all share one feature row (the trials of one item: ``"whole"``)
+  move whole: a null exchanges groups of the same size (their stimuli in order), within
+  the strata above taken at the group level.
+
+A test whose null cannot move what it tests (a feature constant within every stratum:
+nested in the other features, or constant within every group) is *not testable*:
+:func:`null_design` names it and why, and its p-values are NaN, never 1.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -55,6 +73,109 @@ def strata(enc, kinds, feature, n_bins=NULL_BINS):
     return np.unique(codes, axis=0, return_inverse=True)[1].ravel()
 
 
+def _factorize(*columns):
+    """One integer code ``(n,)`` per distinct combination of the given columns."""
+    return np.unique(np.column_stack(columns), axis=0, return_inverse=True)[1].ravel()
+
+
+def _row_codes(enc):
+    """Code ``(n,)`` of each stimulus's whole feature row (every value, missing flags)."""
+    if enc.n_features == 0:
+        return np.zeros(enc.n_stimuli, dtype=np.int64)
+    return _factorize(enc.values, enc.missing)
+
+
+def exchange_units(enc, groups):
+    """How ``groups`` restrict the nulls: ``None`` (no groups), ``"within"`` (stimuli are
+    relabelled within their group: runs, sessions) or ``"whole"`` (every group holds one
+    feature row, e.g. the trials of an item: groups are exchanged whole)."""
+    if groups is None:
+        return None
+    g = _factorize(np.asarray(groups))
+    rows = _row_codes(enc)
+    per_group = np.unique(np.column_stack([g, rows]), axis=0)[:, 0]
+    return "whole" if len(per_group) == len(np.unique(g)) else "within"
+
+
+@dataclass(frozen=True)
+class NullDesign:
+    """How the nulls of one analysis relabel the stimuli (see the module notes).
+
+    Attributes
+    ----------
+    strata : list of ndarray (n_units,)
+        Per test (the score, then each feature), the stratum of each unit: units are
+        relabelled only within their stratum.
+    units : ndarray (n,) | None
+        The unit of each stimulus when groups are exchanged whole (``None``: every stimulus
+        is its own unit).
+    untestable : dict
+        ``test name -> reason`` of the tests whose null cannot move what they test.
+    mode : str | None
+        :func:`exchange_units`.
+    """
+
+    strata: list
+    units: object
+    untestable: dict
+    mode: object
+
+
+def null_design(enc, kinds, groups=None, null="conditional", n_bins=NULL_BINS):
+    """The :class:`NullDesign` of the tests of ``enc`` (the score's null, then one per
+    feature: conditional on the other features, or ``null="marginal"``), restricted by
+    ``groups`` (one label per stimulus, or ``None``)."""
+    n, m = enc.n_stimuli, enc.n_features
+    mode = exchange_units(enc, groups)
+    g = None if groups is None else _factorize(np.asarray(groups))
+    units = None
+    if mode == "whole":
+        units = g
+        first = np.unique(g, return_index=True)[1]          # a stimulus of each unit
+        size = np.bincount(g)
+        enc_units = replace(enc, values=enc.values[first], missing=enc.missing[first])
+        block = size
+    else:
+        enc_units, block = enc, (np.zeros(n, dtype=np.int64) if g is None else g)
+    rows = _row_codes(enc_units)
+    out, untestable = [], {}
+    for t, feature in enumerate([None] + list(range(m))):
+        conditional = null == "conditional" and feature is not None
+        s = _factorize(block, strata(enc_units, kinds, feature if conditional else None,
+                                     n_bins))
+        out.append(s)
+        name = "score" if feature is None else enc.names[feature]
+        moved = (rows if feature is None
+                 else _feature_codes(enc_units, feature, kinds[name], np.inf))
+        if _moves(s, moved):
+            continue
+        untestable[name] = _why_untestable(enc_units, kinds, feature, block, moved,
+                                           mode, n_bins)
+    return NullDesign(out, units, untestable, mode)
+
+
+def _moves(stratum, codes):
+    """Whether some stratum holds two units with different ``codes``."""
+    pairs = np.unique(np.column_stack([stratum, codes]), axis=0)
+    return len(pairs) > len(np.unique(stratum))
+
+
+def _why_untestable(enc, kinds, feature, block, codes, mode, n_bins):
+    if feature is None:
+        where = "every group" if mode is not None else "the design"
+        return (f"every stimulus of {where} has the same features: no relabelling changes "
+                "them")
+    name = enc.names[feature]
+    if mode is not None and not _moves(block, codes):
+        what = "group" if mode == "within" else "unit of the same size"
+        return (f"{name!r} is constant within every {what} of `groups`: a null that "
+                "relabels within groups cannot change it")
+    others = [enc.names[k] for k in range(enc.n_features) if k != feature]
+    return (f"{name!r} is determined by the other features {others} (nested): relabelling "
+            "within their values cannot change it. Ask the marginal question with "
+            "null='marginal', or drop one feature")
+
+
 def permute_within(labels, n_perm, rng):
     """``n_perm`` permutations ``(n_perm, n)`` that map each stimulus into its stratum."""
     labels = np.asarray(labels)
@@ -67,12 +188,27 @@ def permute_within(labels, n_perm, rng):
     return out
 
 
-def null_permutations(enc, kinds, n_null, rng, n_bins=NULL_BINS):
+def _expand_units(unit_perms, units):
+    """Stimulus permutations ``(R, n)`` from permutations ``(R, n_units)`` of whole units:
+    the ``k``-th stimulus of unit ``u`` takes the data of the ``k``-th of unit ``π(u)``
+    (units exchanged have the same size)."""
+    order = np.argsort(units, kind="stable")
+    start = np.r_[0, np.cumsum(np.bincount(units))[:-1]]
+    rank = np.empty(len(units), dtype=np.int64)
+    rank[order] = np.arange(len(units)) - start[units[order]]
+    return order[start[unit_perms[:, units]] + rank]
+
+
+def null_permutations(enc, kinds, n_null, rng, n_bins=NULL_BINS, groups=None,
+                      null="conditional", design=None):
     """Relabellings ``(1 + m, n_null, n)`` of the stimuli: first the score's null (all
-    stimuli), then each feature's conditional null (see the module notes)."""
-    groups = [None] + list(range(enc.n_features))
-    return np.stack([permute_within(strata(enc, kinds, f, n_bins), n_null, rng)
-                     for f in groups])
+    stimuli), then each feature's null (see the module notes), within ``groups``."""
+    if design is None:
+        design = null_design(enc, kinds, groups, null, n_bins)
+    perms = [permute_within(s, n_null, rng) for s in design.strata]
+    if design.units is not None:
+        perms = [_expand_units(p, design.units) for p in perms]
+    return np.stack(perms)
 
 
 def permuted_pairs(perms, stimuli, n):

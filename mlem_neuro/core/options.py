@@ -24,6 +24,10 @@ CONSTRAINTS = ("spd", "diagonal", "none")
 #: (:mod:`mlem_neuro.core.crossdist`): time-resolved analyses with ``items`` only.
 CROSSVALIDATED_DISTANCES = ("crossnobis", "cv_euclidean")
 LEVELS = ("term", "feature")
+#: the question a feature's permutation test asks (:mod:`mlem_neuro.core.nulls`).
+NULLS = ("conditional", "marginal")
+#: which held-out pairs score a fold (:func:`mlem_neuro.crossval.held_out_columns`).
+HELD_OUT_PAIRS = ("auto", "all", "between_groups")
 
 
 def registered_distances():
@@ -213,6 +217,7 @@ CHECKS = {
                                             + CROSSVALIDATED_DISTANCES)(name, value),
     "feature_groups": _feature_groups,
     "feature_kinds": _feature_kinds,
+    "held_out_pairs": _choice(HELD_OUT_PAIRS),
     "interactions": _bool,
     "level": _choice(LEVELS),
     "lr": _lr,
@@ -222,6 +227,7 @@ CHECKS = {
     "n_null": _int_at_least(0, " (null permutations for the single-subject tests; 0 runs "
                                "none)"),
     "n_permutations": _int_at_least(1),
+    "null": _choice(NULLS),
     "n_repeats": _int_at_least(1, " (repetitions of an int cv with new random folds)"),
     "numeric_levels": _numeric_levels,
     "patience": _int_at_least(1),
@@ -263,6 +269,8 @@ class MLEMOptions:
     distance: str = "euclidean"
     n_permutations: int = 10
     n_null: int = 0
+    null: str = "conditional"
+    held_out_pairs: str = "auto"
     max_steps: int = 1000
     patience: int = 50
     lr: float = 0.03
