@@ -134,3 +134,92 @@ def test_analysis_nulls_stay_within_runs(monkeypatch):
                           random_state=0, verbose="ERROR")
     (perms,) = seen
     assert (run[perms] == run).all()
+
+
+def _centred_runs(seed, n_runs=16, C=10, T=3):
+    """Two blocks per run (one per condition), each run's patterns centred: the two
+    patterns of a run are opposite, so same-run pairs (all differing in ``cond``) are
+    farther apart than pairs of different runs.  No condition is encoded."""
+    rng = np.random.default_rng(seed)
+    cond = np.concatenate([rng.permutation(2) for _ in range(n_runs)])
+    run = np.repeat(np.arange(n_runs), 2)
+    X = rng.standard_normal((2 * n_runs, C, T))
+    for r in range(n_runs):
+        X[run == r] -= X[run == r].mean(axis=0)
+    return X, pd.DataFrame({"cond": cond.astype(bool)}), run
+
+
+def test_pairs_between_runs_keep_run_structure_out_of_the_importance():
+    """Ground truth: ``cond`` is not encoded.  On every held-out pair its importance is
+    biased upwards by the runs; on pairs between runs it is not.
+
+    Measured over seeds 0-19 (cv=4): every pair 0.086-0.307 (mean 0.18), pairs between
+    runs mean 0.019, sd 0.069.  Seeds 0-9 here: means 0.18 and 0.03; bounds 0.12 and 0.08
+    (the seeds are fixed, so only float order moves them, by about 1e-3).
+    """
+    every, between = [], []
+    for seed in range(10):
+        X, table, run = _centred_runs(seed)
+        kw = dict(groups=run, cv=4, random_state=seed, verbose="ERROR")
+        a = mlem_neuro.mlem_array(X, table, held_out_pairs="all", **kw)
+        b = mlem_neuro.mlem_array(X, table, **kw)              # "auto": between runs
+        assert a.settings["held_out_pairs_used"] == "all"
+        assert b.settings["held_out_pairs_used"] == "between_groups"
+        every.append(a.importance.mean())
+        between.append(b.importance.mean())
+    assert np.mean(every) > 0.12
+    assert abs(np.mean(between)) < 0.08
+
+
+def test_held_out_pairs_auto_keeps_every_pair_for_items_and_single_group_folds():
+    X, table, run = _centred_runs(0, n_runs=6)
+    table["side"] = np.arange(len(table)) % 3 == 0
+    X = np.concatenate([X, X[:, ::-1]])
+    table, run = pd.concat([table, table], ignore_index=True), np.r_[run, run]
+    kw = dict(max_steps=10, random_state=0, verbose="ERROR")
+    # leave-one-run-out: a held-out fold holds one run, so no pair between runs
+    one = mlem_neuro.mlem_array(X, table, groups=run, cv=6, **kw)
+    assert one.settings["held_out_pairs_used"] == "all"
+    with pytest.raises(ValueError, match="two groups or more in every held-out fold"):
+        mlem_neuro.mlem_array(X, table, groups=run, cv=6, held_out_pairs="between_groups",
+                              **kw)
+    with pytest.raises(ValueError, match="pass groups"):
+        mlem_neuro.mlem_array(X, table, held_out_pairs="between_groups", **kw)
+    # groups of one feature row each (items): every pair
+    item = table["cond"].astype(str) + table["side"].astype(str)    # one feature row each
+    res = mlem_neuro.mlem_array(X, table, groups=item.to_numpy(), cv=2, **kw)
+    assert res.settings["held_out_pairs_used"] == "all"
+
+
+def test_between_group_scores_are_spearman_over_those_pairs_only(monkeypatch):
+    """The held-out score with pairs between runs is the Spearman correlation of the
+    fold's predictions and distances over exactly those pairs."""
+    from scipy.stats import spearmanr
+
+    from mlem_neuro.core.pairs import pair_indices
+
+    X, table, run = _centred_runs(3, n_runs=8)
+    X = X + 0.1 * np.random.default_rng(0).standard_normal(X.shape)    # no tied distances
+    res = mlem_neuro.mlem_array(X, table, groups=run, cv=4, max_steps=30, random_state=0,
+                                interactions=False, scale=False, verbose="ERROR")
+    assert res.settings["held_out_pairs_used"] == "between_groups"
+    for f, test in enumerate(res.settings["fold_test_indices"]):
+        test = np.asarray(test)
+        i, j = pair_indices(len(test))
+        keep = run[test][i] != run[test][j]
+        d = table["cond"].to_numpy()[test]
+        pred = (d[i] != d[j]).astype(float)[keep]       # one feature: W is a scalar
+        for t in range(X.shape[2]):
+            Y = X[test, :, t]
+            target = np.linalg.norm(Y[i] - Y[j], axis=1)[keep]
+            assert res.fold_score[f, t] == pytest.approx(spearmanr(pred, target)[0],
+                                                         abs=1e-9)
+
+
+def test_group_labels_of_any_type_give_the_same_relabellings():
+    table, run = _block_design()
+    enc, kinds = _encode(table[["cond"]])
+    ints = null_permutations(enc, kinds, 5, np.random.default_rng(0), groups=run)
+    text = null_permutations(enc, kinds, 5, np.random.default_rng(0),
+                             groups=np.array([f"run-{r:02d}" for r in run], dtype=object))
+    np.testing.assert_array_equal(ints, text)

@@ -40,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+import pandas as pd
 
 from .pairs import pair_indices
 
@@ -74,8 +75,15 @@ def strata(enc, kinds, feature, n_bins=NULL_BINS):
 
 
 def _factorize(*columns):
-    """One integer code ``(n,)`` per distinct combination of the given columns."""
-    return np.unique(np.column_stack(columns), axis=0, return_inverse=True)[1].ravel()
+    """One integer code ``(n,)`` per distinct combination of the given columns (of any
+    values: labels are coded first, so strings and objects work too)."""
+    coded = []
+    for col in columns:
+        col = np.asarray(col)
+        for c in (col.T if col.ndim == 2 else [col]):
+            coded.append(pd.factorize(pd.Series(c, dtype=object if c.dtype == object
+                                                else None))[0])
+    return np.unique(np.column_stack(coded), axis=0, return_inverse=True)[1].ravel()
 
 
 def _row_codes(enc):
