@@ -268,3 +268,24 @@ def test_no_tests_no_property():
     assert res.pvalues_fwe_tests is None
     with pytest.raises(ValueError, match="n_null > 0"):
         res.significant("a", corrected="all")
+
+
+def test_warning_when_no_model_can_pass_over_tests():
+    import warnings
+
+    # 4 tests, 49 nulls: corrected over tests nothing goes below 4 / 50 = 0.08
+    res = _timecourse(P_FWE, n_null=49)
+    with pytest.warns(UserWarning, match=r"4 tests.*4/50.*n_null >= 80"):
+        res.significant("score", corrected="all")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res.significant("score", corrected="models")              # 1 / 50 < 0.05
+        _timecourse(P_FWE, n_null=99).significant("score", corrected="all")   # 0.04
+    # a test that was not run does not count
+    p = P_FWE.copy()
+    p[:, 3] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _timecourse(p, n_null=69).significant("a", corrected="all")          # 3 / 70
+    with pytest.warns(UserWarning, match="3 tests"):
+        _timecourse(p, n_null=69).significant("a", alpha=0.04, corrected="all")

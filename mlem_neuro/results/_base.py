@@ -166,14 +166,24 @@ class BaseResult:
         A p-value is ``(1 + #null >= observed) / (1 + n_null)``, at least
         ``1 / (1 + n_null)``: with ``n_null=19`` none is below 0.05, and a warning says
         so (use ``n_null=99`` or more).  With ``corrected="all"`` and ``k`` tests the
-        smallest is usually ``k / (1 + n_null)``.
+        smallest is ``k / (1 + n_null)``, and the warning comes when that is not below
+        ``alpha`` (4 tests need ``n_null >= 80``; 199 or more leaves room).
         """
         k = self._test_index(test)
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1]; got {alpha!r}")
         p = self._corrected_pvalues(corrected)
         n_null = self.settings.get("n_null")
-        if n_null is not None and 1.0 / (1 + n_null) >= alpha:
+        n_tests = int((~np.isnan(self.pvalues_fwe)).any(axis=0).sum()) \
+            if corrected == "all" else 1
+        if n_null is not None and n_tests > 1 and n_tests / (1 + n_null) >= alpha:
+            warnings.warn(f"with n_null={n_null} and {n_tests} tests the smallest p-value "
+                          f"corrected over the tests is {n_tests}/{n_null + 1} = "
+                          f"{n_tests / (1 + n_null):.3g}, not below alpha={alpha:g}: no "
+                          "model can be significant with corrected='all'. Run the "
+                          "analysis with more null relabellings (n_null >= "
+                          f"{_least_n_null(alpha / n_tests)}).", UserWarning, stacklevel=2)
+        elif n_null is not None and 1.0 / (1 + n_null) >= alpha:
             warnings.warn(f"with n_null={n_null} the smallest p-value is 1/{n_null + 1} = "
                           f"{1.0 / (1 + n_null):.3g}, not below alpha={alpha:g}: no model "
                           "can be significant. Run the analysis with more null "
