@@ -566,7 +566,8 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
                                        te, opts, sd, null, setup, plan, held[f])
             for f, sl, et, ete, tr, te, sd, plan, setup in _shared_setups(layout, opts))
     logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(layout))
-    results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc)
+    results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc,
+                        estimate=bool(opts.n_null))
     with _COLUMNS_LOCK:                  # the nulls' pair columns are not needed any more
         _COLUMNS.clear()
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
@@ -849,13 +850,42 @@ def _flat_features(enc, names):
     return [(name, float(col[0])) for name, col in zip(names, D.T) if np.ptp(col) == 0]
 
 
-def _run_jobs(Parallel, jobs, n_total, n_jobs, desc, show=None):
+def _timed(results, n_total, workers, desc):
+    """``results`` passed through; after the first, the projected time of all ``n_total``
+    (logged at INFO, and as a warning when it exceeds :data:`LONG_RUN_SECONDS`)."""
+    import time
+
+    start = time.perf_counter()
+    for k, result in enumerate(results):
+        if k == 0:
+            first = time.perf_counter() - start
+            total = first * n_total / max(1, min(workers, n_total))
+            message = (f"MLEM ({desc}): the first of {n_total} chunks took {first:.1f} s; "
+                       f"the analysis will take about {total / 60:.1f} min in all")
+            if total > LONG_RUN_SECONDS:
+                warnings.warn(message + " (fewer nulls, n_jobs or a categorical design "
+                              "make permutation tests cheaper: see the performance page).",
+                              UserWarning, stacklevel=2)
+            else:
+                logger.info(message)
+        yield result
+
+
+#: projected run times (s) above which an analysis with tests warns before going on.
+LONG_RUN_SECONDS = 600
+
+
+def _run_jobs(Parallel, jobs, n_total, n_jobs, desc, show=None, estimate=False):
     """Run joblib jobs in order, with a progress bar at INFO (``show``: with one or not,
-    whatever the level; a bar needs more than one job)."""
+    whatever the level; a bar needs more than one job); ``estimate`` projects the total
+    time from the first job (:func:`_timed`)."""
     import logging
 
     show = (logger.isEnabledFor(logging.INFO) if show is None else show) and n_total > 1
     parallel = Parallel(n_jobs=n_jobs, return_as="generator")
+    if estimate and n_total > 1:
+        jobs = _timed(parallel(jobs), n_total, effective_n_jobs(n_jobs), desc)
+        parallel = iter
     if show:
         from mne.utils import ProgressBar
 

@@ -223,3 +223,18 @@ def test_group_labels_of_any_type_give_the_same_relabellings():
     text = null_permutations(enc, kinds, 5, np.random.default_rng(0),
                              groups=np.array([f"run-{r:02d}" for r in run], dtype=object))
     np.testing.assert_array_equal(ints, text)
+
+
+def test_analyses_with_tests_project_their_run_time_from_the_first_chunk(monkeypatch):
+    from mlem_neuro import crossval
+
+    table, run = _block_design()
+    data = np.random.default_rng(0).standard_normal((len(table), 6, 3))
+    kw = dict(groups=run, cv=2, max_steps=10, chunk_size=1, random_state=0)
+    monkeypatch.setattr(crossval, "LONG_RUN_SECONDS", 0.0)
+    with pytest.warns(UserWarning, match=r"the first of 6 chunks took .* about .* min"):
+        tested = mlem_neuro.mlem_array(data, table[["cond"]], n_null=3, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)        # no tests: no projection
+        plain = mlem_neuro.mlem_array(data, table[["cond"]], **kw)
+    np.testing.assert_array_equal(tested.importance, plain.importance)
