@@ -32,6 +32,7 @@ from joblib import effective_n_jobs
 
 from ._threads import call_with_threads, torch_threads, worker_threads
 from .core import fastnull
+from .core.design import diagnose_design, warn_design
 from .core.engine import PairSetup, fit_stack
 from .core.features import as_feature_table
 from .core.importance import feature_importance, term_importance, warn_unidentifiable_terms
@@ -535,6 +536,11 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
                          "stimuli; they must match one-to-one.")
     rng = check_random_state(opts.random_state)
     folds = check_cv(opts.cv, n, rng, groups, opts.n_repeats, fold_usable(opts, table))
+    # nested, duplicate, collinear features (and features constant within groups): said
+    # before any fit, with what they do to the importances and tests
+    # (a marginal test can move a nested feature: only the importances' sharing is said)
+    warn_design(diagnose_design(table, opts.feature_space().fit(table), groups),
+                opts.n_null if opts.null == "conditional" else 0)
     # random K-fold splits of the stimuli (not runs, not the user's own splits)
     random_split = _int_cv(opts.cv) and groups is None
     layout, names, flat = [], None, {}
@@ -583,6 +589,13 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
                 # its own progress is silenced (it repeats the analysis's): say what runs
                 logger.info("MLEM: test of interactions, %d %s x %d null dataset(s) x 2 "
                             "fits", M, desc, opts.n_null)
+                if groups is not None and exchange_units(
+                        opts.feature_space().fit(table).transform(table), groups) == "within":
+                    warnings.warn("the test of interactions rotates the residuals across "
+                                  "groups (runs): its null does not keep what runs do to "
+                                  "the data, and on a simulated block design with runs "
+                                  "it rejected at 0.089 for alpha 0.05 (method page). "
+                                  "Read its p-values with care.", UserWarning, stacklevel=6)
                 out.tests["interactions"] = _interaction_test(source, table, opts, groups,
                                                               seed)
             else:

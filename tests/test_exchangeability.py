@@ -106,11 +106,12 @@ def test_analysis_reports_an_untestable_test_as_nan_with_a_warning():
     assert np.isnan(res.pvalues[:, k]).all() and np.isnan(res.pvalues_fwe[:, k]).all()
     assert not np.isnan(res.pvalues[:, res.tests.index("cond")]).any()
     assert "nested" in res.settings["untestable_tests"]["half"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
         marginal = mlem_neuro.mlem_array(data, table, groups=run, cv=2, n_null=5,
                                          max_steps=20, interactions=False,
                                          null="marginal", random_state=0)
+    assert not any("not testable" in str(w.message) for w in caught)
     assert not np.isnan(marginal.pvalues).any()
     assert marginal.settings["null"] == "marginal"
 
@@ -238,3 +239,13 @@ def test_analyses_with_tests_project_their_run_time_from_the_first_chunk(monkeyp
         warnings.simplefilter("error", UserWarning)        # no tests: no projection
         plain = mlem_neuro.mlem_array(data, table[["cond"]], **kw)
     np.testing.assert_array_equal(tested.importance, plain.importance)
+
+
+def test_the_interaction_test_warns_that_its_null_ignores_runs():
+    table, run = _block_design()
+    table["side"] = np.tile([True, False], len(table) // 2)
+    data = np.random.default_rng(0).standard_normal((len(table), 6, 2))
+    with pytest.warns(UserWarning, match="test of interactions rotates the residuals"):
+        res = mlem_neuro.mlem_array(data, table[["cond", "side"]], groups=run, cv=2,
+                                    n_null=3, max_steps=10, random_state=0)
+    assert "interactions" in res.tests

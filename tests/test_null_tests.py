@@ -427,8 +427,9 @@ def test_command_line_n_null(tmp_path, capsys):
                              verbose=False)
     fname = tmp_path / "x-epo.fif"
     epochs.save(fname, verbose=False)
-    main(["epochs", str(fname), "--out", str(tmp_path / "o"), "--n-null", "4", "--cv", "3",
-          "--max-steps", "10", "--n-permutations", "1"])
+    main(["epochs", str(fname), "--features", ",".join(table.columns), "--out",
+          str(tmp_path / "o"), "--n-null", "4", "--cv", "3", "--max-steps", "10",
+          "--n-permutations", "1"])
     out = capsys.readouterr().out
     assert "Permutation tests (4 null relabellings)" in out
     df = pd.read_csv(tmp_path / "o" / "importance.csv")
