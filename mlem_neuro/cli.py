@@ -4,15 +4,18 @@
   FR-RSA-I vs FR-RSA on a simulation whose true metric is realisable, plus a time-resolved
   analysis of simulated epochs; figures, a CSV table and an HTML report go to ``--out``.
 * ``mlem-neuro epochs FILE-epo.fif --features a,b --out DIR``: time-resolved MLEM.
-* ``mlem-neuro searchlight --imgs RUN... --events TSV... --t-r 2.5 --mask MASK --out DIR``:
-  per-trial beta maps with nilearn's GLM (z-scored within run: ``--standardize``), then a
-  searchlight; ``--group-runs`` keeps each run's trials in one fold.  Writes the importance
-  maps (``importance.nii.gz``, one volume per term), the held-out Spearman map
-  (``score.nii.gz``), a table and a figure.
+* ``mlem-neuro searchlight --imgs RUN... --events TSV... --t-r 2.5 --mask MASK --features
+  a,b --out DIR``: per-trial beta maps with nilearn's GLM (z-scored within run:
+  ``--standardize``), then a searchlight; ``--group-runs`` keeps each run's trials in one
+  fold.  Writes the importance maps (``importance.nii.gz``, one volume per term), the
+  held-out Spearman map (``score.nii.gz``), a table and a figure.
 
-``--out`` is checked before any data are read: it must be writable, and results already
-there are replaced only with ``--overwrite``.  Bad paths, unreadable inputs and bad options
-end with a one-line error and exit code 2; warnings print one line each.
+``--features`` is required: no column is analysed unless named (without it the command
+stops and lists the columns that can be features, leaving out labels, IDs and constant
+columns).  ``--out`` is checked before any data are read: it must be writable, and
+results already there are replaced only with ``--overwrite``.  Bad paths, unreadable
+inputs and bad options end with a one-line error and exit code 2; warnings print one
+line each.
 """
 from __future__ import annotations
 
@@ -300,23 +303,44 @@ def id_columns(table):
     return found
 
 
-def _default_features(table, where, exclude=(), row="trial"):
-    """The columns of ``table`` that become features when ``--features`` is not given;
-    ``None`` when that is all of them (the analysis' own default)."""
+def _feature_candidates(table, exclude=()):
+    """The columns of ``table`` that can be features: ``(kept, ids, constant)``.
+
+    ``ids``: columns with one distinct value per row (:func:`id_columns`); ``constant``:
+    columns with one value in every row (no distance); ``kept``: the others, in table
+    order; columns in ``exclude`` (groups, items...) are in none of them.
+    """
     columns = [c for c in table.columns if c not in exclude]
     ids = id_columns(table[columns])
-    constant = [c for c in columns if table[c].nunique(dropna=False) <= 1]
+    constant = [c for c in columns if c not in ids and table[c].nunique(dropna=False) <= 1]
     kept = [c for c in columns if c not in ids and c not in constant]
+    return kept, ids, constant
+
+
+def _no_features_error(table, where, exclude=(), row="trial"):
+    """The CLIError refusing to run without ``--features``: it lists the ``where`` columns
+    that can be features (and those left out, and why) and says how to name them.
+
+    Analysing every column by default made metadata such as reaction times, runs or
+    nested labels (animacy beside category) into features without the user choosing
+    them; their tests can be meaningless (see :mod:`mlem_neuro.core.design`).
+    """
+    kept, ids, constant = _feature_candidates(table, exclude)
+    left = []
     if ids:
-        _note(f"left out the {where} column(s) {ids}: one distinct value per {row} "
-              "(labels or IDs, not features); name them in --features to use them anyway")
+        left.append(f"left out {ids}: one distinct value per {row}, labels or IDs")
     if constant:
-        _note(f"left out the {where} column(s) {constant}: one value in every {row} (no "
-              "distance); name them in --features to use them anyway")
+        left.append(f"left out {constant}: one value in every {row}")
+    if left:
+        left.append("name them in --features to use them anyway")
+    left_out = f" ({'; '.join(left)})" if left else ""
     if not kept:
-        raise CLIError(f"no feature column left in the {where} (columns: "
-                       f"{list(table.columns)}); name the features with --features")
-    return None if len(kept) == table.shape[1] else kept
+        return CLIError(f"--features is required, and no {where} column can be a "
+                        f"feature: columns {list(table.columns)}{left_out}")
+    example = ",".join(str(c) for c in kept[:2])
+    return CLIError(f"--features is required: name the {where} columns to analyse, "
+                    f"comma-separated, e.g. --features {example}; the {where} columns "
+                    f"that can be features: {kept}{left_out}")
 
 
 def _score_kind(args, groups=None):
@@ -453,10 +477,10 @@ def _epochs_features(args, epochs):
         return names
     exclude = [c for c in (args.groups, args.items, getattr(args, "partitions", None)) if c]
     if epochs.metadata is not None:
-        return _default_features(epochs.metadata, "metadata", exclude)
+        raise _no_features_error(epochs.metadata, "metadata", exclude)
     from .adapters.epochs import features_from_events
 
-    return _default_features(features_from_events(epochs), "event-name", exclude)
+    raise _no_features_error(features_from_events(epochs), "event-name", exclude)
 
 
 def _metadata_arg(args, epochs, flag, column):
@@ -611,21 +635,35 @@ def _read_events(event_files):
     return events
 
 
+def _condition_candidates(table, condition_col="trial_type"):
+    """One row per condition of the pooled events ``table``: the columns constant within
+    every condition (those :func:`~mlem_neuro.fmri.trial_images` can keep)."""
+    if condition_col not in table.columns:
+        return table
+    by = table.groupby(condition_col, sort=False, dropna=False)
+    keep = [c for c in table.columns if (by[c].nunique(dropna=False) <= 1).all()]
+    return table.drop_duplicates(condition_col)[list(dict.fromkeys([condition_col] + keep))]
+
+
 def _searchlight_features(args, events):
-    """The events columns of the trial table: the features, and the --items column."""
+    """The events columns of the image table: the features, and the --items column.
+    Without ``--features``, a CLIError lists the columns that can be features (before
+    any GLM is fitted)."""
+    import pandas as pd
+
     names = _name_list(args.features, "--features")
     items = getattr(args, "items", None)
-    if names is None and args.model == "trial":     # condition tables drop such columns
-        import pandas as pd
-
-        table = pd.concat(events, ignore_index=True)
-        table = table[[c for c in table.columns if c not in ("onset", "duration")]]
-        if items is not None and items not in table.columns:
-            raise CLIError(f"--items {items!r} is not a column of the events files "
-                           f"(columns: {list(table.columns)})")
-        exclude = [items] if items else []
-        names = _default_features(table, "events", exclude) if table.shape[1] else None
-    if names is not None and items is not None and items not in names:
+    table = pd.concat(events, ignore_index=True)
+    table = table[[c for c in table.columns if c not in ("onset", "duration")]]
+    if items is not None and items not in table.columns:
+        raise CLIError(f"--items {items!r} is not a column of the events files "
+                       f"(columns: {list(table.columns)})")
+    if names is None:
+        if args.model == "condition":
+            raise _no_features_error(_condition_candidates(table), "condition table",
+                                     row="condition")
+        raise _no_features_error(table, "events", [items] if items else [])
+    if items is not None and items not in names:
         names = [*names, items]                     # trial_images keeps it; not a feature
     return names
 
@@ -684,10 +722,6 @@ def _fit_searchlight(args, imgs, events, mask):
         betas, table = fmri.trial_images(imgs, events, t_r=args.t_r, mask_img=mask,
                                          model=args.model, feature_cols=feature_cols,
                                          standardize=_standardize(args))
-        if args.features is None and args.model == "condition":
-            # one row per condition: its label and constant columns carry no distance
-            keep = _default_features(table, "condition table", row="condition")
-            table = table if keep is None else table[keep]
         groups = (table.index.get_level_values("run").to_numpy() if args.group_runs
                   else None)
         # cross-validated distances: the runs are the independent partitions
@@ -862,9 +896,9 @@ def _add_epochs_parser(sub, kw):
     e.add_argument("fname", help="an MNE epochs file (*-epo.fif)")
     e.add_argument("--features",
                    help="comma-separated metadata columns (or event-name tags) to use as "
-                        "features (default: every metadata column, else the event-name "
-                        "tags, leaving out columns with one value per trial such as words "
-                        "or trial numbers, and columns with one value in every trial)")
+                        "features, e.g. --features category,animacy (required, no "
+                        "default: without it the command stops and lists the columns that "
+                        "can be features)")
     e.add_argument("--picks", help="comma-separated channel names or types, e.g. eeg or "
                                    "MEG0111,MEG0112 (default: the good data channels)")
     e.add_argument("--groups", metavar="COLUMN",
@@ -913,10 +947,9 @@ def _add_searchlight_parser(sub, kw):
                    help="one beta image per trial (row of the events) or per condition "
                         "(trial_type)")
     s.add_argument("--features",
-                   help="comma-separated events columns (default: every column but onset "
-                        "and duration, leaving out columns with one value per trial such "
-                        "as stimulus file names, and columns with one value in every "
-                        "trial)")
+                   help="comma-separated events columns to use as features, e.g. "
+                        "--features trial_type,animacy (required, no default: without it "
+                        "the command stops and lists the columns that can be features)")
     s.add_argument("--standardize", choices=("auto", "run", "none"), default="auto",
                    help="run: z-score each voxel's betas across the trials of each run (run "
                         "effects otherwise dominate the distances); none: raw betas; auto: "

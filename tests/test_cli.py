@@ -78,11 +78,12 @@ def test_epochs_end_to_end(epochs_file, tmp_path, capsys):
 
 
 def test_epochs_metadata_features_and_options(epochs_file, tmp_path):
-    """No --features: every metadata column; the analysis options reach the result."""
+    """Every metadata column named; the analysis options reach the result."""
     out = tmp_path / "out"
-    assert main(["epochs", str(epochs_file), "--tmin", "0.1", "--tmax", "0.3", "--cv", "0",
-                 "--no-interactions", "--constraint", "diagonal", "--n-permutations", "2",
-                 "--seed", "3", "--window", "0.08", "--out", str(out)]) == 0
+    assert main(["epochs", str(epochs_file), "--features", "A,B,C", "--tmin", "0.1",
+                 "--tmax", "0.3", "--cv", "0", "--no-interactions", "--constraint",
+                 "diagonal", "--n-permutations", "2", "--seed", "3", "--window", "0.08",
+                 "--out", str(out)]) == 0
     res = mlem_neuro.read_result(out / "mlem.npz")
     assert res.terms == ["A", "B", "C"]
     np.testing.assert_allclose(res.times, [0.12, 0.16, 0.2, 0.24, 0.28], atol=1e-9)
@@ -97,9 +98,11 @@ def test_epochs_bad_input_gives_one_line_errors(epochs_file, tmp_path, capsys):
     out = str(tmp_path / "out")
     assert main(["epochs", str(epochs_file), "--features", "A,Z", "--out", out]) == 2
     _one_line_error(capsys, "unknown feature column", "'Z'")
-    assert main(["epochs", str(epochs_file), "--tmin", "5", "--out", out]) == 2
+    assert main(["epochs", str(epochs_file), "--features", "A", "--tmin", "5",
+                 "--out", out]) == 2
     _one_line_error(capsys, "no time sample")
-    assert main(["epochs", str(epochs_file), "--window", "-1", "--out", out]) == 2
+    assert main(["epochs", str(epochs_file), "--features", "A", "--window", "-1",
+                 "--out", out]) == 2
     _one_line_error(capsys, "window must be a positive number")
     not_fif = tmp_path / "notes-epo.fif"
     not_fif.write_text("not an epochs file")
@@ -179,7 +182,8 @@ def test_searchlight_group_runs_folds_hold_whole_runs(monkeypatch, tmp_path):
 
     monkeypatch.setattr(mlem_neuro.searchlight, "mlem_searchlight", spy)
     argv = _haxby_args(range(1, 5), tmp_path / "out", mask="vt") + [
-        "--cv", "2", "--group-runs", "--n-permutations", "1", "--radius", "30"]
+        "--features", "trial_type", "--cv", "2", "--group-runs", "--n-permutations", "1",
+        "--radius", "30"]
     assert main(argv) == 0
     assert seen["cv"] == 2
     np.testing.assert_array_equal(seen["groups"], seen["runs"])
@@ -200,7 +204,7 @@ def test_searchlight_group_runs_flat_test_folds(tmp_path, capsys):
     to a feature that still varies (animacy), a warning."""
     argv = _haxby_args(range(1, 4), tmp_path / "out", mask="vt") + [
         "--cv", "3", "--group-runs", "--n-permutations", "1", "--radius", "30"]
-    assert main(argv) == 2
+    assert main(argv + ["--features", "trial_type"]) == 2
     _one_line_error(capsys, "fold 1 has the same distance on every feature (['trial_type'])",
                     "With --group-runs every fold holds out whole runs: lower --cv")
     events = []
@@ -212,7 +216,7 @@ def test_searchlight_group_runs_flat_test_folds(tmp_path, capsys):
     argv[argv.index("--events") + 1:argv.index("--mask")] = events
     with pytest.warns(UserWarning, match=r"same distance on \['trial_type'\].*own value "
                       r"of \['trial_type'\].*leave-one-run-out.*grouped k-fold"):
-        assert main(argv) == 0
+        assert main(argv + ["--features", "trial_type,animacy"]) == 0
     res = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
     assert res.n_folds == 3 and not res.importance[:, 0].any()
     # the figure leaves out the map that is 0 everywhere, and says so
@@ -246,7 +250,8 @@ def test_searchlight_non_nifti_input(tmp_path, capsys):
     pd.DataFrame({"onset": [0.0, 10.0], "duration": 2.0,
                   "trial_type": ["a", "b"]}).to_csv(events, sep="\t", index=False)
     assert main(["searchlight", "--imgs", str(text), "--events", str(events), "--mask",
-                 str(text), "--t-r", "2", "--out", str(tmp_path / "out")]) == 2
+                 str(text), "--t-r", "2", "--features", "trial_type",
+                 "--out", str(tmp_path / "out")]) == 2
     _one_line_error(capsys, "NIfTI")
 
 
@@ -450,8 +455,8 @@ def test_picks_take_channel_names_or_types(rich_epochs_file, tmp_path, capsys):
         assert main(["epochs", str(rich_epochs_file), "--features", "A", "--picks", picks,
                      "--tmax", "0.0", *FAST, "--out", str(out)]) == 0
         assert mlem_neuro.read_result(out / "mlem.npz").ch_names == expected
-    assert main(["epochs", str(rich_epochs_file), "--picks", "EEG99", *FAST, "--out",
-                 str(tmp_path / "bad")]) == 2
+    assert main(["epochs", str(rich_epochs_file), "--features", "A", "--picks", "EEG99",
+                 *FAST, "--out", str(tmp_path / "bad")]) == 2
     _one_line_error(capsys, "EEG99")
     assert main(["epochs", str(rich_epochs_file), "--picks", " , ", *FAST, "--out",
                  str(tmp_path / "bad")]) == 2
@@ -461,12 +466,12 @@ def test_picks_take_channel_names_or_types(rich_epochs_file, tmp_path, capsys):
 
 def test_groups_keep_each_group_in_one_fold(rich_epochs_file, tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(["epochs", str(rich_epochs_file), "--groups", "run", "--cv", "2",
-                 "--n-permutations", "1", "--tmax", "0.0", "--no-interactions",
+    assert main(["epochs", str(rich_epochs_file), "--features", "A,B", "--groups", "run",
+                 "--cv", "2", "--n-permutations", "1", "--tmax", "0.0", "--no-interactions",
                  "--out", str(out)]) == 0
     captured = capsys.readouterr()
     res = mlem_neuro.read_result(out / "mlem.npz")
-    assert res.terms == ["A", "B"]                 # not run (the groups), word, trial
+    assert res.terms == ["A", "B"]
     assert res.settings["groups"] == "run" and res.settings["cv"] == "GroupKFold(2) over run"
     runs = np.repeat([1, 2, 3, 4], 12)
     tests = [np.asarray(te) for te in res.settings["fold_test_indices"]]
@@ -491,21 +496,13 @@ def test_groups_bad_values(rich_epochs_file, epochs_file, tmp_path, capsys):
     assert not Path(out).exists()
 
 
-def test_features_tolerate_spaces_and_leave_out_id_columns(rich_epochs_file, tmp_path,
-                                                           capsys):
+def test_features_tolerate_spaces_and_id_columns_named_are_used(rich_epochs_file, tmp_path,
+                                                                  capsys):
     out = tmp_path / "spaces"
     assert main(["epochs", str(rich_epochs_file), "--features", " A , B,", "--tmax", "0.0",
                  *FAST, "--out", str(out)]) == 0
     assert mlem_neuro.read_result(out / "mlem.npz").terms == ["A", "B"]
     assert "note" not in capsys.readouterr().err
-    out = tmp_path / "default"
-    assert main(["epochs", str(rich_epochs_file), "--tmax", "0.0", *FAST,
-                 "--out", str(out)]) == 0
-    notes = [line for line in capsys.readouterr().err.splitlines() if "note:" in line]
-    assert notes == ["mlem-neuro: note: left out the metadata column(s) ['word', 'trial']: "
-                     "one distinct value per trial (labels or IDs, not features); name "
-                     "them in --features to use them anyway"]
-    assert mlem_neuro.read_result(out / "mlem.npz").terms == ["A", "B", "run"]
     # named explicitly, an ID column is used
     out = tmp_path / "explicit"
     assert main(["epochs", str(rich_epochs_file), "--features", "A,trial", "--tmax", "0.0",
@@ -513,23 +510,78 @@ def test_features_tolerate_spaces_and_leave_out_id_columns(rich_epochs_file, tmp
     assert mlem_neuro.read_result(out / "mlem.npz").terms == ["A", "trial"]
 
 
+def test_epochs_without_features_is_refused_with_the_columns(rich_epochs_file, tmp_path,
+                                                             capsys, monkeypatch):
+    """No --features: no analysis (every metadata column used to become a feature,
+    reaction times, runs and nested labels included); one line lists the columns that can
+    be features, those left out and why, and how to name them.  --groups / --items
+    columns are not offered."""
+    import mlem_neuro.time_resolved
 
-def test_default_features_leave_out_constant_columns(capsys):
-    """A column with one value in every row (the subject, the session of a one-session
-    file) carries no distance: by default it is left out with a note, as ID columns are;
-    the analysis refused it ('drop it from the table'), so the default run failed."""
-    from mlem_neuro.cli import _default_features
+    monkeypatch.setattr(mlem_neuro.time_resolved, "mlem_epochs", _never_called)
+    out = tmp_path / "out"
+    assert main(["epochs", str(rich_epochs_file), "--tmax", "0.0", *FAST,
+                 "--out", str(out)]) == 2
+    err = _one_line_error(capsys, "--features is required",
+                          "e.g. --features A,B;",
+                          "the metadata columns that can be features: ['A', 'B', 'run']",
+                          "left out ['word', 'trial']: one distinct value per trial, labels "
+                          "or IDs", "name them in --features to use them anyway")
+    assert err.startswith("mlem-neuro epochs: error: --features is required")
+    assert main(["epochs", str(rich_epochs_file), "--groups", "run", "--cv", "2",
+                 "--out", str(out)]) == 2
+    _one_line_error(capsys, "can be features: ['A', 'B'] (left out ['word', 'trial']")
+    assert not out.exists()
+
+
+def test_epochs_without_features_lists_event_name_tags(tmp_path, capsys):
+    """Epochs without metadata: the refusal lists the tags of the '/'-separated event
+    names (the features the analysis would read from them)."""
+    import mne
+
+    rng = np.random.default_rng(0)
+    info = mne.create_info(["EEG00", "EEG01"], 25.0, "eeg")
+    events = np.c_[np.arange(8) * 10, np.zeros(8, int), np.tile([1, 2, 3, 4], 2)]
+    event_id = {"noun/singular": 1, "noun/plural": 2, "verb/singular": 3,
+                "verb/plural": 4}
+    epochs = mne.EpochsArray(rng.standard_normal((8, 2, 5)), info, events=events,
+                             event_id=event_id, verbose="ERROR")
+    fname = tmp_path / "tags-epo.fif"
+    epochs.save(fname, verbose="ERROR")
+    assert main(["epochs", str(fname), "--out", str(tmp_path / "out")]) == 2
+    err = _one_line_error(capsys, "--features is required", "event-name columns")
+    from mlem_neuro.adapters.epochs import features_from_events
+
+    tags = list(features_from_events(epochs).columns)
+    assert tags and f"can be features: {tags}" in err
+
+
+def test_no_features_error_lists_candidates_and_left_out_columns():
+    """ID columns (one value per row) and constant columns (one value everywhere: no
+    distance) are not offered; the message says why, and the example uses the first two
+    columns offered."""
+    from mlem_neuro.cli import CLIError, _feature_candidates, _no_features_error
 
     table = pd.DataFrame({"A": ["x", "y"] * 5, "subject": "sub-01", "run": 1,
-                          "rt": np.linspace(0.3, 0.9, 10), "empty": np.nan})
-    assert _default_features(table, "metadata") == ["A", "rt"]
-    notes = [line for line in capsys.readouterr().err.splitlines() if "note:" in line]
-    assert notes == ["mlem-neuro: note: left out the metadata column(s) ['subject', 'run', "
-                     "'empty']: one value in every trial (no distance); name them in "
-                     "--features to use them anyway"]
-    assert _default_features(table[["A", "rt"]], "metadata") is None   # all of them
-    with pytest.raises(Exception, match="no feature column left"):
-        _default_features(table[["subject", "run"]], "metadata")
+                          "rt": np.linspace(0.3, 0.9, 10), "empty": np.nan,
+                          "word": [f"w{k}" for k in range(10)]})
+    assert _feature_candidates(table) == (["A", "rt"], ["word"], ["subject", "run", "empty"])
+    assert _feature_candidates(table, exclude=["rt"])[0] == ["A"]
+    err = _no_features_error(table, "metadata")
+    assert isinstance(err, CLIError)
+    assert str(err) == ("--features is required: name the metadata columns to analyse, "
+                        "comma-separated, e.g. --features A,rt; the metadata columns that "
+                        "can be features: ['A', 'rt'] (left out ['word']: one distinct "
+                        "value per trial, labels or IDs; left out ['subject', 'run', "
+                        "'empty']: one value in every trial; name them in --features to "
+                        "use them anyway)")
+    err = str(_no_features_error(table[["A", "rt"]], "events"))
+    assert err.endswith("can be features: ['A', 'rt']")           # nothing left out
+    err = str(_no_features_error(table[["subject", "word"]], "metadata", row="condition"))
+    assert err.startswith("--features is required, and no metadata column can be a "
+                          "feature: columns ['subject', 'word'] (left out ['word']: one "
+                          "distinct value per condition")
+
 
 def test_id_columns():
     from mlem_neuro.cli import id_columns
@@ -550,29 +602,32 @@ def test_id_columns():
     assert id_columns(table.iloc[:2]) == []              # too few rows to tell
 
 
-def test_searchlight_default_features_leave_out_id_columns(capsys):
+def test_searchlight_features_are_required(capsys):
+    """Without --features the events columns (not onset, duration, nor the --items
+    column) that can be features are listed, before any GLM; with it, the named columns
+    (and the items column, which trial_images keeps) are used."""
     import argparse
 
-    from mlem_neuro.cli import _searchlight_features
+    from mlem_neuro.cli import CLIError, _searchlight_features
 
     events = [pd.DataFrame({"onset": [0.0, 10.0, 20.0], "duration": 2.0,
                             "trial_type": ["a", "b", "a"],
                             "stim_file": [f"img{3 * r + k}.png" for k in range(3)],
-                            "rt": [0.5, 0.7, 0.6]}) for r in range(2)]
-    args = argparse.Namespace(features=None, model="trial")
-    assert _searchlight_features(args, events) == ["trial_type", "rt"]
-    assert "['stim_file']" in capsys.readouterr().err
+                            "rt": [0.5, 0.7, 0.6], "item": ["i1", "i2", "i1"]})
+              for r in range(2)]
+    args = argparse.Namespace(features=None, model="trial", items=None)
+    with pytest.raises(CLIError, match=r"e\.g\. --features trial_type,rt; the events "
+                                       r"columns that can be features: \['trial_type', "
+                                       r"'rt', 'item'\] \(left out \['stim_file'\]"):
+        _searchlight_features(args, events)
+    args.items = "item"
+    with pytest.raises(CLIError, match=r"can be features: \['trial_type', 'rt'\] "):
+        _searchlight_features(args, events)
     args.features = "trial_type , stim_file"
-    assert _searchlight_features(args, events) == ["trial_type", "stim_file"]
-    args.features, args.model = None, "condition"   # trial_images drops them itself
-    assert _searchlight_features(args, events) is None
-    for ev in events:
-        ev["stim_file"] = ["same.png", "other.png", "same.png"]
-    args.model = "trial"
-    assert _searchlight_features(args, events) is None   # nothing left out
-    for ev in events:
-        ev["stim_file"] = "same.png"                     # one value: no distance
-    assert _searchlight_features(args, events) == ["trial_type", "rt"]
+    assert _searchlight_features(args, events) == ["trial_type", "stim_file", "item"]
+    args.items = "word"
+    with pytest.raises(CLIError, match="--items 'word' is not a column"):
+        _searchlight_features(args, events)
 
 
 # ------------------------------------------------------------ wording, warnings, output
@@ -631,7 +686,8 @@ def test_warning_format_is_one_line_and_restored(epochs_file, tmp_path, monkeypa
     import mlem_neuro.time_resolved
 
     monkeypatch.setattr(mlem_neuro.time_resolved, "mlem_epochs", spy)
-    assert main(["epochs", str(epochs_file), "--out", str(tmp_path / "o")]) == 2
+    assert main(["epochs", str(epochs_file), "--features", "A", "--out",
+                 str(tmp_path / "o")]) == 2
     assert seen == [_one_line_warning] and warnings.formatwarning is before
     line = _one_line_warning(RuntimeWarning("a\n  long   message"), RuntimeWarning,
                              "/x/cli.py", 3, "res = f()")
@@ -705,7 +761,8 @@ def test_searchlight_truncated_nifti(tmp_path, capsys):
                       (bold, tmp_path / "cut_mask.nii.gz")):
         bad = imgs if "cut" in imgs.name else msk
         assert main(["searchlight", "--imgs", str(imgs), "--events", str(events), "--mask",
-                     str(msk), "--t-r", "2", "--out", str(tmp_path / "out")]) == 2
+                     str(msk), "--t-r", "2", "--features", "trial_type",
+                     "--out", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
         assert err.startswith("mlem-neuro searchlight: error: ") and bad.name in err
@@ -728,7 +785,7 @@ def test_searchlight_standardize_option(monkeypatch, tmp_path, option, z_scored)
 
     monkeypatch.setattr(mlem_neuro.searchlight, "mlem_searchlight", spy)
     argv = _haxby_args(range(1, 4), tmp_path / "out", mask="vt") + [
-        "--cv", "2", "--n-permutations", "1", "--radius", "30"]
+        "--features", "trial_type", "--cv", "2", "--n-permutations", "1", "--radius", "30"]
     if option is not None:
         argv += ["--standardize", option]
     assert main(argv) == 0
@@ -829,8 +886,8 @@ def small_fmri(tmp_path_factory):
 def test_searchlight_output_lines_say_what_the_score_is(small_fmri, tmp_path, capsys, cv,
                                                         kind):
     """With --cv 0 the score map is in-sample: no printed line calls it held-out."""
-    assert main([*small_fmri, "--cv", cv, "--n-permutations", "1", "--max-steps", "30",
-                 "--out", str(tmp_path / "out")]) == 0
+    assert main([*small_fmri, "--features", "category", "--cv", cv, "--n-permutations", "1",
+                 "--max-steps", "30", "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert f"score.nii.gz ({kind} Spearman rho)" in out
     assert ("held-out" in out) == (kind == "held-out")
@@ -848,25 +905,33 @@ def test_demo_seed_must_be_non_negative(tmp_path, capsys):
     assert not (tmp_path / "demo").exists()
 
 
-def test_searchlight_condition_default_features_leave_out_labels_and_constants(
-        small_fmri, tmp_path, capsys):
-    """--model condition without --features: the condition label (one value per condition
-    image: every pair differs, no distance) and a column with one value everywhere are
-    left out with a note, as in the trial model; the constant column failed the run."""
+def test_searchlight_condition_features_are_required(small_fmri, tmp_path, capsys,
+                                                     monkeypatch):
+    """--model condition without --features: refused before the GLM, listing the columns
+    constant within conditions, but not the condition label (one value per condition
+    image: every pair differs) nor a column with one value everywhere; named, a feature
+    runs."""
+    import mlem_neuro.fmri
+
     argv = list(small_fmri)
     for k in (argv.index("--events") + 1, argv.index("--events") + 2):
         ev = pd.read_csv(argv[k], sep="\t")
         ev["trial_type"] = ev["category"]
         ev["animacy"] = np.where(ev["category"].isin(["face", "cat"]), "animate", "inanimate")
         ev["subject"] = "sub-01"
+        ev["rt"] = np.linspace(0.4, 0.9, len(ev))          # varies within a condition
         argv[k] = str(tmp_path / Path(argv[k]).name)
         ev.drop(columns="category").to_csv(argv[k], sep="\t", index=False)
-    assert main([*argv, "--model", "condition", "--cv", "0", "--n-permutations", "1",
-                 "--max-steps", "30", "--out", str(tmp_path / "out")]) == 0
-    err = capsys.readouterr().err
-    assert ("left out the condition table column(s) ['trial_type']: one distinct value "
-            "per condition") in err
-    assert "['subject']: one value in every condition" in err
+    base = [*argv, "--model", "condition", "--cv", "0", "--n-permutations", "1",
+            "--max-steps", "30", "--out", str(tmp_path / "out")]
+    with monkeypatch.context() as patch:
+        patch.setattr(mlem_neuro.fmri, "trial_images", _never_called)
+        assert main(base) == 2
+    _one_line_error(capsys, "--features is required", "e.g. --features animacy;",
+                    "the condition table columns that can be features: ['animacy'] (left "
+                    "out ['trial_type']: one distinct value per condition, labels or IDs; "
+                    "left out ['subject']: one value in every condition")
+    assert main([*base, "--features", "animacy"]) == 0
     res = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
     assert res.terms == ["animacy"] and res.importance.shape == (96, 1)
 
@@ -893,8 +958,8 @@ def test_too_few_nulls_is_said_once(epochs_file, small_fmri, tmp_path, capsys, r
     of the summary's note: three lines for one fact; the note alone remains."""
     assert main(["epochs", str(epochs_file), "--features", "A", "--tmax", "0.1", *FAST,
                  "--n-null", "3", "--max-steps", "20", "--out", str(tmp_path / "out")]) == 0
-    assert main([*small_fmri, "--cv", "2", "--n-permutations", "1", "--max-steps", "20",
-                 "--n-null", "3", "--out", str(tmp_path / "sl")]) == 0
+    assert main([*small_fmri, "--features", "category", "--cv", "2", "--n-permutations",
+                 "1", "--max-steps", "20", "--n-null", "3", "--out", str(tmp_path / "sl")]) == 0
     assert not [w for w in recwarn if "smallest p-value" in str(w.message)]
     err = capsys.readouterr().err
     assert err.count("note: with --n-null 3 the smallest p-value is 1/4") == 2
