@@ -137,7 +137,8 @@ def main():
     for mode in modes:
         label = MODES[mode]
         print(f"\n{label}: {args.datasets} datasets x {args.models} models, "
-              f"{args.runs} runs x {2 * args.levels} conditions ({'one feature' if args.single else 'a x b'}), cv={args.cv}, "
+              f"{args.runs} runs x {2 * args.levels} conditions "
+              f"({'one feature' if args.single else 'a x b'}), cv={args.cv}, "
               f"n_null={args.n_null}")
         for test in unc[mode]:
             u = np.concatenate(unc[mode][test])

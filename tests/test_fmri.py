@@ -371,7 +371,7 @@ def test_haxby_category_effect_needs_z_scoring_within_run():
     mask = nib.load(HAXBY / "masks/25mm/brain.nii.gz")
     raw, table = trial_images(runs, events, t_r=2.5, mask_img=mask, standardize=None)
     run = table.index.get_level_values("run")
-    kw = dict(groups=run, cv=6, random_state=0)
+    kw = dict(groups=run, cv=6, held_out_pairs="all", random_state=0)
     score = {name: mlem_neuro.mlem_roi(raw, table[["trial_type"]], mask, standardize=st,
                                        **kw).score[0]
              for name, st in [("raw", None), ("z", "run")]}
