@@ -24,9 +24,9 @@ feature-level importance without interaction terms.
 Also the cost of :func:`mlem_neuro.core.design.diagnose_design` on 2,000 stimuli and 6
 features (median of 7 calls).
 
-Run (about 15 min on one busy core)::
+Run (about 35 min on one busy core; the numeric designs take the longest)::
 
-    OMP_NUM_THREADS=1 python benchmarks/design_collinearity.py --datasets 100
+    OMP_NUM_THREADS=1 python benchmarks/design_collinearity.py --datasets 200
 """
 import argparse
 import time
