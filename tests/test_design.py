@@ -270,6 +270,10 @@ def test_warnings_name_both_features_and_what_breaks():
         messages = warn_design(findings, n_null=99)
     assert [str(w.message) for w in record] == messages
     assert len(messages) == len(findings)
+    assert {w.filename for w in record} == {__file__}        # the caller's line
+    with pytest.warns(UserWarning) as deeper:
+        warn_design(findings[:1], n_null=99, stacklevel=1)
+    assert deeper[0].filename.endswith("design.py")
     dup, nested, corr, const = messages
     assert dup == ("design: 'kind' duplicates 'category' (same distance for every pair): "
                    "neither conditional test can move given the other: the p-values of "

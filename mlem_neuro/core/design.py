@@ -443,7 +443,7 @@ def design_message(finding, n_null):
     return f"design: {finding.message}: {_consequence(finding, n_null)}."
 
 
-def warn_design(findings, n_null):
+def warn_design(findings, n_null, stacklevel=2):
     """Warn once per finding of :func:`diagnose_design`.
 
     Parameters
@@ -453,6 +453,8 @@ def warn_design(findings, n_null):
     n_null : int
         The analysis's null relabellings: with ``0`` (no tests) the warnings say what the
         design does to the importance, else to the conditional tests.
+    stacklevel : int
+        Passed to :func:`warnings.warn` (2: the line that called ``warn_design``).
 
     Returns
     -------
@@ -461,5 +463,5 @@ def warn_design(findings, n_null):
     """
     messages = [design_message(f, n_null) for f in findings]
     for text in messages:
-        warnings.warn(text, UserWarning, stacklevel=2)
+        warnings.warn(text, UserWarning, stacklevel=stacklevel)
     return messages
