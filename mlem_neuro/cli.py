@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ._docs import short_doc
-from .core.options import CROSSVALIDATED_DISTANCES
+from .core.options import CROSSVALIDATED_DISTANCES, HELD_OUT_PAIRS, NULLS
 
 EXIT_USAGE = 2
 
@@ -368,7 +368,8 @@ def _save_figure(fig, fname):
 def _analysis_kwargs(args):
     return dict(cv=None if args.cv == 0 else args.cv, n_repeats=args.n_repeats,
                 n_permutations=args.n_permutations,
-                n_null=args.n_null, level=args.level,
+                n_null=args.n_null, null=args.null, held_out_pairs=args.held_out_pairs,
+                level=args.level,
                 constraint=args.constraint, interactions=not args.no_interactions,
                 n_jobs=args.n_jobs, device=args.device, random_state=args.seed,
                 lr=args.lr, max_steps=args.max_steps, patience=args.patience, tol=args.tol,
@@ -820,6 +821,13 @@ def _add_analysis_options(p, what):
                         "in-sample (optimistic)")
     p.add_argument("--n-permutations", type=_positive_int, default=10,
                    help="permutations per term for the permutation importance")
+    p.add_argument("--null", choices=NULLS, default="conditional",
+                   help="the question of each feature's permutation test (--n-null): "
+                        "conditional (does it matter given the other features?) or "
+                        "marginal (does it matter at all?)")
+    p.add_argument("--held-out-pairs", choices=HELD_OUT_PAIRS, default="auto",
+                   help="held-out pairs that score each fold: auto (pairs between runs "
+                        "when the runs are groups), all, between_groups")
     p.add_argument("--level", choices=("feature", "term"), default="feature",
                    help="importance per feature (total effect, identifiable) or per term "
                         "(f and f:g; not identifiable when every feature is categorical)")

@@ -186,7 +186,8 @@ def test_cli_epochs_crossnobis(tmp_path):
     info = mne.create_info([f"EEG{k}" for k in range(8)], 100.0, "eeg")
     mne.EpochsArray(data * 1e-6, info, metadata=table, verbose="ERROR").save(
         tmp_path / "x-epo.fif", verbose="ERROR")
-    assert main(["epochs", str(tmp_path / "x-epo.fif"), "--items", "item", "--partitions",
+    assert main(["epochs", str(tmp_path / "x-epo.fif"), "--features", "condition",
+                 "--items", "item", "--partitions",
                  "run", "--distance", "crossnobis", "--cv", "3", "--max-steps", "20",
                  "--n-permutations", "1", "--out", str(tmp_path / "out")]) == 0
     back = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")

@@ -249,3 +249,25 @@ def test_the_interaction_test_warns_that_its_null_ignores_runs():
         res = mlem_neuro.mlem_array(data, table[["cond", "side"]], groups=run, cv=2,
                                     n_null=3, max_steps=10, random_state=0)
     assert "interactions" in res.tests
+
+
+def test_command_line_takes_null_and_held_out_pairs(tmp_path):
+    mne = pytest.importorskip("mne")
+    from mlem_neuro.cli import main
+
+    table, run = _block_design()
+    table["run"] = run
+    data = np.random.default_rng(0).standard_normal((len(table), 4, 3)) * 1e-6
+    info = mne.create_info(4, 100.0, "eeg")
+    mne.EpochsArray(data, info, metadata=table, verbose=False).save(
+        tmp_path / "x-epo.fif", verbose=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["epochs", str(tmp_path / "x-epo.fif"), "--features", "cond,half",
+                     "--groups", "run", "--cv", "2", "--n-null", "3", "--null", "marginal",
+                     "--held-out-pairs", "all", "--max-steps", "5", "--no-interactions",
+                     "--out", str(tmp_path / "o")]) == 0
+    res = mlem_neuro.read_result(tmp_path / "o" / "mlem.npz")
+    assert res.settings["null"] == "marginal"
+    assert res.settings["held_out_pairs_used"] == "all"
+    assert not np.isnan(res.pvalues).any()          # marginal: the nested 'half' moves

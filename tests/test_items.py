@@ -233,7 +233,8 @@ def test_cli_items(trials, tmp_path, capsys):
     mne.EpochsArray(data * 1e-6, info, metadata=table, verbose=False).save(fname,
                                                                           verbose=False)
     out = tmp_path / "out"
-    assert main(["epochs", str(fname), "--items", "item", "--cv", "3",
+    assert main(["epochs", str(fname), "--features", "condition,size", "--items", "item",
+                 "--cv", "3",
                  "--n-permutations", "1", "--max-steps", "50", "--out", str(out)]) == 0
     assert "24 items of 4-4 trials" in capsys.readouterr().out
     res = mlem_neuro.read_result(out / "mlem.npz")

@@ -128,8 +128,8 @@ def test_searchlight_and_cli_take_n_repeats(tmp_path):
     info = mne.create_info([f"EEG{k}" for k in range(4)], 10.0, "eeg")
     epochs = mne.EpochsArray(data * 1e-6, info, tmin=0.0, metadata=table, verbose="ERROR")
     epochs.save(tmp_path / "x-epo.fif", verbose="ERROR")
-    assert main(["epochs", str(tmp_path / "x-epo.fif"), "--cv", "3", "--n-repeats", "2",
-                 "--max-steps", "20", "--n-permutations", "1",
+    assert main(["epochs", str(tmp_path / "x-epo.fif"), "--features", ",".join(table.columns),
+                 "--cv", "3", "--n-repeats", "2", "--max-steps", "20", "--n-permutations", "1",
                  "--out", str(tmp_path / "out")]) == 0
     back = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
     assert back.settings["n_repeats"] == 2 and back.n_folds == 6

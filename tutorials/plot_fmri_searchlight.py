@@ -305,14 +305,16 @@ fig.tight_layout()
 #
 # The results save to one ``.npz`` file (``res.save(fname)``, read back with
 # :func:`mlem_neuro.read_result`).  The command line runs the same steps on BIDS-style
-# files, with the events' columns as features (add a derived column such as ``animacy``
-# to the ``events.tsv`` files first) and one importance volume per term in
+# files, with the events' columns named in ``--features`` as features (add a derived
+# column such as ``animacy`` to the ``events.tsv`` files first), the runs as groups
+# (``--group-runs``: folds and nulls respect them) and one importance volume per term in
 # ``importance.nii.gz``:
 #
 # .. code-block:: bash
 #
 #    mlem-neuro searchlight --imgs run-*_bold.nii.gz --events run-*_events.tsv \
-#        --mask brain_mask.nii.gz --t-r 2.5 --radius 30 --out results/
+#        --mask brain_mask.nii.gz --t-r 2.5 --radius 30 --features trial_type \
+#        --group-runs --cv 2 --n-repeats 10 --n-null 99 --out results/
 
 # sphinx_gallery_start_ignore
 torch.set_num_threads(_torch_threads)
