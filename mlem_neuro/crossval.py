@@ -539,8 +539,12 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     # nested, duplicate, collinear features (and features constant within groups): said
     # before any fit, with what they do to the importances and tests
     # (a marginal test can move a nested feature: only the importances' sharing is said)
-    warn_design(diagnose_design(table, opts.feature_space().fit(table), groups),
-                opts.n_null if opts.null == "conditional" else 0)
+    conditional = opts.null == "conditional"
+    findings = diagnose_design(table, opts.feature_space().fit(table), groups)
+    warn_design(findings, opts.n_null if conditional else 0, stacklevel=7)
+    # features whose untestable conditional test the diagnostics have already explained
+    said = {name for f in findings if conditional and f.kind != "correlated"
+            for name in (f.features if f.kind == "duplicate" else f.features[:1])}
     # random K-fold splits of the stimuli (not runs, not the user's own splits)
     random_split = _int_cv(opts.cv) and groups is None
     layout, names, flat = [], None, {}
@@ -558,7 +562,8 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     if opts.n_null:
         _check_test_names(names)
     # drawn after the folds' seeds: the observed results do not depend on n_null
-    null, untestable = _draw_nulls(opts, table, rng, groups) if opts.n_null else (None, {})
+    null, untestable = (_draw_nulls(opts, table, rng, groups, said) if opts.n_null
+                        else (None, {}))
     plans = _null_plans(layout, table, opts, null)
     layout = [(f, sl, *rest, plans[f]) for f, *rest in layout
               for sl in _chunk_slices(M, len(rest[2]), opts.chunk_size, opts.n_jobs,
@@ -718,10 +723,11 @@ def held_out_columns(choice, folds, groups, table, options):
     return out
 
 
-def _draw_nulls(opts, table, rng, groups=None):
+def _draw_nulls(opts, table, rng, groups=None, said=()):
     """The relabellings of every test (drawn once per analysis, after the folds, so the
     observed results do not depend on ``n_null``), within ``groups``, and the tests that
-    cannot move (``name -> reason``; warned about here)."""
+    cannot move (``name -> reason``; warned about here, unless named in ``said``: the
+    design diagnostics have explained them)."""
     space = opts.feature_space().fit(table)
     null_rng = np.random.default_rng(int(rng.integers(2**63 - 1)))
     enc = space.transform(table)
@@ -730,6 +736,8 @@ def _draw_nulls(opts, table, rng, groups=None):
         logger.info("permutation tests: %s", "stimuli relabelled within their group"
                     if design.mode == "within" else "groups (items) exchanged whole")
     for name, why in design.untestable.items():
+        if name in said:
+            continue
         warnings.warn(f"the permutation test of {name!r} is not testable: {why}. Its "
                       "p-values are NaN.", UserWarning, stacklevel=7)
     perms = null_permutations(enc, space.kinds_, opts.n_null, null_rng, design=design)
