@@ -41,10 +41,18 @@ def _standardize_runs(standardize, features, groups):
     without standardisation)."""
     import pandas as pd
 
+    index = getattr(features, "index", None)
+    trial_index = isinstance(index, pd.Index) and "run" in index.names
+    if trial_index and "trial" in index.names and not index.is_monotonic_increasing:
+        # trial_images returns the images and the table in (run, trial) order
+        raise ValueError(
+            "the features' (run, trial) index is out of order: the table was reordered "
+            "(e.g. by sort_values) after trial_images returned it, but its rows are matched "
+            "to the images by position (and standardize='run' reads the runs from it). "
+            "Pass the table in the images' order (features.sort_index()).")
     if check_standardize(standardize) is None:
         return None, None
-    index = getattr(features, "index", None)
-    if isinstance(index, pd.Index) and "run" in index.names:
+    if trial_index:
         return index.get_level_values("run").to_numpy(), "features index"
     if groups is not None:
         return np.asarray(groups), "groups"

@@ -285,7 +285,7 @@ def test_series_and_1d_inputs_not_modified():
     rng = np.random.default_rng(2)
     f = rng.uniform(size=N)
     X = _neural(f)
-    s = pd.Series(f.copy(), name="load", index=np.arange(N)[::-1])
+    s = pd.Series(f.copy(), name="load", index=np.arange(N)[::-1] + 100)
     X0, s0, f0 = X.copy(), s.copy(), f.copy()
     for y in (s, f):
         est = MLEM(**FAST).fit(X, y)

@@ -38,8 +38,37 @@ KINDS = ("categorical", "ordinal", "numeric")
 DISTANCE_GRID = 2.0 ** 30
 
 
+def check_row_order(table, name="features"):
+    """Refuse a table whose index says its rows were reordered.
+
+    The rows of a feature table are matched to the data **by position** (row ``k`` is
+    stimulus ``k``).  An integer index holding exactly ``0 .. n - 1`` out of order is the
+    mark of a table sorted or shuffled after it was built (``sort_values``, ``sample``)
+    while the data kept their order: matched by position, every row would describe another
+    stimulus.  Other indices (labels, a subset of rows in any order) are left alone.
+    """
+    index = table.index
+    if isinstance(index, pd.MultiIndex) or index.is_monotonic_increasing or len(index) < 2:
+        return
+    if not pd.api.types.is_integer_dtype(index.dtype):
+        return
+    values = index.to_numpy()
+    n = len(values)
+    if values.min() == 0 and values.max() == n - 1 and len(np.unique(values)) == n:
+        raise ValueError(
+            f"{name}'s index holds the row numbers 0..{n - 1} out of order (first "
+            f"{values[:5].tolist()}): the table was reordered (e.g. by sort_values), but "
+            "its rows are matched to the data by position. Reorder the data the same way "
+            f"and pass {name}.reset_index(drop=True), or restore the order with "
+            f"{name}.sort_index().")
+
+
 def as_feature_table(y, *, name="y"):
-    """Turn ``y`` (DataFrame, Series, 1-D or 2-D array) into a DataFrame with str columns."""
+    """Turn ``y`` (DataFrame, Series, 1-D or 2-D array) into a DataFrame with str columns
+    (rows matched to the data by position; a table whose index says it was reordered is
+    refused: :func:`check_row_order`)."""
+    if isinstance(y, (pd.DataFrame, pd.Series)):
+        check_row_order(y, name)
     if isinstance(y, pd.DataFrame):
         table = y.copy()
         table.columns = [str(c) for c in table.columns]
