@@ -594,13 +594,6 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
                 # its own progress is silenced (it repeats the analysis's): say what runs
                 logger.info("MLEM: test of interactions, %d %s x %d null dataset(s) x 2 "
                             "fits", M, desc, opts.n_null)
-                if groups is not None and exchange_units(
-                        opts.feature_space().fit(table).transform(table), groups) == "within":
-                    warnings.warn("the test of interactions rotates the residuals across "
-                                  "groups (runs): its null does not keep what runs do to "
-                                  "the data, and on a simulated block design with runs "
-                                  "it rejected at 0.089 for alpha 0.05 (method page). "
-                                  "Read its p-values with care.", UserWarning, stacklevel=6)
                 out.tests["interactions"] = _interaction_test(source, table, opts, groups,
                                                               seed)
             else:

@@ -241,14 +241,29 @@ def test_analyses_with_tests_project_their_run_time_from_the_first_chunk(monkeyp
     np.testing.assert_array_equal(tested.importance, plain.importance)
 
 
-def test_the_interaction_test_warns_that_its_null_ignores_runs():
+def test_the_interaction_null_keeps_one_intercept_per_run(monkeypatch):
+    """With runs as groups, the run indicators are among the null's main effects, so the
+    rotated residuals are free of whatever the runs share (exact under per-run centring:
+    see core/additivity.py); with items as groups they are not added."""
+    from mlem_neuro.core import additivity
+
+    seen = []
+    real = additivity.residual_basis
+    monkeypatch.setattr(additivity, "residual_basis", lambda X: seen.append(X) or real(X))
     table, run = _block_design()
     table["side"] = np.tile([True, False], len(table) // 2)
     data = np.random.default_rng(0).standard_normal((len(table), 6, 2))
-    with pytest.warns(UserWarning, match="test of interactions rotates the residuals"):
-        res = mlem_neuro.mlem_array(data, table[["cond", "side"]], groups=run, cv=2,
-                                    n_null=3, max_steps=10, random_state=0)
+    res = mlem_neuro.mlem_array(data, table[["cond", "side"]], groups=run, cv=2, n_null=3,
+                                max_steps=10, random_state=0, verbose="ERROR")
     assert "interactions" in res.tests
+    X = seen[-1]
+    indicators = (run[:, None] == np.unique(run)[None]).astype(float)
+    residual = indicators - X @ np.linalg.lstsq(X, indicators, rcond=None)[0]
+    assert np.abs(residual).max() < 1e-10
+    without = mlem_neuro.mlem_array(data, table[["cond", "side"]], cv=2, n_null=3,
+                                    max_steps=10, random_state=0, verbose="ERROR")
+    assert "interactions" in without.tests
+    assert seen[-1].shape[1] == X.shape[1] - (len(np.unique(run)) - 1)
 
 
 def test_command_line_takes_null_and_held_out_pairs(tmp_path):
