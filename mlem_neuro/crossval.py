@@ -49,7 +49,7 @@ from .core.nulls import (
 from .core.options import MLEMOptions, cv_description, jsonable
 from .core.pairs import kfold_stimuli, n_pairs, pair_indices
 from .core.sources import DenseRDMSource, RDMSource, SphereRDMSource  # noqa: F401
-from .core.spearman import SubsetRanks, rankdata
+from .core.spearman import SubsetRanks, constant_rows, rankdata
 from .utils import check_device, check_random_state, logger
 
 #: bytes of training-pair distances (float64) allowed in one chunk of models (at most a
@@ -361,6 +361,7 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
     i, j = pair_indices(len(test))
     if held is not None:
         target_test, i, j = target_test[:, torch.as_tensor(held, device=dev)], i[held], j[held]
+    flat = constant_rows(target_test)
     stat = _importance_fn(options, enc_t, enc_test.n_features, i, j)
     drops, base = stat(W if not relabel_data else W[:, 0], target_test, n_permutations, rng,
                        None)
@@ -376,6 +377,11 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
     elif null is not None:
         out["null"] = fastnull.null_statistics(plan.universe, null, target_train, target_test,
                                                train, test, options, perm_seq, held)
+    if flat.any():              # Spearman of a constant RDM is undefined, not 0
+        for key in ("score", "importance", "importance_perm_std", "null"):
+            if key in out:
+                out[key] = np.array(out[key], dtype=float)
+                out[key][flat] = np.nan
     return out
 
 
@@ -584,6 +590,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
              else list(names))
     out = _collect(layout, results, folds, terms, names, M)
+    _warn_undefined(out, desc)
     out.untestable = untestable
     out.held_out_pairs = "all" if held[0] is None else "between_groups"
     if null is not None:
@@ -594,12 +601,31 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
                 # its own progress is silenced (it repeats the analysis's): say what runs
                 logger.info("MLEM: test of interactions, %d %s x %d null dataset(s) x 2 "
                             "fits", M, desc, opts.n_null)
-                out.tests["interactions"] = _interaction_test(source, table, opts, groups,
-                                                              seed)
+                obs, nul = _interaction_test(source, table, opts, groups, seed)
+                undefined = np.isnan(out.score).any(axis=0)
+                obs, nul = np.where(undefined, np.nan, obs), np.where(undefined, np.nan, nul)
+                out.tests["interactions"] = (obs, nul)
             else:
                 logger.warning("no test of interactions: it permutes residual response "
                                "patterns, which a %s does not hold", type(source).__name__)
     return out
+
+
+def _warn_undefined(out, desc):
+    """Warn about the models whose held-out Spearman is undefined in some fold (constant
+    neural distances on the fold's held-out pairs): NaN, not a measured 0."""
+    bad = np.flatnonzero(np.isnan(out.score).any(axis=0))
+    if not len(bad):
+        return
+    folds = sorted({int(f) + 1 for f in np.flatnonzero(np.isnan(out.score[:, bad]).any(
+        axis=1))})
+    warnings.warn(f"{len(bad)} of {out.score.shape[1]} {desc} (index {bad[:10].tolist()}"
+                  f"{'...' if len(bad) > 10 else ''}) have the same neural distance on every "
+                  f"held-out pair of fold(s) {folds} (flat or identical patterns): their "
+                  "Spearman correlation is undefined, so their score, importance and "
+                  "p-values are NaN (not 0). Check the data there (a flat channel or time "
+                  "point, voxels without signal, repeated trials).", UserWarning,
+                  stacklevel=7)
 
 
 def _shared_setups(layout, opts):

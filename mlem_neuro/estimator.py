@@ -1,6 +1,8 @@
 """The :class:`MLEM` estimator: one model, scikit-learn contract."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import torch
@@ -25,6 +27,7 @@ from .core.metric import term_index, term_names
 from .core.neural import NeuralTargets, preprocess_rows
 from .core.options import MLEMOptions
 from .core.pairs import linear_to_pair, n_pairs, pair_indices
+from .core.spearman import constant_rows
 from .utils import (
     check_device,
     check_int,
@@ -223,6 +226,7 @@ class MLEM(BaseEstimator):
             opts = self._options()
             dev = check_device(opts.device)
             X, table = self._check_Xy(X, y)
+            _check_not_constant(X, self.distance)
             space = opts.feature_space().fit(table)
             enc = space.transform(table)
             res = fit_stack(enc, self._targets(X, dev), opts,
@@ -364,6 +368,8 @@ class MLEM(BaseEstimator):
         """
         with use_log_level(self.verbose):
             _, pairs, target = self._eval_data(X, y)
+            if _undefined(target, "score"):
+                return float("nan")
             k, l = term_index(len(self.feature_names_in_), True)
             return float(baseline_scores(self.W_[None], pairs, target, k, l)[0])
 
@@ -420,6 +426,8 @@ class MLEM(BaseEstimator):
                                                  n_perm, rng)
                 index, kinds = names, ["feature"] * len(names)
             d = drops[0].cpu().numpy()
+            if _undefined(target, "permutation importance"):
+                d, base = np.full_like(d, np.nan), np.full(1, np.nan)
             df = pd.DataFrame({"importance": d.mean(axis=1),
                                "std_permutations": (d.std(axis=1, ddof=1) if n_perm > 1
                                                     else np.zeros(len(d))),
@@ -427,6 +435,32 @@ class MLEM(BaseEstimator):
                               index=pd.Index(index, name="term"))
             df.attrs.update(baseline_score=float(base[0]), n_permutations=n_perm, level=level)
             return df
+
+
+def _undefined(target, what):
+    """Whether the neural distances ``target (1, P)`` are all equal (Spearman undefined):
+    then a warning says the ``what`` is NaN."""
+    if not constant_rows(target)[0]:
+        return False
+    warnings.warn(f"every pair of these stimuli has the same neural distance (flat or "
+                  f"identical patterns, or a constant dissimilarity matrix): the Spearman "
+                  f"correlation is undefined, so the {what} is NaN.", UserWarning,
+                  stacklevel=4)
+    return True
+
+
+def _check_not_constant(X, distance):
+    """Refuse neural data whose distances are all equal: there is nothing to fit."""
+    if distance == "precomputed":
+        off = X[~np.eye(len(X), dtype=bool)]
+        flat = off.size == 0 or np.ptp(off) == 0
+    else:
+        flat = not np.ptp(X, axis=0).any()
+    if flat:
+        raise ValueError("every pair of stimuli has the same neural distance (all patterns "
+                         "identical, or a constant dissimilarity matrix): MLEM has nothing "
+                         "to fit. Check the data (a flat channel set, a time point without "
+                         "signal, repeated trials).")
 
 
 def _check_same_index(X, y):

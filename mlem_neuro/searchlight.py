@@ -136,7 +136,7 @@ def _warn_flat_models(X, A, what, name):
 
     warnings.warn(f"{len(flat)} of {A.shape[0]} {what} hold only voxels whose value is the "
                   f"same in every image (e.g. {name(flat[0])}): all their distances are 0, "
-                  "so their score and importance are 0 (p = 1) without being measured. "
+                  "so their score, importance and p-values are NaN (undefined). "
                   "Restrict mask_img to the voxels that hold data (e.g. the mask the "
                   "betas were estimated in).", UserWarning, stacklevel=4)
 

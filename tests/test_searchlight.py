@@ -349,8 +349,9 @@ def test_non_finite_voxels(small):
 
 def test_models_without_signal_warn(small):
     """Spheres / regions whose voxels hold the same value in every image (e.g. 0 outside
-    the mask the betas were estimated in) have every distance 0: their score and
-    importance come out 0 (p = 1), which a map cannot tell from "no effect"; warned."""
+    the mask the betas were estimated in) have every distance 0: their Spearman
+    correlation is undefined, so score and importance are NaN (never a measured 0, which a
+    map could not tell from "no effect"); warned."""
     imgs, table, mask, _ = small
     kw = dict(cv=2, max_steps=5, n_permutations=1, random_state=0)
     data = imgs.get_fdata().copy()                 # not the shared fixture's cache
@@ -364,7 +365,8 @@ def test_models_without_signal_warn(small):
     with pytest.warns(UserWarning, match=r"16 of 64 spheres hold only voxels whose "
                       r"value is the same in every image.*e\.g\. centre voxel \(3, 0, 0\)"):
         res = mlem_neuro.mlem_searchlight(flat, table, mask, radius=3.0, **kw)
-    assert np.all(res.score[res.voxel_indices[:, 0] == 3] == 0)
+    assert np.isnan(res.score[res.voxel_indices[:, 0] == 3]).all()
+    assert np.isfinite(res.score[res.voxel_indices[:, 0] < 3]).all()
     labels = nib.Nifti1Image((np.indices((4, 4, 4))[0] + 1).astype(np.int16), AFFINE)
     with pytest.warns(UserWarning, match=r"2 of 4 regions hold only voxels .*"
                       r"e\.g\. label 3"):

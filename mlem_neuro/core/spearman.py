@@ -130,6 +130,20 @@ def _tie_ranks(s, order):
     return torch.empty_like(pos).scatter_(1, order, avg.gather(1, gid))
 
 
+def constant_rows(target, rtol=1e-9):
+    """Rows ``(M,)`` (numpy bool) of ``target (M, P)`` whose values are all equal, up to
+    ``rtol`` of the largest magnitude (identical patterns give distances of rounding
+    size): their Spearman correlation with anything is undefined.  A row without values
+    counts as constant."""
+    import numpy as np
+
+    if target.shape[1] == 0:
+        return np.ones(target.shape[0], dtype=bool)
+    hi, lo = target.amax(dim=1), target.amin(dim=1)
+    scale = torch.maximum(hi.abs(), lo.abs())
+    return ((hi - lo <= rtol * scale) | (scale == 0)).cpu().numpy()
+
+
 def standardize(x):
     """Centre along the last axis and scale to unit L2 norm (constant rows → zeros)."""
     xc = x - x.mean(dim=-1, keepdim=True)
