@@ -33,6 +33,7 @@ from .utils import (
     check_int,
     check_option,
     check_random_state,
+    check_real,
     logger,
     use_log_level,
 )
@@ -135,6 +136,7 @@ class MLEM(BaseEstimator):
     def _check_X(self, X, n_rows=None):
         if isinstance(X, (pd.DataFrame, pd.Series)):
             X = X.to_numpy()
+        check_real(X, "X")
         try:
             X = np.asarray(X, dtype=float)
         except (TypeError, ValueError):

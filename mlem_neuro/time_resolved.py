@@ -24,10 +24,11 @@ from .crossval import groups_from_table, result_settings, result_tests, run_cv
 from .items import check_items, check_partitions, trial_partitions
 from .results.timecourse import TimeCourseResult
 from .times import check_window, time_mask, window_average
-from .utils import check_float, logger, verbose
+from .utils import check_float, check_real, logger, verbose
 
 
 def _check_data(data):
+    check_real(data, "data")
     try:
         data = np.asarray(data, dtype=float)
     except (TypeError, ValueError):

@@ -145,3 +145,17 @@ def warn_user(message, category=UserWarning):
             _PACKAGE_DIR + os.sep):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level)
+
+
+def check_real(values, name):
+    """Refuse complex data (``values``: an array, or anything with a numpy ``dtype``):
+    MLEM compares real patterns, and casting would silently drop the imaginary part."""
+    dtype = values if isinstance(values, np.dtype) else getattr(values, "dtype", None)
+    if dtype is None:
+        dtype = np.asarray(values).dtype
+    if np.issubdtype(dtype, np.complexfloating):
+        raise ValueError(f"Complex data not supported: {name} holds complex values "
+                         f"({dtype}); MLEM compares real "
+                         "patterns, and keeping only the real part would drop the rest "
+                         "silently. Pass the magnitude (np.abs(x), e.g. an amplitude "
+                         "envelope) or the part you mean (x.real, x.imag) explicitly.")

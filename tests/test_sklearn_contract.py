@@ -35,7 +35,6 @@ DESIGN_FAILURES = {
 VALIDATION_FAILURES = {
     "check_n_features_in": "fit does not set n_features_in_ yet",
     "check_n_features_in_after_fitting": "fit does not set n_features_in_ yet",
-    "check_complex_data": "complex X is cast to real with a warning, not refused",
     "check_dtype_object": "the error for non-numeric X lacks scikit-learn's wording",
     "check_estimators_empty_data_messages": "X with zero units (columns) is accepted",
     "check_estimator_sparse_tag": "the error for sparse X does not say that sparse input is "

@@ -25,7 +25,7 @@ import pandas as pd
 
 from ..core.features import as_feature_table
 from ..times import check_window, time_mask, window_average  # generic: mlem_neuro.times
-from ..utils import logger, verbose
+from ..utils import check_real, logger, verbose
 
 
 def _check_epochs(epochs):
@@ -309,6 +309,7 @@ def epochs_data(epochs, picks=None, tmin=None, tmax=None, decim=1, window=None):
     if len(work) == 0:
         raise ValueError("no epoch is left (all were dropped); nothing to model.")
     data = work.get_data(picks=idx)
+    check_real(data, "the epochs' data")
     if data.shape[-1] != len(times):
         raise ValueError(f"the epochs hold {data.shape[-1]} samples per epoch but "
                          f"epochs.times has {len(times)} entries (MNE can lose one when tmin "

@@ -31,6 +31,7 @@ import scipy.sparse as sp
 
 # the sphere/region RDM source lives in core/sources.py; imported back for old imports
 from ..core.sources import BLOCK_BYTES, SphereRDMSource  # noqa: F401
+from ..utils import check_real
 
 #: peak bytes per (sphere, voxel) entry while :func:`sphere_membership` builds ``A``
 #: (measured with tracemalloc: 36-58 bytes per entry for 27,000 spheres of radius 6-20 mm;
@@ -125,6 +126,7 @@ def load_images(imgs, name="imgs"):
         loaded = []
         for k, img in enumerate(imgs):
             img = _squeeze_volume(_load(img, f"{name}[{k}]"))
+            check_real(img.get_data_dtype(), f"{name}[{k}]")
             if img.ndim != 3:
                 raise ValueError(f"{name}[{k}] has shape {img.shape}; a list of images must "
                                  "hold 3D images (one per stimulus). Pass a 4D image on its "
@@ -140,6 +142,7 @@ def load_images(imgs, name="imgs"):
                     f"them first, e.g. nilearn.image.resample_to_img(img, {name}[0]).")
         return concat_imgs(loaded, dtype=np.float64, ensure_ndim=4, auto_resample=False)
     img = _load(imgs, name)
+    check_real(img.get_data_dtype(), name)
     if img.ndim == 3:
         raise ValueError(f"{name} is a single 3D image; MLEM needs one image per stimulus "
                          "(a 4D image or a list of 3D images).")

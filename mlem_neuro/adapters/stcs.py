@@ -21,7 +21,7 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
-from ..utils import logger
+from ..utils import check_real, logger
 
 __all__ = ["check_spatial_radius", "check_stcs", "label_neighbourhoods",
            "src_neighbourhoods", "stcs_array"]
@@ -143,6 +143,8 @@ def stcs_array(stcs, keep, sfreq=None, window=None):
     from ..times import window_average
 
     first = stcs[0].data
+    for k, stc in enumerate(stcs):
+        check_real(stc.data, f"stcs[{k}].data")
     data = np.empty((len(stcs), int(np.sum(keep)), first.shape[0]))
     for k, stc in enumerate(stcs):
         x = stc.data if window is None else window_average(stc.data, sfreq, window)
