@@ -221,3 +221,50 @@ def test_read_result_damaged_contents(tmp_path, make, edit, what, detail):
 def test_read_result_on_a_folder(tmp_path):
     with pytest.raises(ValueError, match=f"{READABLE} \\(a folder\\)"):
         read_result(tmp_path)
+
+
+def test_save_without_overwrite_loses_a_race_cleanly(tmp_path, monkeypatch):
+    """Another process writes the file between the existence check and the move into
+    place: this save fails with FileExistsError, the other file is intact, no temporary
+    file is left (check-then-replace used to report success for both)."""
+    from mlem_neuro.results import _base
+
+    target = tmp_path / "r_mlem.npz"
+    other = _timecourse(seed=1)
+    real_savez = np.savez
+
+    raced = []
+
+    def savez_then_race(f, **payload):
+        real_savez(f, **payload)
+        if not raced:
+            raced.append(True)
+            other.save(target)               # the other process wins meanwhile
+
+    monkeypatch.setattr(_base.np, "savez", savez_then_race)
+    with pytest.raises(FileExistsError, match="meanwhile"):
+        _timecourse(seed=0).save(target)
+    monkeypatch.setattr(_base.np, "savez", real_savez)
+    np.testing.assert_array_equal(read_result(target).fold_score, other.fold_score)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r_mlem.npz"]
+
+
+def test_concurrent_saves_to_one_new_path_give_one_success(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    target = tmp_path / "c_mlem.npz"
+    results = [_timecourse(seed=s) for s in range(6)]
+
+    def save(res):
+        try:
+            res.save(target)
+            return True
+        except FileExistsError:
+            return False
+
+    with ThreadPoolExecutor(6) as pool:
+        won = list(pool.map(save, results))
+    assert sum(won) == 1
+    winner = results[won.index(True)]
+    np.testing.assert_array_equal(read_result(target).fold_score, winner.fold_score)
+    assert [p.name for p in tmp_path.iterdir()] == ["c_mlem.npz"]

@@ -353,7 +353,7 @@ class BaseResult:
         header = dict(format=_FORMAT, kind=type(self).__name__, **meta)
         payload = {f"array__{k}": v for k, v in arrays.items()}
         payload["__header__"] = np.array(json.dumps(header))
-        _write_atomic(fname, payload)
+        _write_atomic(fname, payload, overwrite)
         return fname
 
     def __repr__(self):
@@ -369,8 +369,11 @@ def _new_file_mode():
     return 0o666 & ~umask
 
 
-def _write_atomic(fname, payload):
-    """``np.savez`` into a temporary file next to ``fname``, then rename it into place."""
+def _write_atomic(fname, payload, overwrite=True):
+    """``np.savez`` into a temporary file next to ``fname``, then move it into place:
+    renamed over the old file (``overwrite``), or else linked to the new name, which fails
+    if the name was taken meanwhile (two saves to one new path: one wins, the other gets
+    ``FileExistsError``, never both a success)."""
     fd, tmp = tempfile.mkstemp(dir=fname.parent, prefix=f".{fname.stem}-", suffix=".npz")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -379,11 +382,32 @@ def _write_atomic(fname, payload):
             os.fsync(f.fileno())
         mode = fname.stat().st_mode & 0o777 if fname.exists() else _new_file_mode()
         os.chmod(tmp, mode)
-        os.replace(tmp, fname)
+        if overwrite:
+            os.replace(tmp, fname)
+        else:
+            _claim(tmp, fname)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _claim(tmp, fname):
+    """Give the complete file ``tmp`` the new name ``fname`` only if nobody holds it."""
+    try:
+        os.link(tmp, fname)                  # atomic: fails if fname exists
+    except FileExistsError:
+        raise FileExistsError(f"{fname} exists (written meanwhile by another process?); "
+                              "pass overwrite=True to replace it.") from None
+    except OSError:                          # no hard links here: claim the name first
+        try:
+            os.close(os.open(fname, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            raise FileExistsError(f"{fname} exists (written meanwhile by another "
+                                  "process?); pass overwrite=True to replace it.") from None
+        os.replace(tmp, fname)
+        return
+    os.unlink(tmp)
 
 
 # ------------------------------------------------------------------------- reading
