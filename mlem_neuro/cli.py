@@ -20,9 +20,14 @@ line each.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import shutil
+import signal
 import sys
+import tempfile
+import threading
 import time
 import warnings
 import zlib
@@ -240,9 +245,17 @@ def check_out(out, overwrite, patterns=RESULT_PATTERNS):
 
     Runs before any data are read, so that a long analysis never ends unable to save, and
     earlier results are replaced only when ``overwrite`` (``--overwrite``) says so.
-    Nothing is created here.
+    Nothing is created here.  An empty name, one with control characters, and the
+    current folder itself are refused: results go into a folder of their own.
     """
+    text = os.fspath(out)
+    if not str(text).strip() or any(ord(c) < 32 for c in str(text)):
+        raise CLIError(f"--out {text!r} is not a folder name; give the folder for the "
+                       "results, e.g. --out results/")
     out = Path(out)
+    if out.resolve() == Path.cwd().resolve():
+        raise CLIError(f"--out {text} is the current folder; give the results a folder of "
+                       "their own, e.g. --out results/")
     if out.exists():
         if not out.is_dir():
             raise CLIError(f"--out {out} is a file, not a folder; give a folder path")
@@ -263,15 +276,49 @@ def check_out(out, overwrite, patterns=RESULT_PATTERNS):
     return out
 
 
-def _fresh_out(out):
-    """Create ``out``, or remove the results an earlier run left there (``--overwrite``,
-    checked by :func:`check_out`), so that no file of another analysis stays beside the
-    new ones (e.g. a searchlight's score.nii.gz beside an epochs run's mlem.npz).  Called
-    once the analysis has finished: a failed run loses nothing."""
+@contextlib.contextmanager
+def _deferred_interrupts():
+    """Hold Ctrl-C (SIGINT) and SIGTERM back for the duration (main thread, POSIX): the
+    few renames that swap result sets then run to their end."""
+    if (not hasattr(signal, "pthread_sigmask")
+            or threading.current_thread() is not threading.main_thread()):
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _publish(out, write):
+    """Write a result set with ``write(folder)`` and put it in ``out`` in one step.
+
+    The new files are written into a hidden folder inside ``out``; only once all of them
+    are complete are the results an earlier run left there (``--overwrite``, checked by
+    :func:`check_out`) moved aside and the new ones moved in, with Ctrl-C held back for
+    those renames.  A failed or interrupted run leaves the old set as it was; no file of
+    another analysis stays beside the new ones (e.g. a searchlight's score.nii.gz beside
+    an epochs run's mlem.npz); the user's other files are left alone.
+    """
     out.mkdir(parents=True, exist_ok=True)
-    for path in sorted({p for pattern in RESULT_PATTERNS for p in out.glob(pattern)}):
-        if path.is_file():
-            path.unlink()
+    staging = Path(tempfile.mkdtemp(dir=out, prefix=".mlem-neuro-new-"))
+    trash = None
+    try:
+        write(staging)
+        new = sorted(staging.iterdir())
+        old = sorted({p for pattern in RESULT_PATTERNS for p in out.glob(pattern)
+                      if p.is_file()})
+        with _deferred_interrupts():
+            trash = Path(tempfile.mkdtemp(dir=out, prefix=".mlem-neuro-old-"))
+            for path in old:
+                os.replace(path, trash / path.name)
+            for path in new:
+                os.replace(path, out / path.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if trash is not None:
+            shutil.rmtree(trash, ignore_errors=True)
 
 
 def _note(text):
@@ -576,13 +623,15 @@ def run_epochs(args):
                                     distance=args.distance, **_analysis_kwargs(args))
     if groups is not None:
         res.settings.update(groups=groups, cv=f"GroupKFold({args.cv}) over {groups}")
-    _fresh_out(out)
-    res.save(out / "mlem.npz", overwrite=True)
-    res.to_data_frame().to_csv(out / "importance.csv", index=False)
-    with warnings.catch_warnings():             # too few nulls: _print_tests notes it
-        warnings.filterwarnings("ignore", "with n_null=", UserWarning)
-        fig = res.plot(show=False)
-    _save_figure(fig, out / "importance.png")
+    def write(folder):
+        res.save(folder / "mlem.npz", overwrite=True)
+        res.to_data_frame().to_csv(folder / "importance.csv", index=False)
+        with warnings.catch_warnings():         # too few nulls: _print_tests notes it
+            warnings.filterwarnings("ignore", "with n_null=", UserWarning)
+            fig = res.plot(show=False)
+        _save_figure(fig, folder / "importance.png")
+
+    _publish(out, write)
     print(f"Wrote {out / 'mlem.npz'}, {out / 'importance.csv'}, {out / 'importance.png'}")
     summary = _peak_summary(res, lambda k: f"at {res.times[k]:.3f} s")
     print(f"Spearman rho ({_score_kind(args, groups)}{_items_note(res)}): {summary}")
@@ -756,15 +805,20 @@ def run_searchlight(args):
     matplotlib.use("Agg")
     events = _read_events(event_files)
     res, bg_img = _fit_searchlight(args, imgs, events, mask)
-    _fresh_out(out)
-    res.save(out / "mlem.npz", overwrite=True)
-    res.to_nifti().to_filename(out / "importance.nii.gz")
-    res.score_img.to_filename(out / "score.nii.gz")
-    res.to_data_frame().to_csv(out / "importance.csv", index=False)
-    with warnings.catch_warnings():             # too few nulls: _print_tests notes it
-        warnings.filterwarnings("ignore", "with n_null=", UserWarning)
-        fig, empty = _brain_map_figure(res, bg_img)
-    _save_figure(fig, out / "importance.png")
+    figure = {}
+
+    def write(folder):
+        res.save(folder / "mlem.npz", overwrite=True)
+        res.to_nifti().to_filename(folder / "importance.nii.gz")
+        res.score_img.to_filename(folder / "score.nii.gz")
+        res.to_data_frame().to_csv(folder / "importance.csv", index=False)
+        with warnings.catch_warnings():         # too few nulls: _print_tests notes it
+            warnings.filterwarnings("ignore", "with n_null=", UserWarning)
+            fig, figure["empty"] = _brain_map_figure(res, bg_img)
+        _save_figure(fig, folder / "importance.png")
+
+    _publish(out, write)
+    empty = figure["empty"]
     print(f"Wrote {out / 'mlem.npz'}, {out / 'importance.nii.gz'} (one volume per term: "
           f"{', '.join(res.terms)}), {out / 'score.nii.gz'} ({res.score_kind} Spearman rho), "
           f"{out / 'importance.csv'}, {out / 'importance.png'}")

@@ -1009,3 +1009,50 @@ def test_feature_kinds_option(rich_epochs_file, tmp_path, capsys):
             main(base + ["--feature-kinds", bad, "--out", str(tmp_path / "bad")])
         assert exc.value.code == 2
         assert "COLUMN=KIND" in capsys.readouterr().err
+
+
+def test_out_must_name_a_folder_of_its_own(epochs_file, tmp_path, capsys, monkeypatch):
+    import mlem_neuro.time_resolved
+
+    monkeypatch.setattr(mlem_neuro.time_resolved, "mlem_epochs", _never_called)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "score.txt").write_text("the user's own file")
+    for bad in ("", "  ", "out\n"):
+        assert main(["epochs", str(epochs_file), "--features", "A", "--out", bad]) == 2
+        _one_line_error(capsys, "is not a folder name", "--out results/")
+    for cwd in (".", str(tmp_path)):
+        assert main(["epochs", str(epochs_file), "--features", "A", "--out", cwd,
+                     "--overwrite"]) == 2
+        _one_line_error(capsys, "is the current folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["score.txt"]
+
+
+def test_interrupted_overwrite_keeps_the_old_set(epochs_file, tmp_path, monkeypatch):
+    """Ctrl-C while the new files are written: the old results stay, whole; no hidden
+    folder is left behind."""
+    import mlem_neuro.cli
+
+    out = tmp_path / "out"
+    before = _old_results(out)
+
+    def interrupted(fig, fname):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mlem_neuro.cli, "_save_figure", interrupted)
+    assert main(["epochs", str(epochs_file), "--features", "A", "--tmax", "0.0", *FAST,
+                 "--out", str(out), "--overwrite"]) == 130         # "interrupted"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_the_swap_of_result_sets_holds_ctrl_c_back():
+    import os
+    import signal
+
+    from mlem_neuro.cli import _deferred_interrupts
+
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with _deferred_interrupts():
+            os.kill(os.getpid(), signal.SIGINT)
+            done.append("renames finished")
+    assert done == ["renames finished"]
