@@ -93,7 +93,31 @@ def as_feature_table(y, *, name="y"):
     if table.columns.duplicated().any():
         dup = table.columns[table.columns.duplicated()].tolist()
         raise ValueError(f"{name} has duplicated column names {dup}.")
+    for column in table.columns:
+        _check_cells(table[column], name)
     return table.reset_index(drop=True)
+
+
+def _check_cells(col, name):
+    """Refuse columns a feature cannot be read from: dates and durations (compared as
+    labels, every pair would differ) and cells holding containers (lists, dicts...)."""
+    dtype = col.dtype
+    if (pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype)
+            or isinstance(dtype, pd.PeriodDtype)):
+        raise ValueError(
+            f"{name} column {col.name!r} holds dates or durations ({dtype}), which would be "
+            "compared as labels (every pair differing). Convert it to numbers first, e.g. "
+            f"(t - t.min()).dt.total_seconds() for a numeric feature.")
+    if not pd.api.types.is_object_dtype(dtype):
+        return
+    bad = col.map(lambda v: isinstance(v, (list, tuple, dict, set, np.ndarray)))
+    if bad.any():
+        example = col[bad].iloc[0]
+        raise TypeError(
+            f"{name} column {col.name!r} holds {type(example).__name__}s (e.g. "
+            f"{example!r}): a cell must hold one value. For a vector feature put each "
+            "component in a column of its own and compare them together with "
+            f"feature_groups={{{str(col.name)!r}: [...columns...]}}.")
 
 
 def _check_names(names):

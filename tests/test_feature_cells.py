@@ -1,0 +1,32 @@
+"""Feature columns that cannot be read as features are refused with a clear error."""
+import numpy as np
+import pandas as pd
+import pytest
+
+import mlem_neuro
+from mlem_neuro import MLEM
+
+
+@pytest.mark.parametrize("column, error, match", [
+    (pd.date_range("2020-01-01", periods=12), ValueError, r"dates or durations.*seconds"),
+    (pd.to_timedelta(np.arange(12), "s"), ValueError, r"dates or durations"),
+    (pd.period_range("2020-01", periods=12, freq="M"), ValueError, r"dates or durations"),
+    ([[1, 2]] * 12, TypeError, r"holds lists .*one value.*feature_groups"),
+    ([{"a": 1}] * 12, TypeError, r"holds dicts"),
+])
+def test_unreadable_feature_columns_are_refused(column, error, match):
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({"x": column, "b": rng.integers(0, 2, 12).astype(bool)})
+    data = rng.standard_normal((12, 3, 2))
+    with pytest.raises(error, match=match):
+        mlem_neuro.mlem_array(data, table, cv=2)
+    with pytest.raises(error, match=match):
+        MLEM().fit(data[:, :, 0], table)
+
+
+def test_the_same_values_as_numbers_are_accepted():
+    rng = np.random.default_rng(0)
+    t = pd.Series(pd.date_range("2020-01-01", periods=12, freq="h"))
+    table = pd.DataFrame({"x": (t - t.min()).dt.total_seconds(),
+                          "b": rng.integers(0, 2, 12).astype(bool)})
+    MLEM(max_steps=5).fit(rng.standard_normal((12, 3)), table)
