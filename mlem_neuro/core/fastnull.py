@@ -216,21 +216,46 @@ def null_statistics(universe, perms, target_train, target_test, train, test, opt
     out = np.empty((M, n_tests, n_null))
     for t in range(n_tests):
         c0 = torch.as_tensor(ce[t])
-        s0, n0 = group_sums(tzt, universe.pair_row[c0[:, it], c0[:, jt]], U)
         q_t = q[:, t * n_null:(t + 1) * n_null]
-        base = grouped_spearman(q_t, n0[None], s0, P_te)          # (M, n_null)
+        base = _held_out_scores(q_t, universe.pair_row[c0[:, it], c0[:, jt]], tzt,
+                                P_te)                                 # (M, n_null)
         if t == 0:
             out[:, 0] = base.numpy()
             continue
         f = t - 1
         p = torch.as_tensor(_importance_perms(perm_seq, K, f, n_te))
         swapped = torch.as_tensor(universe.swap[f])[c0[:, None, :], c0[:, p]]  # (R', K, n)
-        gk = universe.table[swapped[..., it], swapped[..., jt]].reshape(n_null * K, P_te)
-        sk, nk = group_sums(tzt, gk, U)
-        score = grouped_spearman(q_t[:, :, None, :].expand(M, n_null, K, U).reshape(
-            M, n_null * K, U), nk[None], sk, P_te).reshape(M, n_null, K)
+        gk = universe.table[swapped[..., it], swapped[..., jt]].reshape(n_null, K, P_te)
+        score = _held_out_scores(q_t, gk, tzt, P_te)                  # (M, n_null, K)
         out[:, t] = (base[..., None] - score).mean(dim=-1).numpy()
     return out
+
+
+def _held_out_scores(q, g, tzt, P_te):
+    """Exact held-out Spearman ``(M, R, ...)`` of the null models' predictions per
+    distance row ``q (M, R, U)`` on the held-out pairs, whose rows under each of their
+    groupings are ``g (R, ..., P_te)``; ``tzt (M, P_te)``: the pairs' standardised target
+    ranks.
+
+    Grouped by rows (:func:`group_sums`, then the Spearman of ``U`` groups) when the
+    rows are fewer than the pairs (categorical designs), else pair by pair (each pair
+    its own group: a numeric feature's thousands of rows, most of them absent from a
+    grouping's few hundred held-out pairs, cost more than the pairs).  Both are the
+    tie-aware Spearman of the same numbers, up to the order of the additions.
+    """
+    M, R, U = q.shape
+    inner = g.shape[1:-1]
+    g = g.reshape(R, -1, P_te)                                     # (R, G, P_te)
+    G = g.shape[1]
+    if U <= P_te:
+        sums, counts = group_sums(tzt, g.reshape(R * G, P_te), U)
+        values = q[:, :, None, :].expand(M, R, G, U).reshape(M, R * G, U)
+        score = grouped_spearman(values, counts[None], sums, P_te)
+    else:
+        values = q.gather(-1, g.reshape(1, R, G * P_te).expand(M, R, G * P_te))
+        score = grouped_spearman(values.reshape(M, R * G, P_te),
+                                 torch.ones(1, dtype=torch.float64), tzt[:, None, :], P_te)
+    return score.reshape(M, R, *inner)
 
 
 def _fit_null_models(D_uniq, counts, sums, options):
