@@ -268,3 +268,57 @@ def test_concurrent_saves_to_one_new_path_give_one_success(tmp_path):
     winner = results[won.index(True)]
     np.testing.assert_array_equal(read_result(target).fold_score, winner.fold_score)
     assert [p.name for p in tmp_path.iterdir()] == ["c_mlem.npz"]
+
+
+def test_read_result_refuses_a_named_pipe_without_blocking(tmp_path):
+    pipe = tmp_path / "pipe_mlem.npz"
+    os.mkfifo(pipe)
+    with pytest.raises(ValueError, match=f"{READABLE} .not a regular file"):
+        read_result(pipe)
+
+
+def test_read_result_never_unpacks_entries_it_does_not_use(tmp_path, monkeypatch):
+    """A small file carrying a huge unused entry: read without decompressing it; an
+    oversized entry that is used is refused before it is unpacked."""
+    from mlem_neuro.results import _base
+
+    fname = _timecourse().save(tmp_path / "r_mlem.npz")
+    header, entries = _contents(fname)
+    entries["array__junk"] = np.zeros(2_000_000)                  # 16 MB, packs small
+
+    def rewrite():
+        with open(fname, "wb") as f:
+            np.savez_compressed(f, __header__=np.array(json.dumps(header)), **entries)
+
+    rewrite()
+    assert fname.stat().st_size < 1_000_000
+    monkeypatch.setattr(_base, "_MAX_ENTRY_BYTES", 1_000_000)
+    read = []
+    real = _base._ArchiveArrays.__getitem__
+    monkeypatch.setattr(_base._ArchiveArrays, "__getitem__",
+                        lambda self, key: read.append(key) or real(self, key))
+    back = read_result(fname)
+    assert "junk" not in read
+    np.testing.assert_array_equal(back.fold_score, _timecourse().fold_score)
+    entries["array__fold_score"] = np.zeros(2_000_000)
+    rewrite()
+    with pytest.raises(ValueError, match="oversized entry"):
+        read_result(fname)
+
+
+def test_settings_with_numpy_values_and_bytes_paths_save_and_read(tmp_path):
+    res = _timecourse()
+    res.settings.update(n=np.int64(3), x=np.float32(1.5), flag=np.bool_(True),
+                        folds=np.arange(3))
+    fname = res.save(os.fsencode(tmp_path / "np_mlem.npz"))
+    back = read_result(os.fsencode(fname))
+    assert back.settings["n"] == 3 and back.settings["folds"] == [0, 1, 2]
+    assert back.settings["flag"] is True and back.settings["x"] == 1.5
+
+
+def test_memory_budget_names_its_variable_when_out_of_range(monkeypatch):
+    from mlem_neuro.core.memory import memory_budget
+
+    monkeypatch.setenv("MLEM_NEURO_MEMORY", "1e400")
+    with pytest.raises(ValueError, match="MLEM_NEURO_MEMORY must be a finite size"):
+        memory_budget()

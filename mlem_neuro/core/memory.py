@@ -8,6 +8,7 @@ allocation is attempted (so nothing is half-built).
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 
@@ -29,6 +30,8 @@ def parse_size(text, name=ENV_VAR):
             raise ValueError(f"{name} must be a size in bytes or with a unit (e.g. '4GiB', "
                              f"'500MB'); got {text!r}")
         value, unit = float(m.group(1)), m.group(2).lower()
+    if not math.isfinite(value * _UNITS[unit]):
+        raise ValueError(f"{name} must be a finite size; got {text!r}")
     nbytes = int(value * _UNITS[unit])
     if nbytes <= 0:
         raise ValueError(f"{name} must be a positive size; got {text!r}")

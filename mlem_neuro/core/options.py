@@ -365,6 +365,8 @@ def jsonable(value):
         return float(value)
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     return repr(value)

@@ -6,16 +6,20 @@ import importlib
 import json
 import math
 import os
+import stat
 import tempfile
 import warnings
 import zipfile
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from .._docs import fill_doc
+from ..core.memory import memory_budget
+from ..core.options import jsonable
 from ..stats.familywise import familywise_over_tests
 
 #: result class name → module defining it (read_result imports it on demand).
@@ -299,7 +303,7 @@ class BaseResult:
         for name in self._extra_arrays:
             arrays[name] = np.asarray(getattr(self, name))
         meta = dict(terms=self.terms, feature_names=self.feature_names,
-                    settings=self.settings, extra=self._extra_meta())
+                    settings=jsonable(self.settings), extra=self._extra_meta())
         if self.tests is not None:
             arrays.update(pvalues=self.pvalues, pvalues_fwe=self.pvalues_fwe)
             meta["tests"] = self.tests
@@ -339,7 +343,7 @@ class BaseResult:
         fname : Path
             The path written.
         """
-        fname = Path(os.fspath(fname))
+        fname = Path(os.fsdecode(os.fspath(fname)))
         if fname.suffix != ".npz":
             raise ValueError(f"result files end with '.npz' (e.g. 'sub-01_mlem.npz'); got "
                              f"{str(fname)!r}")
@@ -411,42 +415,97 @@ def _claim(tmp, fname):
 
 
 # ------------------------------------------------------------------------- reading
+#: the words every damaged-file error holds
+READABLE_MARK = "is not a readable mlem_neuro result file"
+
+
 def _damaged(fname, what, detail):
     """The one error a damaged or foreign file gives."""
     detail = " ".join(str(detail).split()) or "no further detail"
-    return ValueError(f"{fname} is not a readable mlem_neuro result file ({what}): {detail}")
+    return ValueError(f"{fname} {READABLE_MARK} ({what}): {detail}")
 
 
-def _read_archive(fname):
-    """``(header dict, arrays dict)`` of a result file; ValueError when it is damaged."""
+#: entries larger than this (uncompressed) are not read from a result file: a result's
+#: arrays are fold statistics, and a small file that unpacks into gigabytes is not one.
+_MAX_ENTRY_BYTES = 2**31
+
+
+class _ArchiveArrays(Mapping):
+    """The arrays of an open result archive, each read only when asked for (an entry a
+    result does not use is never decompressed), after its unpacked size is checked."""
+
+    def __init__(self, archive, fname):
+        self._archive, self._fname, self._read = archive, fname, {}
+        self._names = [k[len("array__"):] for k in archive.files if k.startswith("array__")]
+
+    def __getitem__(self, key):
+        if key not in self._read:
+            if key not in self._names:
+                raise KeyError(key)
+            _check_entry(self._archive, f"array__{key}", self._fname)
+            self._read[key] = self._archive[f"array__{key}"]
+        return self._read[key]
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self):
+        return len(self._names)
+
+
+def _check_entry(archive, name, fname):
+    size = archive.zip.getinfo(f"{name}.npy").file_size
+    if size > min(_MAX_ENTRY_BYTES, memory_budget()):
+        raise _damaged(fname, "oversized entry",
+                       f"the entry {name!r} unpacks into {size} bytes, more than a result "
+                       "holds (or than the memory budget, MLEM_NEURO_MEMORY)")
+
+
+#: what reading a damaged archive can raise
+_ARCHIVE_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError, ValueError)
+
+
+@contextlib.contextmanager
+def _open_archive(fname):
+    """``(header dict, arrays mapping)`` of a result file, the arrays read on demand while
+    the archive is open; ValueError when it is damaged or not a result file."""
+    if not stat.S_ISREG(fname.stat().st_mode):
+        raise _damaged(fname, "not a regular file",
+                       "result files are .npz files written by .save() (a pipe, socket or "
+                       "device is not read)")
     with open(fname, "rb") as f:
         start = f.read(4)
     if start != b"PK\x03\x04":
         what = "empty file" if not start else "not a .npz (zip) archive"
         raise _damaged(fname, what, "result files are written by the .save() method of an "
                        "MLEM result")
-    text = None
     try:
-        with np.load(fname, allow_pickle=False) as archive:
-            names = list(archive.files)
-            if "__header__" in names:
-                text = str(archive["__header__"])
-            arrays = {k[len("array__"):]: archive[k] for k in names
-                      if k.startswith("array__")}
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError, ValueError) as err:
+        archive = np.load(fname, allow_pickle=False)
+    except _ARCHIVE_ERRORS as err:
         raise _damaged(fname, "truncated or corrupt archive",
                        f"{type(err).__name__}: {err}") from None
-    if text is None:
-        raise _damaged(fname, "missing header",
-                       "the archive has no '__header__' entry, so it is not an mlem_neuro "
-                       f"result written by .save() (entries: {names[:8]})")
-    try:
-        header = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise _damaged(fname, "bad header", f"the header is not valid JSON ({err})") from None
-    if not isinstance(header, dict):
-        raise _damaged(fname, "bad header", "the header is not a JSON object")
-    return header, arrays
+    with archive:
+        names = list(archive.files)
+        if "__header__" not in names:
+            raise _damaged(fname, "missing header",
+                           "the archive has no '__header__' entry, so it is not an "
+                           f"mlem_neuro result written by .save() (entries: {names[:8]})")
+        try:
+            _check_entry(archive, "__header__", fname)
+            text = str(archive["__header__"])
+        except _ARCHIVE_ERRORS as err:
+            if isinstance(err, ValueError) and READABLE_MARK in str(err):
+                raise
+            raise _damaged(fname, "truncated or corrupt archive",
+                           f"{type(err).__name__}: {err}") from None
+        try:
+            header = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise _damaged(fname, "bad header",
+                           f"the header is not valid JSON ({err})") from None
+        if not isinstance(header, dict):
+            raise _damaged(fname, "bad header", "the header is not a JSON object")
+        yield header, _ArchiveArrays(archive, fname)
 
 
 def _result_class(fname, header):
@@ -485,19 +544,26 @@ def read_result(fname):
         no header, a header that is not JSON, missing or inconsistent arrays); the message
         names the file and what is wrong with it.
     """
-    fname = Path(os.fspath(fname))
+    fname = Path(os.fsdecode(os.fspath(fname)))
     if not fname.exists():
         raise FileNotFoundError(f"no such result file: {fname}")
     if fname.is_dir():
         raise _damaged(fname, "a folder", "give the path of a .npz file inside it")
-    header, arrays = _read_archive(fname)
-    cls = _result_class(fname, header)
-    meta = {k: v for k, v in header.items() if k not in ("format", "kind")}
-    try:
-        return cls._from_state(arrays, meta)
-    except KeyError as err:
-        raise _damaged(fname, "missing entries",
-                       f"no {err.args[0]!r} entry (the file holds arrays "
-                       f"{sorted(arrays)} and header keys {sorted(meta)})") from None
-    except (ValueError, TypeError, IndexError, AttributeError) as err:
-        raise _damaged(fname, "inconsistent contents", err) from None
+    with _open_archive(fname) as (header, arrays):
+        cls = _result_class(fname, header)
+        meta = {k: v for k, v in header.items() if k not in ("format", "kind")}
+        try:
+            return cls._from_state(arrays, meta)
+        except KeyError as err:
+            raise _damaged(fname, "missing entries",
+                           f"no {err.args[0]!r} entry (the file holds arrays "
+                           f"{sorted(arrays)} and header keys {sorted(meta)})") from None
+        except ValueError as err:
+            if READABLE_MARK in str(err):            # already says what is wrong
+                raise
+            raise _damaged(fname, "inconsistent contents", err) from None
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:
+            raise _damaged(fname, "truncated or corrupt archive",
+                           f"{type(err).__name__}: {err}") from None
+        except (TypeError, IndexError, AttributeError) as err:
+            raise _damaged(fname, "inconsistent contents", err) from None
