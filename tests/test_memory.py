@@ -294,3 +294,31 @@ def test_peak_memory_of_score_and_importance_in_a_subprocess():
     assert res["maxrss"] < 1.25 * 2**30, res
     assert 0.3 < res["score"] <= 1 and len(res["importance"]) == 10
     assert min(res["importance"][:4]) > 0         # the 4 features all matter
+
+
+def test_pair_indices_beyond_the_budget_are_refused_before_allocating(monkeypatch):
+    monkeypatch.setenv(ENV_VAR, "1MiB")
+    with pytest.raises(MemoryError, match=r"the indices of the 449,985,000 pairs of 30,000"):
+        pair_indices(30_000)
+    i, j = pair_indices(200)                              # 19,900 pairs fit
+    assert len(i) == 19_900
+
+
+def test_code_tables_beyond_the_budget_are_skipped(monkeypatch):
+    """Many distinct stimuli: the S x S tables of PairCodes are not built (they took
+    6.4 GB for 40,000 stimuli); training goes pair by pair, and the fit still works."""
+    from mlem_neuro.core import tied
+
+    values = torch.arange(3000, dtype=torch.float64)[:, None]
+    codes = tied.PairCodes.from_values(values, torch.zeros(3000, 1, dtype=torch.bool),
+                                       rows_of=lambda a, b: (values[a] - values[b]).abs())
+    asked = []
+    real_zeros = torch.zeros
+    monkeypatch.setattr(tied.torch, "zeros",
+                        lambda *a, **k: asked.append(a) or real_zeros(*a, **k))
+    monkeypatch.setenv(ENV_VAR, "64MiB")                  # 3,000^2 x 16 bytes > 16 MiB
+    assert codes.distinct_rows() is None
+    assert asked == []
+    rng = np.random.default_rng(0)
+    y = pd.DataFrame({"x": rng.uniform(0, 1, 300), "a": rng.integers(0, 2, 300) > 0})
+    MLEM(max_steps=3).fit(rng.standard_normal((300, 2)), y)

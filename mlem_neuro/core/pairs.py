@@ -10,7 +10,16 @@ def n_pairs(n):
 
 
 def pair_indices(n):
-    """All pairs ``(i, j)``, ``i < j``, in row-major upper-triangle order (int64 arrays)."""
+    """All pairs ``(i, j)``, ``i < j``, in row-major upper-triangle order (int64 arrays).
+
+    A ``MemoryError`` (:func:`~mlem_neuro.core.memory.check_memory`) is raised before
+    allocating when the two index arrays (and numpy's intermediates) would exceed the
+    memory budget."""
+    from .memory import check_memory
+
+    check_memory(3 * 8 * n_pairs(n), f"the indices of the {n_pairs(n):,} pairs of {n:,} "
+                 "stimuli", "average the trials of each item (items=...) or analyse fewer "
+                 "stimuli")
     i, j = np.triu_indices(n, k=1)
     return i.astype(np.int64), j.astype(np.int64)
 

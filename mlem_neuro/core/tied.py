@@ -32,6 +32,7 @@ import math
 import numpy as np
 import torch
 
+from .memory import memory_budget
 from .spearman import inverse_order, sort_order
 
 #: largest number of distinct term rows for which the grouped path is used.
@@ -147,6 +148,10 @@ class PairCodes:
         if self.n_rows < 4 * 2:
             return None
         S, dev = self.n_codes, self.codes.device
+        if 2 * 8 * S * S > memory_budget() // 4:
+            # the S x S tables would not fit: train pair by pair (e.g. tens of thousands of
+            # distinct stimuli, whose pairs could not be held together anyway)
+            return None
         seen = torch.zeros(S * S, dtype=torch.long, device=dev)
         for _, key in self._pair_keys():
             seen += torch.bincount(key, minlength=S * S)
