@@ -233,7 +233,11 @@ def test_disagreeing_pandas_indexes_are_refused():
     with pytest.raises(ValueError, match=r"indexes disagree.*y = y.loc\[X.index\]"):
         MLEM(max_steps=5).fit(X, y)
     MLEM(max_steps=5).fit(X, y.loc[X.index])              # aligned: accepted
-    MLEM(max_steps=5).fit(X.to_numpy(), y)                # numpy X: position is the contract
+    # numpy X: rows go by position, so a table whose index says it was reordered
+    # (0..n-1 out of order) is refused too; re-indexed, it is accepted
+    with pytest.raises(ValueError, match=r"out of order .* reset_index"):
+        MLEM(max_steps=5).fit(X.to_numpy(), y)
+    MLEM(max_steps=5).fit(X.to_numpy(), y.reset_index(drop=True))
 
 
 def test_colon_in_feature_names_is_refused():
