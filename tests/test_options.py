@@ -235,7 +235,7 @@ def test_disagreeing_pandas_indexes_are_refused():
     MLEM(max_steps=5).fit(X, y.loc[X.index])              # aligned: accepted
     # numpy X: rows go by position, so a table whose index says it was reordered
     # (0..n-1 out of order) is refused too; re-indexed, it is accepted
-    with pytest.raises(ValueError, match=r"out of order .* reset_index"):
+    with pytest.raises(ValueError, match=r"out of order.*reset_index"):
         MLEM(max_steps=5).fit(X.to_numpy(), y)
     MLEM(max_steps=5).fit(X.to_numpy(), y.reset_index(drop=True))
 
