@@ -35,6 +35,7 @@ from .utils import (
     check_random_state,
     check_real,
     logger,
+    normalise_magnitude,
     use_log_level,
 )
 
@@ -142,6 +143,8 @@ class MLEM(BaseEstimator):
         except (TypeError, ValueError):
             raise TypeError("X must be a numeric array (n_stimuli, n_units); got "
                             f"{type(X).__name__}") from None
+        if self.distance != "precomputed":
+            X = normalise_magnitude(X, "X")
         if X.ndim != 2:
             raise ValueError(f"X must be 2-D (n_stimuli, n_units"
                              f"{' or n_stimuli' if self.distance == 'precomputed' else ''}); "

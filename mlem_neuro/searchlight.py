@@ -31,7 +31,7 @@ from .crossval import result_settings, result_tests, run_cv
 from .fmri import check_standardize, zscore_runs
 from .items import check_items, check_partitions, trial_partitions
 from .results.brainmap import BrainMapResult
-from .utils import logger, verbose
+from .utils import logger, normalise_magnitude, verbose
 
 __all__ = ["mlem_roi", "mlem_searchlight"]
 
@@ -172,7 +172,9 @@ def _image_source(X, A, items, partitions, options):
     """The source of the spheres / regions ``A`` over the images ``X`` (rows: trials),
     and the settings it adds: the items' mean images, or their cross-validated
     distances (crossnobis: each sphere / region whitened by its own Ledoit-Wolf noise
-    covariance)."""
+    covariance).  Extreme magnitudes are rescaled first, exactly
+    (:func:`~mlem_neuro.utils.normalise_magnitude`)."""
+    X = normalise_magnitude(X, "images")
     if options.distance in CROSSVALIDATED_DISTANCES:
         from .core.crossdist import crossnobis_membership, crossval_sq_distances_membership
 

@@ -24,7 +24,7 @@ from .crossval import groups_from_table, result_settings, result_tests, run_cv
 from .items import check_items, check_partitions, trial_partitions
 from .results.timecourse import TimeCourseResult
 from .times import check_window, time_mask, window_average
-from .utils import check_float, check_real, logger, verbose
+from .utils import check_float, check_real, logger, normalise_magnitude, verbose
 
 
 def _check_data(data):
@@ -90,6 +90,7 @@ def _fit(data, table, times, ch_names, *, settings, options, groups, items=None,
     """Validated data (trials, channels, times) + table → TimeCourseResult (with
     ``items``, an :class:`~mlem_neuro.items.Items`: on the items' mean trials, or with a
     cross-validated distance on their trials' partitions)."""
+    data = normalise_magnitude(data, "data")
     n, C, T = data.shape
     if len(table) != n:
         raise ValueError(f"the feature table has {len(table)} rows but there are {n} trials; "

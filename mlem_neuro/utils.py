@@ -159,3 +159,17 @@ def check_real(values, name):
                          "patterns, and keeping only the real part would drop the rest "
                          "silently. Pass the magnitude (np.abs(x), e.g. an amplitude "
                          "envelope) or the part you mean (x.real, x.imag) explicitly.")
+
+
+def normalise_magnitude(values, name):
+    """``values`` times the power of two that brings their largest magnitude to [0.5, 1)
+    when it is extreme (beyond 2^±500, about 1e±150: squared distances would overflow to
+    inf or underflow to 0), else ``values`` unchanged.  Exact (a power of two), so every
+    distance keeps its order and ties; logged at INFO."""
+    top = float(np.max(np.abs(values))) if np.size(values) else 0.0
+    if top == 0 or not np.isfinite(top) or 2.0 ** -500 <= top <= 2.0 ** 500:
+        return values
+    exponent = int(np.frexp(top)[1])
+    logger.info("%s: values up to %.3g rescaled by 2^%d (exact) so that their distances "
+                "neither overflow nor underflow", name, top, -exponent)
+    return np.ldexp(np.asarray(values, dtype=float), -exponent)

@@ -21,7 +21,7 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
-from ..utils import check_real, logger
+from ..utils import check_real, logger, normalise_magnitude
 
 __all__ = ["check_spatial_radius", "check_stcs", "label_neighbourhoods",
            "src_neighbourhoods", "stcs_array"]
@@ -152,7 +152,7 @@ def stcs_array(stcs, keep, sfreq=None, window=None):
     if not np.isfinite(data).all():
         raise ValueError(f"the source estimates hold {int((~np.isfinite(data)).sum())} NaN "
                          "or infinite values.")
-    return data
+    return normalise_magnitude(data, "the source estimates")
 
 
 def _step(times):

@@ -155,6 +155,7 @@ class _Spec:
     categories: list | None = None   # categorical / ordinal levels (training)
     lo: np.ndarray | None = None     # numeric min (per column)
     scale: np.ndarray | None = None  # numeric 1 / (max - min)
+    unit: float = 1.0                # numeric: exact power-of-two prescaling (extremes)
     missing: float = 0.0
 
 
@@ -294,12 +295,31 @@ def _fit_numeric(spec, sub):
     if not ok.any():
         raise ValueError(f"feature {name!r} is missing (NaN) for every stimulus: "
                          "it carries no distance; drop it from the table.")
+    spec.unit = _power_of_two_unit(vals[ok])
+    top = float(np.max(np.abs(vals[ok])))
+    if 0 < top < np.finfo(float).tiny:
+        warnings.warn(f"feature {name!r} holds subnormal numbers (up to {top:.3g}), which "
+                      f"keep only about {int(np.log2(top / 5e-324)) + 1} of 53 bits: "
+                      "nearby values may have been rounded together. Store it in other "
+                      "units (e.g. times 1e300).", UserWarning, stacklevel=3)
+    vals = vals * spec.unit
     lo = vals[ok].min(axis=0)
     rng = vals[ok].max(axis=0) - lo
     if np.all(rng == 0):
         raise ValueError(f"feature {name!r} is constant over the stimuli: it "
                          "carries no distance; drop it from the table.")
     spec.lo, spec.scale = lo, np.where(rng > 0, 1.0 / np.where(rng > 0, rng, 1), 0)
+
+
+def _power_of_two_unit(vals):
+    """``1`` for values of ordinary magnitude; for tiny or huge ones (a range of 1e-320,
+    whose inverse overflows, or values near 1e300), the power of two that brings the
+    largest magnitude to [0.5, 1): scaling by it is exact, so distances keep their ties
+    and their order."""
+    top = float(np.max(np.abs(vals)))
+    if top == 0 or 2.0 ** -500 <= top <= 2.0 ** 500:
+        return 1.0
+    return float(np.ldexp(1.0, -np.frexp(top)[1]))
 
 
 def _fit_levels(spec, sub):
@@ -340,7 +360,7 @@ def _encode_numeric(spec, sub, n):
     """Block ``(n, n_columns)`` of values minus the training minimum (unscaled), missing
     rows (0 in the block), indicator flag, column scales."""
     vals = np.column_stack([_numeric_values(sub[c], spec.name) for c in spec.columns])
-    vals = vals - spec.lo
+    vals = vals * getattr(spec, "unit", 1.0) - spec.lo
     m = np.isnan(vals).any(axis=1)
     return np.where(m[:, None], 0.0, vals), m, False, spec.scale
 
