@@ -188,12 +188,30 @@ def _check_inputs(runs, evs, t_r, confounds):
 
             shape = load_img(run).shape
         else:                                   # header only: nilearn reads the data
-            shape = _load(run, f"bold_imgs[{r}]", read=False).shape
+            img = _load(run, f"bold_imgs[{r}]", read=False)
+            shape = img.shape
+            _check_header_tr(img, float(t_r), r)
         if len(shape) != 4:
             raise ValueError(f"bold_imgs[{r}] has shape {shape}: each BOLD run must be a 4D "
                              "image (x, y, z, scans).")
         n_scans.append(int(shape[3]))
     return n_scans
+
+
+def _check_header_tr(img, t_r, r):
+    """Warn when the run's header gives another repetition time than ``t_r`` (onsets in
+    seconds would then be placed at the wrong scans)."""
+    header = getattr(img, "header", None)
+    if header is None or not hasattr(header, "get_zooms") or len(header.get_zooms()) < 4:
+        return
+    tr = float(header.get_zooms()[3])
+    unit = header.get_xyzt_units()[1] if hasattr(header, "get_xyzt_units") else "sec"
+    tr = tr / 1000.0 if unit == "msec" else tr / 1e6 if unit == "usec" else tr
+    if tr > 0 and unit in ("sec", "msec", "usec") and abs(tr - t_r) > 0.01 * t_r:
+        warnings.warn(f"t_r={t_r:g} s, but the header of bold_imgs[{r}] gives a repetition "
+                      f"time of {tr:g} s: events would be placed at the wrong scans if t_r "
+                      "is wrong. Check the acquisition's TR (BIDS: RepetitionTime in the "
+                      "bold.json sidecar).", UserWarning, stacklevel=4)
 
 
 def _feature_columns(evs, feature_cols):
@@ -347,6 +365,7 @@ def _check_regressors(glm, nl_events, n_scans, labels):
                 fir_delays=[0] if glm.fir_delays is None else glm.fir_delays,
                 min_onset=glm.min_onset)
         names = list(pd.unique(ev["trial_type"]))
+        _check_distinct(design, names, labels, r)
         peak = {name: np.abs(design.loc[:, [c for c in design.columns if c == name or
                                              c.startswith(name + "_")]].to_numpy()).max()
                 for name in names}
@@ -360,6 +379,33 @@ def _check_regressors(glm, nl_events, n_scans, labels):
                 f"largest regressor): its response falls outside the {n} scans, so its beta "
                 "would be meaningless. Check the onsets (seconds from the first scan) and "
                 "t_r, or drop the event.")
+
+
+#: correlation above which two regressors of interest cannot be told apart
+_TWIN_REGRESSORS = 0.999
+
+
+def _check_distinct(design, names, labels, r):
+    """Refuse two regressors of interest that are (nearly) the same column: events with
+    the same onset and duration get betas that are not estimable apart (nilearn's
+    singular-design warning, which its fit repeats, is otherwise all that says so)."""
+    cols = [c for c in names if c in design.columns]
+    if len(cols) < 2:
+        return
+    X = design[cols].to_numpy(dtype=float)
+    X = X - X.mean(axis=0)
+    norm = np.linalg.norm(X, axis=0)
+    ok = norm > 0
+    C = (X[:, ok].T @ X[:, ok]) / np.outer(norm[ok], norm[ok])
+    np.fill_diagonal(C, 0)
+    a, b = np.unravel_index(np.argmax(C), C.shape)
+    if C[a, b] > _TWIN_REGRESSORS:
+        kept = [c for c, k in zip(cols, ok) if k]
+        raise ValueError(
+            f"events[{r}]: the regressors of {labels[kept[a]]} and {labels[kept[b]]} are the "
+            f"same (correlation {C[a, b]:.4f}; e.g. the same onset and duration): their "
+            "betas cannot be estimated apart. Merge the two events, fix their timing, or "
+            "use model='condition'.")
 
 
 def _fit_maps(glm, runs, nl_events, confounds, regressors):

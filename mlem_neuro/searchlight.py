@@ -419,6 +419,14 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=No
         distance=options.distance, runs_from=runs_from)
     limg = _check_3d(labels_img, "labels_img")
     given = np.unique(np.asarray(limg.dataobj))
+    fractional = given[np.isfinite(given) & (given != np.round(given))]
+    if len(fractional):
+        raise ValueError(
+            f"labels_img holds {len(fractional)} non-integer values (e.g. "
+            f"{fractional[:3].tolist()}): it looks like a continuous map (a statistic, a "
+            "probability), not an atlas of integer labels, and every distinct value would "
+            "become a region. Threshold it into labels first (e.g. "
+            "nilearn.image.math_img('(img > 0.5) * 1', img=...)).")
     if limg.shape != img4d.shape[:3] or not np.allclose(limg.affine, img4d.affine, atol=1e-4):
         limg = resample_to_img(limg, img4d.slicer[..., 0], interpolation="nearest",
                                force_resample=True, copy_header=True)

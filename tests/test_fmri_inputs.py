@@ -1,0 +1,58 @@
+"""fMRI inputs that used to pass silently: a TR that disagrees with the header, events
+whose regressors are identical, a continuous map given as an atlas."""
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+nib = pytest.importorskip("nibabel")
+pytest.importorskip("nilearn")
+
+import mlem_neuro  # noqa: E402
+from mlem_neuro.fmri import trial_images  # noqa: E402
+
+from test_fmri import T_R, _no_fit, simulate_runs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return simulate_runs()
+
+
+def test_a_t_r_other_than_the_headers_warns(sim, monkeypatch):
+    runs, events, _, _, mask = sim
+    _no_fit(monkeypatch)
+    tagged = []
+    for img in runs:
+        img = nib.Nifti1Image(np.asarray(img.dataobj), img.affine)
+        img.header.set_xyzt_units("mm", "sec")
+        img.header.set_zooms((*img.header.get_zooms()[:3], 3.0))
+        tagged.append(img)
+    with pytest.warns(UserWarning, match=r"t_r=2 s, but the header of bold_imgs\[0\] gives "
+                      r"a repetition time of 3 s"), pytest.raises(AssertionError):
+        trial_images(tagged, events, T_R, mask_img=mask)
+    with warnings.catch_warnings():                    # the header's own TR: no warning
+        warnings.simplefilter("error", UserWarning)
+        with pytest.raises(AssertionError, match="fitted before"):
+            trial_images(tagged, events, 3.0, mask_img=mask)
+
+
+def test_events_with_identical_regressors_are_refused(sim, monkeypatch):
+    runs, events, _, _, mask = sim
+    _no_fit(monkeypatch)
+    twin = [ev.copy() for ev in events]
+    twin[1].loc[3, ["onset", "duration"]] = twin[1].loc[2, ["onset", "duration"]].to_numpy()
+    with pytest.raises(ValueError, match=r"events\[1\]: the regressors of the trial in row "
+                       r"2 .* and the trial in row 3 .* are the same"):
+        trial_images(runs, twin, T_R, mask_img=mask)
+
+
+def test_a_continuous_map_is_not_an_atlas(sim):
+    rng = np.random.default_rng(0)
+    imgs = nib.Nifti1Image(rng.standard_normal((3, 3, 2, 12)).astype("float32"),
+                           sim[0][0].affine)
+    table = pd.DataFrame({"c": np.tile(list("xyz"), 4)})
+    labels = nib.Nifti1Image(rng.uniform(0, 1, (3, 3, 2)), sim[0][0].affine)
+    with pytest.raises(ValueError, match="non-integer values .* continuous map"):
+        mlem_neuro.mlem_roi(imgs, table, labels, cv=2)
