@@ -310,3 +310,19 @@ def test_group_interactions_found_only_where_the_code_interacts(interaction):
     else:
         assert gain > 0.04
         assert len(sig) == 1 and sig[0][4:].all() and not sig[0][:4].any()
+
+
+def test_results_at_different_levels_or_with_undefined_values_are_refused(group):
+    other = subject(9, terms=("a", "b"))
+    mine = [subject(s, terms=("a", "b")) for s in range(3)]
+    for r in mine:
+        r.settings["level"] = "feature"
+    other.settings["level"] = "term"
+    with pytest.raises(ValueError, match="level='term' and result 0 at level='feature'"):
+        permutation_cluster_test(mine + [other], "a")
+    nan = subject(5, terms=("a", "b"))
+    nan.settings["level"] = "feature"
+    nan.fold_importance[:, 3, 0] = np.nan
+    with pytest.raises(ValueError, match=r"a is undefined \(NaN\) in 1 subject\(s\) \(e.g. "
+                       r"result 3\) at 1 time point\(s\) \(index \[3\]\)"):
+        permutation_cluster_test(mine + [nan], "a")

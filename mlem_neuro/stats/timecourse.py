@@ -152,6 +152,12 @@ def _check_results(results, term, measure, additive=None):
         if list(r.terms) != list(ref.terms):
             raise ValueError(f"result {k} has different terms from result 0 ({r.terms} vs "
                              f"{ref.terms}); use the same features for every subject.")
+        levels = (r.settings.get("level"), ref.settings.get("level"))
+        if levels[0] != levels[1]:
+            raise ValueError(f"result {k} measured importance at level={levels[0]!r} and "
+                             f"result 0 at level={levels[1]!r}: a feature's total effect "
+                             "and its own term are different quantities even under one "
+                             "name; analyse every subject at the same level.")
     if additive is not None:
         additive = _as_results(additive, "additive")
     every = results + (additive or [])
@@ -168,13 +174,27 @@ def _check_results(results, term, measure, additive=None):
         raise ValueError(f"additive is used by measure='interactions' only; got "
                          f"measure={measure!r}")
     if measure == "score":
-        return results, "score", np.stack([r.score for r in results])
+        return results, "score", _finite(np.stack([r.score for r in results]), "score")
     if term is None:
         raise ValueError(f"name the term to test; terms are {ref.terms}")
     if term not in ref.terms:
         raise ValueError(f"unknown term {term!r}; terms are {ref.terms}")
     k = ref.terms.index(term)
-    return results, term, np.stack([r.importance[:, k] for r in results])
+    return results, term, _finite(np.stack([r.importance[:, k] for r in results]), term)
+
+
+def _finite(data, what):
+    """Refuse undefined (NaN) values of subjects' results: a group test cannot read them
+    as 0 or drop them silently."""
+    bad = np.isnan(data)
+    if bad.any():
+        subjects, times = np.flatnonzero(bad.any(axis=1)), np.flatnonzero(bad.any(axis=0))
+        raise ValueError(f"{what} is undefined (NaN) in {len(subjects)} subject(s) (e.g. "
+                         f"result {subjects[0]}) at {len(times)} time point(s) (index "
+                         f"{times[:5].tolist()}): their neural distances were all equal "
+                         "there. Crop those times from every result, or leave those "
+                         "subjects out.")
+    return data
 
 
 @verbose
