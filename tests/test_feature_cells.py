@@ -30,3 +30,18 @@ def test_the_same_values_as_numbers_are_accepted():
     table = pd.DataFrame({"x": (t - t.min()).dt.total_seconds(),
                           "b": rng.integers(0, 2, 12).astype(bool)})
     MLEM(max_steps=5).fit(rng.standard_normal((12, 3)), table)
+
+
+def test_epochs_features_named_by_an_array_or_index_of_column_names():
+    mne = pytest.importorskip("mne")
+    rng = np.random.default_rng(0)
+    meta = pd.DataFrame({"a": rng.integers(0, 2, 20).astype(bool),
+                         "b": pd.Categorical(rng.integers(0, 3, 20).astype(str))})
+    epochs = mne.EpochsArray(rng.standard_normal((20, 3, 4)), mne.create_info(3, 100.0, "eeg"),
+                             metadata=meta, verbose="ERROR")
+    kw = dict(cv=2, max_steps=3, random_state=0, verbose="ERROR")
+    for names in (np.array(["a", "b"]), pd.Index(["a", "b"])):
+        assert mlem_neuro.mlem_epochs(epochs, features=names, **kw).terms == ["a", "b"]
+    # per-epoch labels (one string per epoch, not column names) are still values
+    labels = np.array(["x", "y"] * 10)
+    assert mlem_neuro.mlem_epochs(epochs, features=labels, **kw).terms == ["f0"]

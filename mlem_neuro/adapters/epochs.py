@@ -189,6 +189,11 @@ def epochs_feature_table(epochs, features=None):
         return features_from_events(epochs)
     if isinstance(features, str):
         features = [features]
+    if (isinstance(features, (np.ndarray, pd.Index)) and features.ndim == 1
+            and all(isinstance(c, str) for c in features)
+            and (len(features) != n or meta is not None
+                 and all(c in meta.columns for c in features))):
+        features = list(features)             # column names given as an array or Index
     if isinstance(features, (list, tuple)) and all(isinstance(c, str) for c in features):
         if len(features) == 0:
             raise ValueError("features is an empty list; name at least one column.")
