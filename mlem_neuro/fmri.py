@@ -181,21 +181,51 @@ def _check_inputs(runs, evs, t_r, confounds):
         raise ValueError(f"t_r must be the repetition time in seconds (> 0); got {t_r!r}")
     if confounds is not None and len(confounds) != len(runs):
         raise ValueError(f"{len(runs)} run(s) but {len(confounds)} confounds table(s).")
-    n_scans = []
+    n_scans, grids = [], []
     for r, run in enumerate(runs):
         if isinstance(run, (list, tuple)):      # one run given as a list of 3D images
-            from nilearn.image import load_img
-
-            shape = load_img(run).shape
+            img = _run_of_volumes(run, r)
         else:                                   # header only: nilearn reads the data
             img = _load(run, f"bold_imgs[{r}]", read=False)
-            shape = img.shape
             _check_header_tr(img, float(t_r), r)
+        shape = img.shape
         if len(shape) != 4:
             raise ValueError(f"bold_imgs[{r}] has shape {shape}: each BOLD run must be a 4D "
                              "image (x, y, z, scans).")
         n_scans.append(int(shape[3]))
+        grids.append((tuple(shape[:3]), np.asarray(img.affine)))
+        if not (grids[r][0] == grids[0][0] and np.allclose(grids[r][1], grids[0][1],
+                                                            atol=1e-4)):
+            raise ValueError(
+                f"bold_imgs[{r}] is on another grid than bold_imgs[0] (shape {shape[:3]} vs "
+                f"{grids[0][0]}, or another affine): the runs' betas must share one grid. "
+                "Resample the runs to one grid first (e.g. nilearn.image.resample_to_img), "
+                "or realign them in preprocessing.")
+    if confounds is not None:
+        for r, (table, n) in enumerate(zip(confounds, n_scans)):
+            rows = (len(table) if isinstance(table, (pd.DataFrame, np.ndarray))
+                    else None)                  # a file: nilearn reads and checks it
+            if rows is not None and rows != n:
+                raise ValueError(f"confounds[{r}] has {rows} rows but bold_imgs[{r}] has "
+                                 f"{n} scans: give one confounds row per scan of its run.")
     return n_scans
+
+
+def _run_of_volumes(volumes, r):
+    """One run given as a list of 3D images, checked to share one grid."""
+    from nilearn.image import load_img
+
+    from .adapters.nifti import _load
+
+    loaded = [_load(v, f"bold_imgs[{r}][{k}]", read=False) for k, v in enumerate(volumes)]
+    for k, img in enumerate(loaded):
+        if img.shape[:3] != loaded[0].shape[:3] or not np.allclose(img.affine,
+                                                                   loaded[0].affine,
+                                                                   atol=1e-4):
+            raise ValueError(f"bold_imgs[{r}][{k}] (shape {img.shape}) is on another grid than "
+                             f"bold_imgs[{r}][0] (shape {loaded[0].shape}): the volumes of a "
+                             "run must share one grid.")
+    return load_img(volumes)
 
 
 def _check_header_tr(img, t_r, r):

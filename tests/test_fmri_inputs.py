@@ -9,10 +9,10 @@ import pytest
 nib = pytest.importorskip("nibabel")
 pytest.importorskip("nilearn")
 
+from test_fmri import T_R, _no_fit, simulate_runs  # noqa: E402
+
 import mlem_neuro  # noqa: E402
 from mlem_neuro.fmri import trial_images  # noqa: E402
-
-from test_fmri import T_R, _no_fit, simulate_runs  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +56,24 @@ def test_a_continuous_map_is_not_an_atlas(sim):
     labels = nib.Nifti1Image(rng.uniform(0, 1, (3, 3, 2)), sim[0][0].affine)
     with pytest.raises(ValueError, match="non-integer values .* continuous map"):
         mlem_neuro.mlem_roi(imgs, table, labels, cv=2)
+
+
+def test_runs_on_other_grids_and_confounds_of_another_length_are_refused(sim, monkeypatch):
+    runs, events, _, _, mask = sim
+    _no_fit(monkeypatch)
+    affine = runs[1].affine.copy()
+    affine[0, 3] += 5.0                                    # shifted by 5 mm
+    shifted = nib.Nifti1Image(np.asarray(runs[1].dataobj), affine)
+    with pytest.raises(ValueError, match=r"bold_imgs\[1\] is on another grid"):
+        trial_images([runs[0], shifted], events, T_R, mask_img=mask)
+    n = runs[0].shape[3]
+    confounds = [pd.DataFrame({"motion": np.zeros(n)}),
+                 pd.DataFrame({"motion": np.zeros(n - 3)})]
+    with pytest.raises(ValueError, match=rf"confounds\[1\] has {n - 3} rows but bold_imgs\[1\] "
+                       rf"has {n} scans"):
+        trial_images(runs, events, T_R, mask_img=mask, confounds=confounds)
+    volumes = [nib.Nifti1Image(np.asarray(runs[0].dataobj)[..., k], runs[0].affine)
+               for k in range(n)]
+    volumes[5] = nib.Nifti1Image(np.zeros((2, 2, 2), "float32"), runs[0].affine)
+    with pytest.raises(ValueError, match=r"bold_imgs\[0\]\[5\] .* is on another grid"):
+        trial_images([volumes, runs[1]], events, T_R, mask_img=mask)
