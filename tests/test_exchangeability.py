@@ -106,6 +106,10 @@ def test_analysis_reports_an_untestable_test_as_nan_with_a_warning():
     assert np.isnan(res.pvalues[:, k]).all() and np.isnan(res.pvalues_fwe[:, k]).all()
     assert not np.isnan(res.pvalues[:, res.tests.index("cond")]).any()
     assert "nested" in res.settings["untestable_tests"]["half"]
+    assert "nested" in res.untestable_tests["half"] and "not testable: ['half']" in repr(res)
+    frame = res.to_data_frame()
+    assert frame.loc[frame.term == "half", "test_note"].str.contains("nested").all()
+    assert (frame.loc[frame.term == "cond", "test_note"] == "").all()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
         marginal = mlem_neuro.mlem_array(data, table, groups=run, cv=2, n_null=5,

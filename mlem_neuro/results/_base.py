@@ -285,7 +285,17 @@ class BaseResult:
                 if test not in self.terms:
                     for name, p in kinds:
                         data[f"{test}_{name}"] = np.repeat(p[:, k], T)
+            untestable = self.untestable_tests
+            if untestable:          # why a term's p-values are NaN
+                data["test_note"] = np.tile([untestable.get(t, "") for t in self.terms], M)
         return pd.DataFrame(data)
+
+    @property
+    def untestable_tests(self):
+        """``{test: reason}`` of the tests whose null could not move what they test (a
+        feature nested in the others, or constant within every group): their p-values are
+        NaN, not 1 (empty when every test could be run)."""
+        return dict(self.settings.get("untestable_tests") or {})
 
     def _term_pvalues(self, p):
         """``(M, n_terms)`` p-values of each term's test (NaN for terms without one)."""
@@ -362,8 +372,10 @@ class BaseResult:
 
     def __repr__(self):
         M, T = self.importance.shape
+        note = (f", not testable: {sorted(self.untestable_tests)}" if self.untestable_tests
+                else "")
         return (f"<{type(self).__name__} | {M} models, {T} terms, {self.n_folds} fold(s), "
-                f"mean score {np.nanmean(self.score):.3f}>")
+                f"mean score {np.nanmean(self.score):.3f}{note}>")
 
 
 def _new_file_mode():
