@@ -62,3 +62,14 @@ def warm_up(device):
     Xn = X[:, :3] + np.arange(20)[:, None]                   # numeric: per-pair path too
     MLEM(device=device, max_steps=5, random_state=0).fit(X, Xn)
     sync(device)
+
+
+def wilson(count, n):
+    """Wilson 95 % interval ``(low, high)`` of a rate ``count / n`` (scipy's binomial test;
+    NaN when ``n`` is 0)."""
+    from scipy.stats import binomtest
+
+    if n == 0:
+        return float("nan"), float("nan")
+    ci = binomtest(int(count), int(n)).proportion_ci(method="wilson")
+    return float(ci.low), float(ci.high)

@@ -32,19 +32,10 @@ import warnings
 
 import numpy as np
 import torch
+from _common import wilson
 
 import mlem_neuro
 from mlem_neuro.simulation import simulate_epochs
-
-
-def wilson(count, n, z=1.959963984540054):
-    """Wilson score interval of a binomial proportion ``count / n`` (95 % by default)."""
-    if n == 0:
-        return float("nan"), float("nan")
-    p = count / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def noise_dataset(seed, n_trials=40, n_channels=16, n_times=10, n_features=3):

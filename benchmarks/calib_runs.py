@@ -39,20 +39,10 @@ import warnings
 import numpy as np
 import pandas as pd
 import torch
+from _common import wilson
 from sklearn.model_selection import GroupKFold
 
 import mlem_neuro
-
-
-def wilson(k, n, z=1.96):
-    """Wilson 95 % interval of a rate ``k / n``."""
-    if n == 0:
-        return (np.nan, np.nan)
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return mid - half, mid + half
 
 
 def block_design(seed, n_runs=8, levels=4, units=40, models=4, offset=1.0, drift=1.0,
