@@ -278,17 +278,21 @@ def check_out(out, overwrite, patterns=RESULT_PATTERNS):
 
 @contextlib.contextmanager
 def _deferred_interrupts():
-    """Hold Ctrl-C (SIGINT) and SIGTERM back for the duration (main thread, POSIX): the
-    few renames that swap result sets then run to their end."""
-    if (not hasattr(signal, "pthread_sigmask")
-            or threading.current_thread() is not threading.main_thread()):
+    """Hold Ctrl-C (SIGINT) back for the duration (main thread only): the few renames that
+    swap result sets run to their end, then the interrupt is raised.  The Python handler
+    is swapped for one that records the signal (blocking the signal in the main thread
+    alone would not do: another thread of the process may receive it)."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 def _publish(out, write):

@@ -1050,9 +1050,21 @@ def test_the_swap_of_result_sets_holds_ctrl_c_back():
 
     from mlem_neuro.cli import _deferred_interrupts
 
+    import threading
+    import time
+
+    # another thread of the process may be the one the signal is delivered to
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
     done = []
-    with pytest.raises(KeyboardInterrupt):
-        with _deferred_interrupts():
-            os.kill(os.getpid(), signal.SIGINT)
-            done.append("renames finished")
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with _deferred_interrupts():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                done.append("renames finished")
+    finally:
+        stop.set()
+        other.join()
     assert done == ["renames finished"]

@@ -292,7 +292,7 @@ class BaseResult:
 
     @property
     def untestable_tests(self):
-        """``{test: reason}`` of the tests whose null could not move what they test (a
+        """The ``{test: reason}`` of the tests whose null could not move what they test (a
         feature nested in the others, or constant within every group): their p-values are
         NaN, not 1 (empty when every test could be run)."""
         return dict(self.settings.get("untestable_tests") or {})
