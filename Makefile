@@ -32,4 +32,4 @@ clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache mlem_neuro/core/_ctrain*.so
 
 demo: $(STAMP)
-	$(VENV)/bin/mlem-neuro demo --out mlem_demo
+	$(VENV)/bin/mlem-neuro demo --out mlem_demo --overwrite

@@ -166,6 +166,7 @@ def run_demo(out, paper=False, seed=0, n_seeds=10, log=print):
     from .simulation import simulate_epochs
     from .time_resolved import mlem_array
 
+    start = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     seeds = f"seeds {seed}-{seed + n_seeds - 1}"
@@ -210,6 +211,7 @@ def run_demo(out, paper=False, seed=0, n_seeds=10, log=print):
     log(f"Wrote {out / 'simulation.png'}, {out / 'time_resolved.png'}, "
         f"{out / 'simulation.csv'}, {out / 'time_resolved_mlem.npz'}")
     log(f"Report: {path}")
+    log(f"Done in {time.perf_counter() - start:.0f} s on {os.cpu_count()} CPU core(s)")
     return path
 
 

@@ -156,3 +156,16 @@ def test_readme_fmri_block_runs(tmp_path, monkeypatch):
     assert category[:3].mean() > category[3:].mean()
     assert len(roi.score) == 2                                   # one model per region
     assert roi.score[0] > roi.score[1]
+
+
+def test_make_demo_can_run_twice_and_says_how_long_it_took(tmp_path, capsys):
+    """``make demo`` replaces its own output folder (--overwrite) and reports its time."""
+    from mlem_neuro.cli import main
+
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"mlem-neuro demo --out mlem_demo --overwrite", makefile)
+    argv = ["demo", "--out", str(tmp_path / "demo"), "--seeds", "1", "--overwrite"]
+    for _ in range(2):
+        assert main(argv) == 0
+        assert re.search(r"Done in \d+ s on \d+ CPU core", capsys.readouterr().out)
+    assert (tmp_path / "demo" / "report.html").exists()
