@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ._docs import short_doc
+from ._provenance import describe as describe_provenance
 from .core.options import CROSSVALIDATED_DISTANCES, HELD_OUT_PAIRS, NULLS
 
 EXIT_USAGE = 2
@@ -642,6 +643,7 @@ def run_epochs(args):
     summary = _peak_summary(res, lambda k: f"at {res.times[k]:.3f} s")
     print(f"Spearman rho ({_score_kind(args, groups)}{_items_note(res)}): {summary}")
     _print_tests(res, "time points")
+    print(f"Computed with {describe_provenance(res.provenance)}")
 
 
 # ---------------------------------------------------------------------- searchlight
@@ -836,6 +838,7 @@ def run_searchlight(args):
     print(f"Spearman rho ({_score_kind(args, 'run' if args.group_runs else None)}"
           f"{_items_note(res)}): {summary}")
     _print_tests(res, "spheres")
+    print(f"Computed with {describe_provenance(res.provenance)}")
 
 
 # ------------------------------------------------------------------------------ main

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .._docs import fill_doc
+from .._provenance import collect as collect_provenance
 from ..core.memory import memory_budget
 from ..core.options import jsonable
 from ..stats.familywise import familywise_over_tests
@@ -96,6 +97,9 @@ class BaseResult:
             raise ValueError(f"n_iter must have shape (folds, models) = {(F, M)}; got "
                              f"{self.n_iter.shape}")
         self._set_tests(tests, pvalues, pvalues_fwe, M)
+        #: what the result was computed with (versions, platform, device): collected now,
+        #: or read back from the file (:mod:`mlem_neuro._provenance`)
+        self.provenance = collect_provenance(self.settings.get("device"))
 
     def _set_tests(self, tests, pvalues, pvalues_fwe, M):
         given = [x is not None for x in (tests, pvalues, pvalues_fwe)]
@@ -313,7 +317,8 @@ class BaseResult:
         for name in self._extra_arrays:
             arrays[name] = np.asarray(getattr(self, name))
         meta = dict(terms=self.terms, feature_names=self.feature_names,
-                    settings=jsonable(self.settings), extra=self._extra_meta())
+                    settings=jsonable(self.settings), extra=self._extra_meta(),
+                    provenance=jsonable(self.provenance))
         if self.tests is not None:
             arrays.update(pvalues=self.pvalues, pvalues_fwe=self.pvalues_fwe)
             meta["tests"] = self.tests
@@ -329,10 +334,13 @@ class BaseResult:
         # files written before the tests existed have none of these entries
         tests = dict(tests=meta.get("tests"), pvalues=arrays.get("pvalues"),
                      pvalues_fwe=arrays.get("pvalues_fwe"))
-        return cls(fold_importance=arrays["fold_importance"], fold_score=arrays["fold_score"],
-                   fold_weights=arrays["fold_weights"], n_iter=arrays["n_iter"],
-                   terms=meta["terms"], feature_names=meta["feature_names"],
-                   settings=meta["settings"], **tests, **extra_arrays, **meta["extra"])
+        res = cls(fold_importance=arrays["fold_importance"], fold_score=arrays["fold_score"],
+                  fold_weights=arrays["fold_weights"], n_iter=arrays["n_iter"],
+                  terms=meta["terms"], feature_names=meta["feature_names"],
+                  settings=meta["settings"], **tests, **extra_arrays, **meta["extra"])
+        # files written before provenance was recorded have none: {} (unknown)
+        res.provenance = meta.get("provenance") or {}
+        return res
 
     def save(self, fname, overwrite=False):
         """Save to a ``.npz`` file, readable with :func:`mlem_neuro.read_result`.
@@ -374,6 +382,9 @@ class BaseResult:
         M, T = self.importance.shape
         note = (f", not testable: {sorted(self.untestable_tests)}" if self.untestable_tests
                 else "")
+        versions = (self.provenance or {}).get("versions", {})
+        if versions.get("mlem_neuro"):
+            note += f", mlem_neuro {versions['mlem_neuro']}"
         return (f"<{type(self).__name__} | {M} models, {T} terms, {self.n_folds} fold(s), "
                 f"mean score {np.nanmean(self.score):.3f}{note}>")
 

@@ -1,0 +1,56 @@
+"""What a result was computed with: versions, platform, device (``result.provenance``).
+
+Recorded when a result is created and saved with it, so a result read back says which
+software and machine made it.  Versions are read from the installed distributions
+(``importlib.metadata``), without importing optional packages.
+"""
+from __future__ import annotations
+
+import functools
+import platform
+import sys
+from importlib import metadata
+
+#: distributions whose version a result records (``None`` when not installed).
+PACKAGES = ("mlem_neuro", "numpy", "scipy", "torch", "torchsort", "pandas", "scikit-learn",
+            "joblib", "mne", "nilearn", "nibabel")
+
+
+@functools.lru_cache(maxsize=None)
+def _version(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def collect(device=None):
+    """The provenance of a result computed now on ``device`` (a dict of JSON values).
+
+    Keys: ``versions`` (each of :data:`PACKAGES`), ``python``, ``platform``, ``machine``,
+    ``device`` (as the analysis was asked to run), ``torch_cuda`` (the CUDA version torch
+    was built with, ``None`` for a CPU build) and ``compiled_training`` (whether the
+    package's compiled training loop was installed, which the CPU uses for grouped
+    designs; otherwise torch or numpy train).
+    """
+    from .core import ctrain
+
+    torch_cuda = None
+    if "torch" in sys.modules:
+        torch_cuda = getattr(sys.modules["torch"].version, "cuda", None)
+    return dict(versions={name: _version(name) for name in PACKAGES},
+                python=platform.python_version(), platform=platform.platform(),
+                machine=platform.machine(),
+                device=None if device is None else str(device), torch_cuda=torch_cuda,
+                compiled_training=bool(ctrain.built()))
+
+
+def describe(provenance):
+    """One line for a summary: ``"mlem_neuro 0.x, torch 2.y (cpu), python 3.z"``."""
+    if not provenance:
+        return "provenance not recorded (a file written before it was)"
+    versions = provenance.get("versions", {})
+    device = provenance.get("device") or "cpu"
+    return (f"mlem_neuro {versions.get('mlem_neuro')}, torch {versions.get('torch')} "
+            f"({device}), numpy {versions.get('numpy')}, python {provenance.get('python')} "
+            f"on {provenance.get('platform')}")

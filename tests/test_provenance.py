@@ -1,0 +1,60 @@
+"""Every result says what it was computed with, saves it and reads it back."""
+import numpy as np
+import pandas as pd
+import pytest
+
+import mlem_neuro
+from mlem_neuro import read_result
+
+
+@pytest.fixture(scope="module")
+def result():
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({"a": np.tile([True, False], 10)})
+    return mlem_neuro.mlem_array(rng.standard_normal((20, 3, 2)), table, cv=2,
+                                 max_steps=3, random_state=0, verbose="ERROR")
+
+
+def test_results_record_versions_platform_and_device(result):
+    import numpy
+    import torch
+
+    prov = result.provenance
+    assert prov["versions"]["numpy"] == numpy.__version__
+    assert prov["versions"]["torch"] == torch.__version__
+    assert prov["versions"]["mlem_neuro"] == mlem_neuro.__version__
+    assert prov["device"] == "cpu" and prov["torch_cuda"] == torch.version.cuda
+    assert isinstance(prov["compiled_training"], bool) and prov["python"]
+    assert f"mlem_neuro {mlem_neuro.__version__}" in repr(result)
+
+
+def test_provenance_is_saved_and_read_back_and_old_files_say_unknown(result, tmp_path):
+    import json
+
+    fname = result.save(tmp_path / "p_mlem.npz")
+    back = read_result(fname)
+    assert back.provenance == result.provenance
+    # a file written before provenance existed: read back as unknown ({}), not as now
+    with np.load(fname) as f:
+        entries = {k: f[k] for k in f.files}
+    header = json.loads(str(entries.pop("__header__")))
+    header.pop("provenance")
+    with open(tmp_path / "old_mlem.npz", "wb") as f:
+        np.savez(f, __header__=np.array(json.dumps(header)), **entries)
+    assert read_result(tmp_path / "old_mlem.npz").provenance == {}
+
+
+def test_the_command_line_summary_says_what_computed_it(tmp_path, capsys):
+    mne = pytest.importorskip("mne")
+    from mlem_neuro.cli import main
+
+    rng = np.random.default_rng(0)
+    meta = pd.DataFrame({"a": np.tile([True, False], 10)})
+    mne.EpochsArray(rng.standard_normal((20, 3, 4)) * 1e-6, mne.create_info(3, 100.0, "eeg"),
+                    metadata=meta, verbose="ERROR").save(tmp_path / "x-epo.fif",
+                                                         verbose="ERROR")
+    assert main(["epochs", str(tmp_path / "x-epo.fif"), "--features", "a", "--cv", "2",
+                 "--max-steps", "3", "--n-permutations", "1",
+                 "--out", str(tmp_path / "o")]) == 0
+    assert f"Computed with mlem_neuro {mlem_neuro.__version__}, torch" in \
+        capsys.readouterr().out
