@@ -1047,11 +1047,10 @@ def test_interrupted_overwrite_keeps_the_old_set(epochs_file, tmp_path, monkeypa
 def test_the_swap_of_result_sets_holds_ctrl_c_back():
     import os
     import signal
-
-    from mlem_neuro.cli import _deferred_interrupts
-
     import threading
     import time
+
+    from mlem_neuro.cli import _deferred_interrupts
 
     # another thread of the process may be the one the signal is delivered to
     stop = threading.Event()
