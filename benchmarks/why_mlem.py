@@ -15,7 +15,8 @@ every dataset three families of test ask whether each feature is encoded:
 Designs (``--only``), each with its own noise ``X ~ N(0, 1)`` and a random unit pattern
 ``v ~ N(0, 1)`` (24 units) carrying the code ``X += amplitude * code[:, None] * v``:
 
-* ``one``: one balanced binary feature ``A``, ``code = A`` (RSA should match MLEM).
+* ``one``: one balanced binary feature ``A``, ``code = A`` (RSA should match MLEM);
+  ``weak``: the same at a smaller amplitude (power off the ceiling).
 * ``correlated``: ``A`` encoded as above; ``B`` equals ``A`` on a random 70 % of the
   stimuli and is a fair coin elsewhere, and is not encoded: the rate at which each method
   declares ``B`` significant is its false-positive rate for a feature that only tracks an
@@ -59,8 +60,8 @@ N_STIM, N_UNITS = 48, 24
 N_NULL = 99            # MLEM's nulls
 N_PERM = 999           # Mantel permutations
 ALPHA = 0.05
-AMPLITUDE = dict(one=0.35, correlated=0.35, xor=0.5, saturating=1.0)
-DESIGNS = ("one", "correlated", "xor", "saturating")
+AMPLITUDE = dict(one=0.35, weak=0.22, correlated=0.35, xor=0.5, saturating=1.0)
+DESIGNS = ("one", "weak", "correlated", "xor", "saturating")
 MLEM_SETTINGS = {"MLEM": dict(), "MLEM 2x20": dict(cv=2, n_repeats=20)}
 
 
@@ -218,8 +219,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", type=int, default=60)
     p.add_argument("--only", nargs="+", default=[*DESIGNS, "recovery"])
-    p.add_argument("--recovery-seeds", type=int, default=40)
-    p.add_argument("--noise", type=float, nargs="+", default=[0.5, 1.0])
+    p.add_argument("--recovery-seeds", type=int, default=100)
+    p.add_argument("--noise", type=float, nargs="+", default=[0.5, 1.0, 2.0])
     p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "why_mlem"))
     p.add_argument("--report", action="store_true")
     args = p.parse_args()
