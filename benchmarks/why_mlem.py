@@ -229,10 +229,9 @@ def main():
         report(args.out)
         return
     torch.set_num_threads(1)
-    for seed in range(args.datasets):        # designs interleaved: a stopped run is balanced
-        for design in args.only:
-            if design == "recovery":
-                continue
+    designs = [d for d in args.only if d != "recovery"]
+    for seed in range(args.datasets if designs else 0):   # designs interleaved: balanced
+        for design in designs:
             fname = os.path.join(args.out, f"tests_{design}_{seed:04d}.csv")
             if os.path.exists(fname):
                 continue
