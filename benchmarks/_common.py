@@ -6,6 +6,7 @@ and kernel loading, so :func:`warm_up` runs a tiny fit first (not timed).
 """
 import resource
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -73,3 +74,20 @@ def wilson(count, n):
         return float("nan"), float("nan")
     ci = binomtest(int(count), int(n)).proportion_ci(method="wilson")
     return float(ci.low), float(ci.high)
+
+
+#: the shared Haxby 2001 copy (subject 1, 25 mm), beside the repository
+HAXBY = (Path(__file__).resolve().parents[2] / "shared" / "data" / "haxby2001_sub001_25mm"
+         / "sub001")
+
+
+def haxby_runs():
+    """``(bold, events, mask)`` of the shared Haxby copy: the 12 runs' BOLD and events
+    paths and the brain mask image; exits with a message when the copy is absent."""
+    import nibabel as nib
+
+    if not HAXBY.exists():
+        raise SystemExit(f"shared Haxby data not found at {HAXBY}")
+    bold = [HAXBY / f"BOLD/task001_run{r:03d}/bold_25mm.nii.gz" for r in range(1, 13)]
+    events = [HAXBY / f"BOLD/task001_run{r:03d}/bold_events.tsv" for r in range(1, 13)]
+    return bold, events, nib.load(HAXBY / "masks/25mm/brain.nii.gz")

@@ -18,18 +18,14 @@ data (``../shared/data`` beside the repository).
 import argparse
 import time
 import warnings
-from pathlib import Path
 
-import nibabel as nib
 import numpy as np
 import torch
+from _common import haxby_runs
 from sklearn.model_selection import GroupKFold
 
 import mlem_neuro
 from mlem_neuro.fmri import trial_images
-
-HAXBY = (Path(__file__).resolve().parents[2] / "shared" / "data" / "haxby2001_sub001_25mm"
-         / "sub001")
 
 
 def run_one(imgs, feats, mask, run, args, label, **kw):
@@ -61,11 +57,7 @@ def main():
     parser.add_argument("--n-repeats", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    if not HAXBY.exists():
-        raise SystemExit(f"shared Haxby data not found at {HAXBY}")
-    bold = [HAXBY / f"BOLD/task001_run{r:03d}/bold_25mm.nii.gz" for r in range(1, 13)]
-    events = [HAXBY / f"BOLD/task001_run{r:03d}/bold_events.tsv" for r in range(1, 13)]
-    mask = nib.load(HAXBY / "masks/25mm/brain.nii.gz")
+    bold, events, mask = haxby_runs()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         imgs, table = trial_images(bold, events, t_r=2.5, mask_img=mask)

@@ -11,26 +11,19 @@ numbers are on the options page (``standardize``).  Needs the shared data
     python benchmarks/haxby_standardize.py
 """
 import time
-from pathlib import Path
 
 import nibabel as nib
 import numpy as np
 import torch
+from _common import HAXBY, haxby_runs
 
 import mlem_neuro
 from mlem_neuro.fmri import trial_images
 
-HAXBY = (Path(__file__).resolve().parents[2] / "shared" / "data" / "haxby2001_sub001_25mm"
-         / "sub001")
-
 
 def main():
     torch.set_num_threads(1)
-    if not HAXBY.exists():
-        raise SystemExit(f"shared Haxby data not found at {HAXBY}")
-    bold = [HAXBY / f"BOLD/task001_run{r:03d}/bold_25mm.nii.gz" for r in range(1, 13)]
-    events = [HAXBY / f"BOLD/task001_run{r:03d}/bold_events.tsv" for r in range(1, 13)]
-    mask = nib.load(HAXBY / "masks/25mm/brain.nii.gz")
+    bold, events, mask = haxby_runs()
     brain = np.asarray(mask.dataobj) > 0
     raw, table = trial_images(bold, events, t_r=2.5, mask_img=mask, standardize=None)
     run = table.index.get_level_values("run").to_numpy()
