@@ -51,10 +51,9 @@ import numpy as np
 import pandas as pd
 import torch
 from _common import wilson
-from scipy import stats
-from scipy.spatial.distance import pdist, squareform
 
 import mlem_neuro
+from mlem_neuro import rsa
 
 N_STIM, N_UNITS = 48, 24
 N_NULL = 99            # MLEM's nulls
@@ -95,44 +94,14 @@ def make(design, seed, amplitude=None):
     return X[:, :, None], table, encoded
 
 
-def model_rdm(column):
-    """Pair distances of one feature: 0/1 for a categorical one, |difference| for numeric."""
-    if column.dtype.kind in "fiu":
-        return pdist(column.to_numpy(float)[:, None], "cityblock")
-    codes = pd.factorize(column)[0]
-    return pdist(codes[:, None], "hamming")
-
-
-def _z(a):
-    a = a - a.mean(axis=-1, keepdims=True)
-    return a / np.linalg.norm(a, axis=-1, keepdims=True)
-
-
 def mantel_tests(X, table, seed):
     """Mantel and partial Mantel p-values of every feature (one-sided, greater), the same
-    ``N_PERM`` permutations of the stimuli for all."""
-    n = X.shape[0]
-    ranks = squareform(stats.rankdata(pdist(X)))
-    rng = np.random.default_rng(seed)
-    perms = np.stack([np.arange(n)] + [rng.permutation(n) for _ in range(N_PERM)])
-    iu = np.triu_indices(n, 1)
-    # a permuted matrix keeps its values, so the ranks of the permuted RDM are permuted ranks
-    neural = np.stack([ranks[np.ix_(p, p)][iu] for p in perms])       # (1 + N_PERM, pairs)
-    models = {name: stats.rankdata(model_rdm(table[name])) for name in table.columns}
+    ``N_PERM`` permutations of the stimuli for all (:func:`mlem_neuro.rsa.mantel_tests`)."""
+    frame = rsa.mantel_tests(X, table, N_PERM, seed)
     out = {}
-    for name, m in models.items():
-        rho = _z(neural) @ _z(m)
-        out[("Mantel", name)] = float((1 + (rho[1:] >= rho[0] - 1e-12).sum()) / (1 + N_PERM))
-        others = [models[o] for o in models if o != name]
-        if not others:
-            out[("partial Mantel", name)] = out[("Mantel", name)]
-            continue
-        Q, _ = np.linalg.qr(np.column_stack([np.ones(len(m))] + others))
-        m_res = m - Q @ (Q.T @ m)
-        n_res = neural - (neural @ Q) @ Q.T
-        rho = _z(n_res) @ _z(m_res)
-        out[("partial Mantel", name)] = float(
-            (1 + (rho[1:] >= rho[0] - 1e-12).sum()) / (1 + N_PERM))
+    for name, row in frame.iterrows():
+        out[("Mantel", name)] = row["p"]
+        out[("partial Mantel", name)] = row["p_partial"]
     return out
 
 
