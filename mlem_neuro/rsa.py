@@ -20,8 +20,19 @@ __all__ = ["mantel_tests", "model_rdm"]
 
 
 def model_rdm(column):
-    """Condensed model RDM of one feature column: 0/1 for a categorical feature,
-    ``|difference|`` for a numeric one."""
+    """Condensed model RDM of one feature column.
+
+    Parameters
+    ----------
+    column : Series | array (n_stimuli,)
+        The feature's value of each stimulus.
+
+    Returns
+    -------
+    ndarray (n_stimuli * (n_stimuli - 1) / 2,)
+        0/1 (differ or not) for a categorical feature, ``|difference|`` for a numeric
+        one, in :func:`scipy.spatial.distance.pdist` order.
+    """
     column = pd.Series(column)
     if column.dtype.kind in "fiu":
         return pdist(column.to_numpy(float)[:, None], "cityblock")
@@ -46,6 +57,7 @@ def mantel_tests(X, table, n_permutations=999, random_state=None):
     n_permutations : int
         Permutations of the stimuli (the same ones for every feature).
     random_state : None | int | numpy Generator
+        Seeds the permutations.
 
     Returns
     -------
