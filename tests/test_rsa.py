@@ -27,11 +27,13 @@ def test_rho_is_spearman_of_the_neural_and_model_rdms():
 
 def test_partial_mantel_does_not_credit_a_feature_that_only_tracks_the_encoded_one():
     """B copies A on 80 % of stimuli and is not encoded: Mantel finds it, partial Mantel
-    (A removed) does not (ground truth; 20 datasets, p < 0.05 counts)."""
+    (A removed) mostly does not (ground truth; 20 datasets, p < 0.05 counts).  Measured
+    over five blocks of 20 seeds: Mantel 20 of 20 in each, partial Mantel 0-5 (4 for
+    seeds 0-19; it is somewhat liberal, about 0.13 in benchmarks/why_mlem.py)."""
     plain = partial = 0
     for seed in range(20):
         X, table = _data(seed, 1.0, correlated=True)
         out = mantel_tests(X, table, n_permutations=99, random_state=seed)
         plain += out.loc["B", "p"] < 0.05
         partial += out.loc["B", "p_partial"] < 0.05
-    assert plain >= 15 and partial <= 4
+    assert plain >= 15 and partial <= 8
