@@ -40,7 +40,6 @@ from .core.memory import memory_budget
 from .core.metric import term_index, term_names
 from .core.neural import NeuralTargets
 from .core.nulls import (
-    exchange_units,
     null_design,
     null_permutations,
     permutation_pvalues,
@@ -546,11 +545,15 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     # before any fit, with what they do to the importances and tests
     # (a marginal test can move a nested feature: only the importances' sharing is said)
     conditional = opts.null == "conditional"
-    findings = diagnose_design(table, opts.feature_space().fit(table), groups)
+    space = opts.feature_space().fit(table)
+    findings = diagnose_design(table, space, groups)
     warn_design(findings, opts.n_null if conditional else 0, stacklevel=7)
     # features whose untestable conditional test the diagnostics have already explained
     said = {name for f in findings if conditional and f.kind != "correlated"
             for name in (f.features if f.kind == "duplicate" else f.features[:1])}
+    # how the stimuli are exchangeable (groups: runs or items), for nulls and held-out pairs
+    enc_all = space.transform(table)
+    design = null_design(enc_all, space.kinds_, groups, opts.null)
     # random K-fold splits of the stimuli (not runs, not the user's own splits)
     random_split = _int_cv(opts.cv) and groups is None
     layout, names, flat = [], None, {}
@@ -564,12 +567,13 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
         # results do not depend on chunk_size or n_jobs
         layout.append((f, enc_train, enc_test, train, test, int(rng.integers(2**63 - 1))))
     _warn_flat(flat, random_split)
-    held = held_out_columns(opts.held_out_pairs, folds, groups, table, opts)
+    held = held_out_columns(opts.held_out_pairs, folds, groups, design.mode)
+    untestable = {}
     if opts.n_null:
         _check_test_names(names)
+        untestable = _warn_untestable(design, said)
     # drawn after the folds' seeds: the observed results do not depend on n_null
-    null, untestable = (_draw_nulls(opts, table, rng, groups, said) if opts.n_null
-                        else (None, {}))
+    null = _draw_nulls(opts, enc_all, design, rng) if opts.n_null else None
     plans = _null_plans(layout, table, opts, null)
     layout = [(f, sl, *rest, plans[f]) for f, *rest in layout
               for sl in _chunk_slices(M, len(rest[2]), opts.chunk_size, opts.n_jobs,
@@ -707,15 +711,15 @@ def _interaction_test(source, table, opts, groups, seed):
                                 random_state=seed, progress=progress)
 
 
-def held_out_columns(choice, folds, groups, table, options):
+def held_out_columns(choice, folds, groups, mode):
     """Per fold, the columns (of :func:`~mlem_neuro.core.pairs.pair_indices` over its
     held-out stimuli) of the pairs that score it, or ``None`` for every pair.
 
     ``choice`` is the ``held_out_pairs`` option: ``"all"``; ``"between_groups"`` (pairs
     of stimuli of different ``groups``; a fold holding one group is refused); ``"auto"``:
-    between groups when ``groups`` are given, vary in the features within a group (runs,
-    not items: :func:`~mlem_neuro.core.nulls.exchange_units`) and every held-out fold
-    holds two groups or more, else every pair.
+    between groups when ``groups`` are given, vary in the features within a group
+    (``mode == "within"``: runs, not items, :func:`~mlem_neuro.core.nulls.exchange_units`)
+    and every held-out fold holds two groups or more, else every pair.
     """
     if choice == "all" or groups is None:
         if choice == "between_groups":
@@ -725,8 +729,7 @@ def held_out_columns(choice, folds, groups, table, options):
     groups = np.asarray(groups)
     per_fold = [len(np.unique(groups[te])) for _, te in folds]
     if choice == "auto":
-        space = options.feature_space().fit(table)
-        if exchange_units(space.transform(table), groups) != "within" or min(per_fold) < 2:
+        if mode != "within" or min(per_fold) < 2:
             return [None] * len(folds)
     elif min(per_fold) < 2:
         k = per_fold.index(min(per_fold))
@@ -742,25 +745,25 @@ def held_out_columns(choice, folds, groups, table, options):
     return out
 
 
-def _draw_nulls(opts, table, rng, groups=None, said=()):
-    """The relabellings of every test (drawn once per analysis, after the folds, so the
-    observed results do not depend on ``n_null``), within ``groups``, and the tests that
-    cannot move (``name -> reason``; warned about here, unless named in ``said``: the
-    design diagnostics have explained them)."""
-    space = opts.feature_space().fit(table)
+def _warn_untestable(design, said=()):
+    """Warn about the tests of ``design`` whose null cannot move what they test, unless
+    named in ``said`` (the design diagnostics explained them); their ``name -> reason``."""
+    for name, why in design.untestable.items():
+        if name not in said:
+            warnings.warn(f"the permutation test of {name!r} is not testable: {why}. Its "
+                          "p-values are NaN.", UserWarning, stacklevel=7)
+    return dict(design.untestable)
+
+
+def _draw_nulls(opts, enc, design, rng):
+    """The relabellings of every test (:class:`~mlem_neuro.core.nulls.NullDesign`),
+    drawn once per analysis, after the folds, so the observed results do not depend on
+    ``n_null``."""
     null_rng = np.random.default_rng(int(rng.integers(2**63 - 1)))
-    enc = space.transform(table)
-    design = null_design(enc, space.kinds_, groups, opts.null)
     if design.mode is not None:
         logger.info("permutation tests: %s", "stimuli relabelled within their group"
                     if design.mode == "within" else "groups (items) exchanged whole")
-    for name, why in design.untestable.items():
-        if name in said:
-            continue
-        warnings.warn(f"the permutation test of {name!r} is not testable: {why}. Its "
-                      "p-values are NaN.", UserWarning, stacklevel=7)
-    perms = null_permutations(enc, space.kinds_, opts.n_null, null_rng, design=design)
-    return perms, dict(design.untestable)
+    return null_permutations(enc, None, opts.n_null, null_rng, design=design)
 
 
 def _check_test_names(names):
@@ -901,7 +904,8 @@ def _timed(results, n_total, workers, desc):
             first = time.perf_counter() - start
             total = first * n_total / max(1, min(workers, n_total))
             message = (f"MLEM ({desc}): the first of {n_total} chunks took {first:.1f} s; "
-                       f"the analysis will take about {total / 60:.1f} min in all")
+                       f"all of them will take about {total / 60:.1f} min (the test of "
+                       "interactions, when it runs, comes on top)")
             if total > LONG_RUN_SECONDS:
                 warnings.warn(message + " (fewer nulls, n_jobs or a categorical design "
                               "make permutation tests cheaper: see the performance page).",

@@ -204,7 +204,7 @@ def test_null_statistics_are_those_of_the_relabelled_table(monkeypatch, interact
     n = len(table)
     rng = np.random.default_rng(6)
     perms = np.stack([np.stack([rng.permutation(n) for _ in range(2)]) for _ in range(4)])
-    monkeypatch.setattr(crossval, "_draw_nulls", lambda opts, table, rng, groups, said: (perms, {}))
+    monkeypatch.setattr(crossval, "_draw_nulls", lambda opts, enc, design, rng: perms)
     calls = []
     real = fastnull.null_statistics
     monkeypatch.setattr(fastnull, "null_statistics",

@@ -60,7 +60,7 @@ def test_numeric_null_statistics_are_those_of_the_relabelled_table(monkeypatch, 
     rng = np.random.default_rng(1)
     perms = np.stack([np.stack([rng.permutation(n) for _ in range(3)]) for _ in range(3)])
     monkeypatch.setattr(crossval, "_draw_nulls",
-                        lambda opts, table, rng, groups, said: (perms, {}))
+                        lambda opts, enc, design, rng: perms)
     stacks = []
     real = fastnull.fit_grouped
     monkeypatch.setattr(fastnull, "fit_grouped",
