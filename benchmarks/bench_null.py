@@ -46,6 +46,9 @@ def main():
                         help="feature C numeric (uniform values; A and B stay binary): the "
                              "grid's null models, which relabel the data")
     parser.add_argument("--level", default="feature", choices=["feature", "term"])
+    parser.add_argument("--cv", type=int, default=5)
+    parser.add_argument("--n-repeats", default="1",
+                        help="n_repeats of every run (an int or 'auto')")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--n-jobs", type=int, default=None,
                         help="n_jobs of every run (worker processes; wall time then drops "
@@ -62,13 +65,15 @@ def main():
     if args.numeric:
         table = table.assign(C=np.random.default_rng(0).uniform(size=len(table)))
     batch_size = int(args.batch_size) if args.batch_size.isdigit() else args.batch_size
-    kw = dict(times=times, level=args.level, cv=5, batch_size=batch_size, device=args.device,
+    n_repeats = int(args.n_repeats) if args.n_repeats.isdigit() else args.n_repeats
+    kw = dict(times=times, level=args.level, cv=args.cv, n_repeats=n_repeats,
+              batch_size=batch_size, device=args.device,
               n_jobs=args.n_jobs, lr=args.lr, patience=args.patience, tol=args.tol,
               random_state=0)
     print(describe(args.device))
     print(f"{args.n_trials} trials x {args.n_channels} channels x {args.n_times} time points, "
           f"features {list(table.columns)} ({'C numeric' if args.numeric else 'binary'}), "
-          f"level={args.level!r}, cv=5, "
+          f"level={args.level!r}, cv={args.cv}, n_repeats={n_repeats!r}, "
           f"batch_size={batch_size!r}, n_jobs={args.n_jobs}, lr={args.lr:g}, "
           f"patience={args.patience}, tol={args.tol:g}")
     runs = []

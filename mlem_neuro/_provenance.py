@@ -1,8 +1,10 @@
 """What a result was computed with: versions, platform, device (``result.provenance``).
 
 Recorded when a result is created and saved with it, so a result read back says which
-software and machine made it.  Versions are read from the installed distributions
-(``importlib.metadata``), without importing optional packages.
+software and machine made it.  A package already imported reports its own
+``__version__`` (what runs, also from a source checkout or beside an older installed
+copy); the others are read from the installed distributions (``importlib.metadata``),
+without importing optional packages.
 """
 from __future__ import annotations
 
@@ -16,8 +18,21 @@ PACKAGES = ("mlem_neuro", "numpy", "scipy", "torch", "torchsort", "pandas", "sci
             "joblib", "mne", "nilearn", "nibabel")
 
 
-@functools.lru_cache(maxsize=None)
+#: import names of the distributions whose names differ
+_MODULES = {"scikit-learn": "sklearn"}
+
+
 def _version(name):
+    if name == "mlem_neuro":
+        from ._version import __version__
+        return __version__
+    module = sys.modules.get(_MODULES.get(name, name))
+    version = getattr(module, "__version__", None)
+    return str(version) if isinstance(version, str) else _installed_version(name)
+
+
+@functools.lru_cache(maxsize=None)
+def _installed_version(name):
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:

@@ -1,4 +1,6 @@
 """Every result says what it was computed with, saves it and reads it back."""
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -58,3 +60,20 @@ def test_the_command_line_summary_says_what_computed_it(tmp_path, capsys):
                  "--out", str(tmp_path / "o")]) == 0
     assert f"Computed with mlem_neuro {mlem_neuro.__version__}, torch" in \
         capsys.readouterr().out
+
+
+def test_versions_are_those_that_run_not_those_installed(monkeypatch):
+    """From a source checkout (or beside an older installed copy) the installed
+    distributions' metadata disagree with what runs: the imported modules' versions win."""
+    import numpy
+    import torch
+
+    from mlem_neuro import _provenance
+
+    monkeypatch.setattr(_provenance, "_installed_version", lambda name: "0.0.stale")
+    monkeypatch.delitem(sys.modules, "nibabel", raising=False)
+    versions = _provenance.collect()["versions"]
+    assert versions["mlem_neuro"] == mlem_neuro.__version__
+    assert versions["numpy"] == numpy.__version__ and versions["torch"] == torch.__version__
+    # a package that is not imported is read from its metadata
+    assert versions["nibabel"] == "0.0.stale"
