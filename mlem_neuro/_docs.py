@@ -370,12 +370,17 @@ n_permutations : int
 
 # --------------------------------------------------------------------------------- P
 docdict["n_repeats"] = """
-n_repeats : int
-    Repeat an int ``cv`` with new random folds (default 1): ``n_repeats × cv`` folds,
-    whose means give the importance and the score (repeated K-fold; the result's fold
-    arrays hold every fold).  Each repetition costs one more analysis.  It averages out
-    which stimuli happen to be held out together, the main source of noise in importance
-    with few held-out pairs per fold (measured on the method page).
+n_repeats : "auto" | int
+    Repeat an int ``cv`` with new random folds: ``n_repeats × cv`` folds, whose means
+    give the importance and the score (repeated K-fold; the result's fold arrays hold
+    every fold).  Each repetition costs one more analysis.  It averages out which stimuli
+    happen to be held out together, the main source of noise in importance with few
+    held-out pairs per fold (measured on the method page).  ``"auto"`` chooses it from
+    the number of stimuli ``n`` (items with ``items``): about ``20 * (200 / n) ** 2``
+    folds in all, between 20 and 100 (with ``cv=2``: 10 repeats at 200 stimuli or more,
+    28 at 120, 50 at 90 or fewer), so the training costs about the same at any ``n``;
+    one repeat when ``cv`` is not an int.  The number used is recorded in
+    ``settings["n_repeats_used"]``.
 """
 
 docdict["null"] = """

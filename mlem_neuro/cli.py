@@ -37,7 +37,7 @@ import numpy as np
 
 from ._docs import short_doc
 from ._provenance import describe as describe_provenance
-from .core.options import CROSSVALIDATED_DISTANCES, HELD_OUT_PAIRS, NULLS
+from .core.options import CROSSVALIDATED_DISTANCES, HELD_OUT_PAIRS, NULLS, MLEMOptions
 
 EXIT_USAGE = 2
 
@@ -552,6 +552,10 @@ def _batch_size(text):
     return text if text in ("auto", "full") else int(text)
 
 
+def _n_repeats(text):
+    return "auto" if text == "auto" else _positive_int(text)
+
+
 def _numeric_levels(text):
     if text in ("auto", "none"):
         return None if text == "none" else text
@@ -935,28 +939,29 @@ def _cv_folds(text):
 
 
 def _add_analysis_options(p, what):
-    p.add_argument("--cv", type=_cv_folds, default=5,
+    d = MLEMOptions()           # the defaults, defined once
+    p.add_argument("--cv", type=_cv_folds, default=d.cv,
                    help=f"cross-validation folds over {what}; 0: none, the score is then "
                         "in-sample (optimistic)")
-    p.add_argument("--n-permutations", type=_positive_int, default=10,
+    p.add_argument("--n-permutations", type=_positive_int, default=d.n_permutations,
                    help="permutations per term for the permutation importance")
-    p.add_argument("--null", choices=NULLS, default="conditional",
+    p.add_argument("--null", choices=NULLS, default=d.null,
                    help="the question of each feature's permutation test (--n-null): "
                         "conditional (does it matter given the other features?) or "
                         "marginal (does it matter at all?)")
-    p.add_argument("--held-out-pairs", choices=HELD_OUT_PAIRS, default="auto",
+    p.add_argument("--held-out-pairs", choices=HELD_OUT_PAIRS, default=d.held_out_pairs,
                    help="held-out pairs that score each fold: auto (pairs between runs "
                         "when the runs are groups), all, between_groups")
-    p.add_argument("--level", choices=("feature", "term"), default="feature",
+    p.add_argument("--level", choices=("feature", "term"), default=d.level,
                    help="importance per feature (total effect, identifiable) or per term "
                         "(f and f:g; not identifiable when every feature is categorical)")
-    p.add_argument("--constraint", choices=("spd", "diagonal", "none"), default="spd",
+    p.add_argument("--constraint", choices=("spd", "diagonal", "none"), default=d.constraint,
                    help="metric W: spd (MLEM), diagonal (FR-RSA), none (FR-RSA-I)")
     p.add_argument("--no-interactions", action="store_true",
                    help="report main effects only (no feature:feature interaction terms)")
     p.add_argument("--n-jobs", type=int, default=None,
                    help="parallel jobs (joblib; -1: every core) (default: one job)")
-    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
+    p.add_argument("--device", default=d.device, help="torch device, e.g. cpu or cuda")
     p.add_argument("--seed", type=int, default=0,
                    help="random seed (folds, training batches, permutations)")
     p.add_argument("--feature-kinds", type=_feature_kinds, default=None,
@@ -979,16 +984,13 @@ def _add_analysis_options(p, what):
                         "or per feature (default: 0, the paper's choice)")
     chunk_key = "chunk_size_time" if what == "trials" else "chunk_size_spheres"
     # help: the first sentence of the API's docdict entry
-    for flag, key, kind, default in (("--lr", "lr", float, 0.03),
-                                     ("--max-steps", "max_steps", int, 1000),
-                                     ("--patience", "patience", int, 50),
-                                     ("--tol", "tol", float, 1e-4),
-                                     ("--batch-size", "batch_size", _batch_size, "auto"),
-                                     ("--numeric-levels", "numeric_levels", _numeric_levels,
-                                      "auto"),
-                                     ("--chunk-size", chunk_key, int, None),
-                                     ("--n-null", "n_null", int, 0),
-                                     ("--n-repeats", "n_repeats", int, 1)):
+    for flag, key, kind in (("--lr", "lr", float), ("--max-steps", "max_steps", int),
+                            ("--patience", "patience", int), ("--tol", "tol", float),
+                            ("--batch-size", "batch_size", _batch_size),
+                            ("--numeric-levels", "numeric_levels", _numeric_levels),
+                            ("--chunk-size", chunk_key, int), ("--n-null", "n_null", int),
+                            ("--n-repeats", "n_repeats", _n_repeats)):
+        default = getattr(d, "chunk_size" if key == chunk_key else key)
         p.add_argument(flag, type=kind, default=default, help=short_doc(key))
     p.add_argument("--out", required=True, help="output folder (created if needed)")
     p.add_argument("--overwrite", action="store_true",

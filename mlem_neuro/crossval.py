@@ -211,6 +211,32 @@ def _int_cv(cv):
     return isinstance(cv, (numbers.Integral, np.integer)) and not isinstance(cv, bool)
 
 
+#: ``n_repeats="auto"``: the number of folds ``cv x n_repeats`` aimed at with
+#: :data:`AUTO_REFERENCE_STIMULI` stimuli or more, and the most with few stimuli; in
+#: between it grows as ``1 / n**2``, so that the training cost (pairs x folds) stays about
+#: that of the reference (measured: ``benchmarks/power_defaults.py``, the method page).
+AUTO_FOLDS = (20, 100)
+AUTO_REFERENCE_STIMULI = 200
+
+
+def resolve_n_repeats(n_repeats, cv, n):
+    """The number of repetitions of ``cv`` that an analysis of ``n`` stimuli runs.
+
+    An int is returned as given.  ``"auto"`` gives 1 unless ``cv`` is an int (a splitter
+    or explicit folds are used once), else ``round(F / cv)`` (at least 1), with ``F``
+    folds: ``20 * (200 / n) ** 2`` clipped to [20, 100] (:data:`AUTO_FOLDS`).  With
+    ``cv=2``: 10 repeats at 200 stimuli or more, 18 at 150, 28 at 120, 43 at 96, 50 at 90
+    or fewer.
+    """
+    if not (isinstance(n_repeats, str) and n_repeats == "auto"):
+        return int(n_repeats)
+    if not _int_cv(cv):
+        return 1
+    low, high = AUTO_FOLDS
+    folds = min(high, max(low, low * (AUTO_REFERENCE_STIMULI / max(int(n), 1)) ** 2))
+    return max(1, int(round(folds / int(cv))))
+
+
 def check_cv(cv, n, rng, groups=None, n_repeats=1, usable=None):
     """Folds ``[(train, test), ...]`` of ``n`` stimuli from ``cv`` (validated).
 
@@ -220,9 +246,11 @@ def check_cv(cv, n, rng, groups=None, n_repeats=1, usable=None):
     K-fold splits, one after the other: ``n_repeats × cv`` folds.  ``usable(train,
     test)`` (an int ``cv`` without groups) says whether a fold can be used: a random split
     with an unusable fold is drawn again (up to :data:`MAX_SPLIT_DRAWS` times), so a
-    split that works is the one that would have been drawn anyway.
+    split that works is the one that would have been drawn anyway.  ``n_repeats="auto"``
+    is resolved by :func:`resolve_n_repeats`.
     """
     groups = check_groups(groups, n)
+    n_repeats = resolve_n_repeats(n_repeats, cv, n)
     if cv is None:
         idx = np.arange(n)
         return [(idx, idx)]
@@ -860,6 +888,8 @@ def result_settings(options, out, groups=None, **extra):
                     batch_size_used=[int(b) for b in out.batch_size],
                     converged_fraction=float(np.mean(out.converged)))
     settings["held_out_pairs_used"] = out.held_out_pairs
+    if _int_cv(options.cv):             # what n_repeats="auto" (or an int) gave
+        settings["n_repeats_used"] = len(out.folds) // int(options.cv)
     if out.untestable:                  # why those tests' p-values are NaN
         settings["untestable_tests"] = dict(out.untestable)
     settings.update({k: jsonable(v) for k, v in extra.items()})

@@ -51,9 +51,9 @@ def test_repetitions_keep_groups_together():
 
 
 @pytest.mark.parametrize("kw, err, match", [
-    (dict(n_repeats=0), ValueError, "n_repeats must be an int >= 1"),
-    (dict(n_repeats=2.5), TypeError, "n_repeats must be an int"),
-    (dict(n_repeats=True), TypeError, "n_repeats must be an int"),
+    (dict(n_repeats=0), ValueError, "n_repeats must be .auto. or an int >= 1"),
+    (dict(n_repeats=2.5), TypeError, "n_repeats must be .auto. or an int"),
+    (dict(n_repeats=True), TypeError, "n_repeats must be .auto. or an int"),
     (dict(n_repeats=2, cv=None), ValueError, "repeats an int cv"),
     (dict(n_repeats=2, cv=[(np.arange(3, 40), np.arange(3))]), ValueError,
      "repeats an int cv"),

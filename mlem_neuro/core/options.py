@@ -205,6 +205,18 @@ def _numeric_levels(name, value):
     return int(value)
 
 
+def _n_repeats(name, value):
+    if isinstance(value, str) and value == "auto":
+        return value
+    hint = (" (repetitions of an int cv with new random folds; 'auto' chooses them from "
+            "the number of stimuli)")
+    if not _is_int(value):
+        raise TypeError(f"{name} must be 'auto' or an int >= 1; got {value!r}.{hint}")
+    if value < 1:
+        raise ValueError(f"{name} must be 'auto' or an int >= 1; got {value}.{hint}")
+    return int(value)
+
+
 #: one check per parameter name: ``check(name, value) -> normalised value``.
 CHECKS = {
     "batch_size": _batch_size,
@@ -228,7 +240,7 @@ CHECKS = {
                                "none)"),
     "n_permutations": _int_at_least(1),
     "null": _choice(NULLS),
-    "n_repeats": _int_at_least(1, " (repetitions of an int cv with new random folds)"),
+    "n_repeats": _n_repeats,
     "numeric_levels": _numeric_levels,
     "patience": _int_at_least(1),
     "random_state": _random_state,
@@ -281,7 +293,7 @@ class MLEMOptions:
     feature_groups: object = None
     missing_distance: object = 0.0
     cv: object = 5
-    n_repeats: int = 1
+    n_repeats: object = 1
     chunk_size: object = None
     n_jobs: object = None
     device: str = "cpu"
@@ -295,7 +307,8 @@ class MLEMOptions:
                   if f.name != "allow_precomputed"}
         for name, value in check_params(values, distances=distances).items():
             object.__setattr__(self, name, value)
-        if self.n_repeats > 1 and (self.cv is None or not _is_int(self.cv)):
+        if (_is_int(self.n_repeats) and self.n_repeats > 1
+                and (self.cv is None or not _is_int(self.cv))):
             raise ValueError(
                 f"n_repeats={self.n_repeats} repeats an int cv with new random folds; got "
                 f"cv={cv_description(self.cv)!r}. Use an int cv (e.g. cv=5), or build the "
