@@ -93,6 +93,20 @@ def eeglab_trials():
     return binned, table, times
 
 
+def n400_simulation(seed, amplitude=0.25):
+    """Simulated EEG with an N400-like effect: 120 word pairs x 32 channels, 10 ms samples
+    from -0.2 to 0.7 s; a binary ``length`` feature encoded at 100-200 ms and a binary
+    ``related`` feature at 300-500 ms (the effect whose curve is measured), each with a
+    random channel pattern of unit RMS, amplitude ``amplitude``, white noise of sd 1."""
+    from mlem_neuro.simulation import simulate_epochs
+
+    data, table, times = simulate_epochs(
+        n_trials=120, n_channels=32, n_times=91, sfreq=100.0, tmin=-0.2,
+        windows={"length": (0.1, 0.2), "related": (0.3, 0.5)}, amplitude=amplitude,
+        random_state=seed)
+    return data, table, times
+
+
 def weak_searchlight(seed, n=60, shape=(10, 10, 10), centre=(5, 5, 5), amp=0.3):
     """Simulated images: noise everywhere, binary feature "a" adds a fixed random pattern
     inside one 6 mm sphere (3 mm voxels), "b" encoded nowhere."""
@@ -180,7 +194,8 @@ def mlem_curves(data, table, times, cv, n_repeats, n_permutations, seed, items=N
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--settings", nargs="+", default=["5:1:10", "5:5:10", "5:5:50"],
-                        help="cv:n_repeats:n_permutations of each MLEM run")
+                        help="cv:n_repeats:n_permutations of each MLEM run (n_repeats may be "
+                             "'auto')")
     parser.add_argument("--groups", type=int, default=4,
                         help="pseudo-trials per object x position (IT units)")
     parser.add_argument("--seed", type=int, default=0)
@@ -190,14 +205,16 @@ def main():
                         choices=["euclidean", "cv_euclidean", "crossnobis"],
                         help="distance between items (with --items)")
     parser.add_argument("--recordings", nargs="+", default=["IT units", "EEGLAB"],
-                        choices=["IT units", "EEGLAB", "searchlight"])
+                        choices=["IT units", "EEGLAB", "N400 simulation", "searchlight"])
     parser.add_argument("--n-sims", type=int, default=10,
                         help="simulated datasets of the weak searchlight")
     add_optimiser_arguments(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    settings = [tuple(int(v) for v in s.split(":")) for s in args.settings]
-    loaders = {"IT units": lambda: it_units(args.groups), "EEGLAB": eeglab_trials}
+    settings = [tuple(v if v == "auto" else int(v) for v in s.split(":"))
+                for s in args.settings]
+    loaders = {"IT units": lambda: it_units(args.groups), "EEGLAB": eeglab_trials,
+               "N400 simulation": lambda: n400_simulation(args.seed)}
     recordings = {name: loaders[name]() for name in args.recordings if name in loaders}
     if "searchlight" in args.recordings:
         searchlight_peaks(settings, range(args.n_sims), lr=args.lr, patience=args.patience,

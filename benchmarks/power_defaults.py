@@ -39,8 +39,8 @@ ALPHA = 0.05
 N_NULL = 99
 N_PERM = 999
 #: (stimuli, units, amplitude of A, amplitudes of B)
-SIZES = {"48x24": (48, 24, 0.5, (0.0, 0.15, 0.22, 0.3)),
-         "96x48": (96, 48, 0.4, (0.0, 0.08, 0.12, 0.16))}
+SIZES = {"48x24": (48, 24, 0.5, (0.0, 0.2, 0.3, 0.4)),
+         "96x48": (96, 48, 0.4, (0.0, 0.1, 0.15, 0.2))}
 
 
 def make(n, units, a_A, a_B, seed):
@@ -57,7 +57,8 @@ def parse_setting(text):
     if text == "default":
         return {}
     cv, reps = text.split(":")
-    return dict(cv=int(cv), n_repeats=reps if reps == "auto" else int(reps))
+    return dict(cv=None if cv == "none" else int(cv),
+                n_repeats=reps if reps == "auto" else int(reps))
 
 
 def run_one(size, a_B, seed, settings):
@@ -102,7 +103,7 @@ def report(out):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", type=int, default=100)
-    p.add_argument("--null-datasets", type=int, default=200,
+    p.add_argument("--null-datasets", type=int, default=100,
                    help="datasets at a_B = 0 (calibration)")
     p.add_argument("--sizes", nargs="+", default=list(SIZES))
     p.add_argument("--settings", nargs="+", default=["5:1", "default"],

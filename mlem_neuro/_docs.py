@@ -61,23 +61,25 @@ constraint : {"spd", "diagonal", "none"}
 
 docdict["cv_images"] = """
 cv : None | int | scikit-learn splitter | iterable of (train, test)
-    Cross-validation over stimuli (images).  An int gives shuffled K-fold splits
-    seeded by ``random_state`` (:class:`~sklearn.model_selection.GroupKFold` folds with
-    ``groups``; without groups, a split with a fold that cannot be used, a feature
-    constant over its training images or held-out images alike in every feature, is
-    drawn again); a splitter receives ``groups``.  ``None`` trains and scores on all
-    images: **optimistic** (in-sample).  With trial-wise betas from several runs, pass
-    the runs as ``groups`` and an int ``cv`` smaller than the number of runs (grouped
-    k-fold, several runs held out per fold).  Not leave-one-run-out when every condition
-    occurs once per run: every held-out pair then differs in the condition, whose
-    importance is 0 by construction (a warning says so).
+    Cross-validation over stimuli (images).  An int (default 2, repeated ``n_repeats``
+    times) gives shuffled K-fold splits seeded by ``random_state``
+    (:class:`~sklearn.model_selection.GroupKFold` folds with ``groups``; a split with a
+    fold that cannot be used, a feature constant over its training images or held-out
+    images alike in every feature, is drawn again); a splitter receives ``groups``.
+    ``None`` trains and scores on all images: **optimistic** (in-sample).  With
+    trial-wise betas from several runs, pass the runs as ``groups`` and an int ``cv``
+    smaller than the number of runs (grouped k-fold, several runs held out per fold).
+    Not leave-one-run-out when every condition occurs once per run: every held-out
+    pair then differs in the condition, whose importance is 0 by construction (a
+    warning says so).
 """
 
 docdict["cv_trials"] = """
 cv : None | int | scikit-learn splitter | iterable of (train, test)
-    Cross-validation over trials: an int gives shuffled K-fold splits (default 5; a
-    split with a fold that cannot be used, a feature constant over its training trials
-    or held-out trials alike in every feature, is drawn again); also a scikit-learn
+    Cross-validation over trials: an int gives shuffled K-fold splits (default 2,
+    repeated ``n_repeats`` times; a split with a fold that cannot be used, a feature
+    constant over its training trials or held-out trials alike in every feature, is
+    drawn again); also a scikit-learn
     splitter or ``(train, test)`` index pairs.  Each fold's models
     are trained on pairs of training trials and scored / permuted on pairs of held-out
     trials; results keep every fold (means and spreads on the result).  ``None``
@@ -376,11 +378,13 @@ n_repeats : "auto" | int
     every fold).  Each repetition costs one more analysis.  It averages out which stimuli
     happen to be held out together, the main source of noise in importance with few
     held-out pairs per fold (measured on the method page).  ``"auto"`` chooses it from
-    the number of stimuli ``n`` (items with ``items``): about ``20 * (200 / n) ** 2``
-    folds in all, between 20 and 100 (with ``cv=2``: 10 repeats at 200 stimuli or more,
-    28 at 120, 50 at 90 or fewer), so the training costs about the same at any ``n``;
-    one repeat when ``cv`` is not an int.  The number used is recorded in
-    ``settings["n_repeats_used"]``.
+    the number of stimuli ``n`` (items with ``items``) and of models ``M`` (time points,
+    spheres, regions): ``20 (200 / n)**2 (100 / M)`` folds in all, between 12 and 100,
+    so the training costs about what 10 repeats of ``cv=2`` cost for 200 stimuli × 100
+    time points.  With ``cv=2``: 50 repeats for one region or a few time points, or for
+    100 time points of 90 stimuli or fewer; 10 for 100 time points of 200 stimuli; 6 for
+    a whole-brain searchlight.  One repeat when ``cv`` is not an int.  The number used is
+    recorded in ``settings["n_repeats_used"]``.
 """
 
 docdict["null"] = """

@@ -191,7 +191,7 @@ def run_demo(out, paper=False, seed=0, n_seeds=10, log=print):
         "C never)")
     data, features, times = simulate_epochs(n_trials=80, n_channels=20, n_times=45,
                                             sfreq=50.0, random_state=seed)
-    res = mlem_array(data, features, times=times, cv=5, random_state=seed)
+    res = mlem_array(data, features, times=times, random_state=seed)
     res.save(out / "time_resolved_mlem.npz", overwrite=True)
     fig_time = res.plot(show=False)
     fig_time.savefig(out / "time_resolved.png", dpi=110)

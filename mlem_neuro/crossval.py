@@ -211,46 +211,52 @@ def _int_cv(cv):
     return isinstance(cv, (numbers.Integral, np.integer)) and not isinstance(cv, bool)
 
 
-#: ``n_repeats="auto"``: the number of folds ``cv x n_repeats`` aimed at with
-#: :data:`AUTO_REFERENCE_STIMULI` stimuli or more, and the most with few stimuli; in
-#: between it grows as ``1 / n**2``, so that the training cost (pairs x folds) stays about
-#: that of the reference (measured: ``benchmarks/power_defaults.py``, the method page).
-AUTO_FOLDS = (20, 100)
-AUTO_REFERENCE_STIMULI = 200
+#: ``n_repeats="auto"``: the least and the most folds (``cv x n_repeats``) it gives
+AUTO_FOLDS = (12, 100)
+#: ... and its reference: :data:`AUTO_REFERENCE_FOLDS` folds for an analysis of
+#: ``AUTO_REFERENCE_STIMULI`` stimuli and ``AUTO_REFERENCE_MODELS`` models (time points,
+#: spheres); the training cost, about ``folds x stimuli**2 x models``, is kept at the
+#: reference's (measured: ``benchmarks/power_defaults.py``, ``bench_defaults_cost.py``)
+AUTO_REFERENCE_FOLDS, AUTO_REFERENCE_STIMULI, AUTO_REFERENCE_MODELS = 20, 200, 100
 
 
-def resolve_n_repeats(n_repeats, cv, n):
-    """The number of repetitions of ``cv`` that an analysis of ``n`` stimuli runs.
+def resolve_n_repeats(n_repeats, cv, n, n_models=1):
+    """The number of repetitions of ``cv`` that an analysis of ``n`` stimuli and
+    ``n_models`` models (time points, spheres, regions) runs.
 
     An int is returned as given.  ``"auto"`` gives 1 unless ``cv`` is an int (a splitter
-    or explicit folds are used once), else ``round(F / cv)`` (at least 1), with ``F``
-    folds: ``20 * (200 / n) ** 2`` clipped to [20, 100] (:data:`AUTO_FOLDS`).  With
-    ``cv=2``: 10 repeats at 200 stimuli or more, 18 at 150, 28 at 120, 43 at 96, 50 at 90
-    or fewer.
+    or explicit folds are used once), else ``round(F / cv)`` (at least 1) with
+    ``F = 20 (200 / n)**2 (100 / n_models)`` folds clipped to [12, 100]
+    (:data:`AUTO_FOLDS`): the training costs about what 10 repeats of ``cv=2`` cost for
+    200 stimuli x 100 time points.  With ``cv=2``: 50 repeats for one region or time point
+    of up to 900 stimuli, or 100 time points of 90 stimuli or fewer; 10 for 100 time
+    points of 200 stimuli; 6 for a whole-brain searchlight.
     """
     if not (isinstance(n_repeats, str) and n_repeats == "auto"):
         return int(n_repeats)
     if not _int_cv(cv):
         return 1
     low, high = AUTO_FOLDS
-    folds = min(high, max(low, low * (AUTO_REFERENCE_STIMULI / max(int(n), 1)) ** 2))
-    return max(1, int(round(folds / int(cv))))
+    folds = (AUTO_REFERENCE_FOLDS * (AUTO_REFERENCE_STIMULI / max(int(n), 1)) ** 2
+             * AUTO_REFERENCE_MODELS / max(int(n_models), 1))
+    return max(1, int(round(min(high, max(low, folds)) / int(cv))))
 
 
-def check_cv(cv, n, rng, groups=None, n_repeats=1, usable=None):
+def check_cv(cv, n, rng, groups=None, n_repeats=1, usable=None, n_models=1):
     """Folds ``[(train, test), ...]`` of ``n`` stimuli from ``cv`` (validated).
 
     With ``groups``, an int ``cv`` gives :class:`~sklearn.model_selection.GroupKFold`
     folds, a splitter receives the groups, and every fold is checked to keep each group
     on one side.  ``n_repeats > 1`` (an int ``cv`` only) draws that many independent
     K-fold splits, one after the other: ``n_repeats × cv`` folds.  ``usable(train,
-    test)`` (an int ``cv`` without groups) says whether a fold can be used: a random split
+    test)`` (an int ``cv``; with groups, repeated splits only) says whether a fold can be
+    used: a random split
     with an unusable fold is drawn again (up to :data:`MAX_SPLIT_DRAWS` times), so a
     split that works is the one that would have been drawn anyway.  ``n_repeats="auto"``
     is resolved by :func:`resolve_n_repeats`.
     """
     groups = check_groups(groups, n)
-    n_repeats = resolve_n_repeats(n_repeats, cv, n)
+    n_repeats = resolve_n_repeats(n_repeats, cv, n, n_models)
     if cv is None:
         idx = np.arange(n)
         return [(idx, idx)]
@@ -259,7 +265,8 @@ def check_cv(cv, n, rng, groups=None, n_repeats=1, usable=None):
             return [fold for _ in range(n_repeats)
                     for fold in _usable_split(n, int(cv), rng, usable)]
         folds = [fold for _ in range(n_repeats)
-                 for fold in _group_kfold(int(cv), groups, rng, n_repeats > 1)]
+                 for fold in _usable_group_split(int(cv), groups, rng, n_repeats > 1,
+                                                 usable)]
     elif hasattr(cv, "split"):
         folds = cv.split(np.zeros((n, 1)), None, groups)
     else:
@@ -281,6 +288,19 @@ def check_cv(cv, n, rng, groups=None, n_repeats=1, usable=None):
     if groups is not None:
         _check_groups_kept(out, groups)
     return out
+
+
+def _usable_group_split(cv, groups, rng, repeated, usable):
+    """One grouped K-fold split; with ``repeated`` (shuffled group folds), drawn again
+    while a fold is not ``usable``, as :func:`_usable_split` does for stimuli."""
+    first = list(_group_kfold(cv, groups, rng, repeated))
+    if not repeated or usable is None or all(usable(tr, te) for tr, te in first):
+        return first
+    for _ in range(2, MAX_SPLIT_DRAWS + 1):
+        split = list(_group_kfold(cv, groups, rng, repeated))
+        if all(usable(tr, te) for tr, te in split):
+            return split
+    return first
 
 
 def _usable_split(n, cv, rng, usable):
@@ -568,7 +588,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
         raise ValueError(f"the feature table has {len(table)} rows but the data have {n} "
                          "stimuli; they must match one-to-one.")
     rng = check_random_state(opts.random_state)
-    folds = check_cv(opts.cv, n, rng, groups, opts.n_repeats, fold_usable(opts, table))
+    folds = check_cv(opts.cv, n, rng, groups, opts.n_repeats, fold_usable(opts, table), M)
     # nested, duplicate, collinear features (and features constant within groups): said
     # before any fit, with what they do to the importances and tests
     # (a marginal test can move a nested feature: only the importances' sharing is said)

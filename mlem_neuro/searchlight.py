@@ -206,7 +206,7 @@ def _average_items(X, items):
 @verbose
 @fill_doc
 def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0, *,
-                     groups=None, items=None, partitions=None, cv=5, n_repeats=1,
+                     groups=None, items=None, partitions=None, cv=2, n_repeats="auto",
                      standardize=None,
                      n_permutations=10, n_null=0,
                      null="conditional", held_out_pairs="auto", level="feature", constraint="spd",
@@ -282,7 +282,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     >>> imgs, table = mlem_neuro.fmri.trial_images(runs, events, t_r=2.0,
     ...                                            mask_img=mask)       # doctest: +SKIP
     >>> res = mlem_neuro.mlem_searchlight(imgs, table[["category", "animate"]], mask,
-    ...                                   radius=6.0, cv=5, n_jobs=4,
+    ...                                   radius=6.0, n_jobs=4,
     ...                                   random_state=0)                # doctest: +SKIP
     >>> res.plot("category")                                            # doctest: +SKIP
     >>> res.to_nifti().to_filename("sub-01_importance.nii.gz")          # doctest: +SKIP
@@ -339,7 +339,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
 @verbose
 @fill_doc
 def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=None,
-             partitions=None, cv=5, n_repeats=1, standardize=None, n_permutations=10, n_null=0,
+             partitions=None, cv=2, n_repeats="auto", standardize=None, n_permutations=10, n_null=0,
              null="conditional", held_out_pairs="auto",
              level="feature",
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,

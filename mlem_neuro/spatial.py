@@ -214,7 +214,7 @@ def crossval_spacetime_sq_distances(data, neighbourhoods, items, partitions,
 @fill_doc
 def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmin=None,
               tmax=None, decim=1, window=None, groups=None, items=None, partitions=None,
-              cv=5, n_repeats=1,
+              cv=2, n_repeats="auto",
               n_permutations=10, n_null=0,
               null="conditional", held_out_pairs="auto", level="feature", constraint="spd",
               interactions=True,

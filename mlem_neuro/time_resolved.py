@@ -150,7 +150,7 @@ def _crossvalidated_source(data, items, partitions, options):
 @fill_doc
 def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=None,
                tmax=None, decim=1, window=None, scale=True, groups=None, items=None,
-               partitions=None, cv=5, n_repeats=1, n_permutations=10, n_null=0,
+               partitions=None, cv=2, n_repeats="auto", n_permutations=10, n_null=0,
                null="conditional", held_out_pairs="auto",
                level="feature", constraint="spd",
                interactions=True,
@@ -273,8 +273,8 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
 @verbose
 @fill_doc
 def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1, *,
-                window=None, scale=True, groups=None, items=None, partitions=None, cv=5,
-                n_repeats=1, n_permutations=10, n_null=0,
+                window=None, scale=True, groups=None, items=None, partitions=None, cv=2,
+                n_repeats="auto", n_permutations=10, n_null=0,
                 null="conditional", held_out_pairs="auto", spatial_radius=None,
                 level="feature", constraint="spd", interactions=True, feature_kinds=None,
                 feature_groups=None, missing_distance=0.0, distance="euclidean",

@@ -172,7 +172,7 @@ def test_pattern_null_source(kind):
 # ---------------------------------------------------------------------------- the test
 def test_shapes_and_same_replicate_for_every_model():
     src, table = _stack(("binary", "binary", "binary"), 24, 2, 1.0, 0.8, seed=3)
-    opts = MLEMOptions(cv=3, random_state=0, max_steps=30)
+    opts = MLEMOptions(cv=3, n_repeats=1, random_state=0, max_steps=30)
     obs, null = interaction_test(src, table, opts, n_null=7, random_state=1)
     assert obs.shape == (2,) and null.shape == (7, 2)
     assert np.isfinite(obs).all() and np.isfinite(null).all()
@@ -204,7 +204,8 @@ def test_blocks_of_null_datasets_do_not_change_the_test(numeric, monkeypatch):
 
     kinds = ("binary", "binary", "numeric") if numeric else ("binary", "binary")
     src, table = _stack(kinds, 24, 3, 1.0, 0.5, seed=5)
-    opts = MLEMOptions(cv=3, random_state=0, max_steps=30, batch_size=40)  # not grouped
+    opts = MLEMOptions(cv=3, n_repeats=1, random_state=0, max_steps=30,
+                       batch_size=40)  # not grouped
     obs, null = interaction_test(src, table, opts, n_null=4, random_state=1)
     monkeypatch.setattr(memory, "memory_budget", lambda: 8 * 64 * 276 * 3)  # 3 models
     obs3, null3 = interaction_test(src, table, opts, n_null=4, random_state=1)
@@ -224,13 +225,13 @@ def test_blocks_of_null_datasets_do_not_change_the_test(numeric, monkeypatch):
 
 def test_errors():
     src, table = _stack(("binary", "binary"), 20, 1, 1.0, 0.0, seed=0)
-    opts = MLEMOptions(cv=3, random_state=0)
+    opts = MLEMOptions(cv=3, n_repeats=1, random_state=0)
     with pytest.raises(ValueError, match="n_null must be >= 1"):
         interaction_test(src, table, opts, n_null=0)
     with pytest.raises(TypeError, match="n_null must be an int"):
         interaction_test(src, table, opts, n_null=9.0)
     with pytest.raises(TypeError, match="MLEMOptions"):
-        interaction_test(src, table, dict(cv=3), n_null=9)
+        interaction_test(src, table, dict(cv=3, n_repeats=1), n_null=9)
     with pytest.raises(ValueError, match="constraint='diagonal'"):
         interaction_test(src, table, MLEMOptions(constraint="diagonal"), n_null=9)
     with pytest.raises(ValueError, match="at least 2 features"):
@@ -260,14 +261,14 @@ def test_calibration_on_additive_codes():
         rng = np.random.default_rng(d)
         src, table = _stack(kinds, 32, 10, (0.5, 1.0, 2.0)[d], 0.0, seed=100 + d,
                             weights=rng.uniform(0.5, 1.5, 3))
-        obs, null = interaction_test(src, table, MLEMOptions(cv=3, random_state=d),
+        obs, null = interaction_test(src, table, MLEMOptions(cv=3, n_repeats=1, random_state=d),
                                      n_null=19, random_state=d)
         p.extend(_pvalues(obs, null))
     assert np.sum(np.asarray(p) <= 0.05) <= 4
     p = []
     for d in range(10):
         src, table = _stack(("numeric",) * 2, 24, 1, 1.0, 0.0, seed=200 + d)
-        obs, null = interaction_test(src, table, MLEMOptions(cv=3, random_state=d),
+        obs, null = interaction_test(src, table, MLEMOptions(cv=3, n_repeats=1, random_state=d),
                                      n_null=19, random_state=d)
         p.extend(_pvalues(obs, null))
     assert np.sum(np.asarray(p) <= 0.05) <= 2
@@ -279,7 +280,7 @@ def test_power_on_sub_additive_code():
     Measured: 10 of 10 datasets at p = 1/20 (the smallest p with 19 permutations).
     """
     src, table = _stack(("binary",) * 3, 32, 10, 1.0, 0.9, seed=300)
-    obs, null = interaction_test(src, table, MLEMOptions(cv=3, random_state=0),
+    obs, null = interaction_test(src, table, MLEMOptions(cv=3, n_repeats=1, random_state=0),
                                  n_null=19, random_state=0)
     assert np.mean(_pvalues(obs, null) <= 0.05) >= 0.8
 
@@ -297,13 +298,15 @@ def test_analyses_report_the_interaction_test():
     data = np.stack([X, X], axis=2)                         # two identical time points
     # scale=False: z-scoring every unit would blow the 45 noise-only units of this code
     # up to the variance of the 5 coding ones
-    res = mlem_neuro.mlem_array(data, table, cv=3, n_null=19, max_steps=100, scale=False,
+    res = mlem_neuro.mlem_array(data, table, cv=3, n_repeats=1, n_null=19, max_steps=100,
+                                scale=False,
                                 random_state=0)
     assert res.tests == ["score", "f0", "f1", "f2", "interactions"]
     p = res.pvalues[:, res.tests.index("interactions")]
     assert np.all(p <= 0.05), p
     assert np.all(res.pvalues_fwe >= res.pvalues)
-    no_int = mlem_neuro.mlem_array(data, table, cv=3, n_null=3, max_steps=20, scale=False,
+    no_int = mlem_neuro.mlem_array(data, table, cv=3, n_repeats=1, n_null=3, max_steps=20,
+                                   scale=False,
                                    interactions=False, random_state=0)
     assert no_int.tests == ["score", "f0", "f1", "f2"]
 

@@ -135,7 +135,7 @@ def test_searchlight_result_round_trip(tmp_path):
     imgs = nib.Nifti1Image(rng.standard_normal((3, 3, 3, 12)), AFFINE)
     mask = nib.Nifti1Image(np.ones((3, 3, 3), np.int8), AFFINE)
     table = pd.DataFrame({"f": ["x", "y", "z"] * 4})
-    res = mlem_neuro.mlem_searchlight(imgs, table, mask, radius=2.5, cv=2, max_steps=5,
+    res = mlem_neuro.mlem_searchlight(imgs, table, mask, radius=2.5, cv=2, n_repeats=1, max_steps=5,
                                       n_permutations=2, random_state=0)
     back = mlem_neuro.read_result(res.save(tmp_path / "r.npz"))
     pd.testing.assert_frame_equal(back.to_data_frame(), res.to_data_frame())

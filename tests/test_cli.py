@@ -53,7 +53,7 @@ def _one_line_error(capsys, *parts):
 def test_epochs_end_to_end(epochs_file, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["epochs", str(epochs_file), "--features", "A,B", "--tmin", "-0.1",
-                 "--cv", "2", "--n-permutations", "1", "--out", str(out)]) == 0
+                 "--cv", "2", "--n-repeats", "1", "--n-permutations", "1", "--out", str(out)]) == 0
     assert "Wrote" in capsys.readouterr().out
     for name in ("mlem.npz", "importance.csv", "importance.png"):
         assert (out / name).stat().st_size > 0
@@ -133,7 +133,7 @@ def test_searchlight_haxby_end_to_end(tmp_path, capsys):
         ev.to_csv(events[-1], sep="\t", index=False)
     argv = _haxby_args(range(1, 5), tmp_path / "out")
     argv[argv.index("--events") + 1:argv.index("--mask")] = [str(p) for p in events]
-    argv += ["--features", "trial_type,animacy", "--radius", "30", "--cv", "2",
+    argv += ["--features", "trial_type,animacy", "--radius", "30", "--cv", "2", "--n-repeats", "1",
              "--group-runs", "--n-permutations", "1"]
     assert main(argv) == 0
     assert "importance.png" in capsys.readouterr().out
@@ -182,7 +182,8 @@ def test_searchlight_group_runs_folds_hold_whole_runs(monkeypatch, tmp_path):
 
     monkeypatch.setattr(mlem_neuro.searchlight, "mlem_searchlight", spy)
     argv = _haxby_args(range(1, 5), tmp_path / "out", mask="vt") + [
-        "--features", "trial_type", "--cv", "2", "--group-runs", "--n-permutations", "1",
+        "--features", "trial_type", "--cv", "2", "--n-repeats", "1", "--group-runs",
+        "--n-permutations", "1",
         "--radius", "30"]
     assert main(argv) == 0
     assert seen["cv"] == 2
@@ -203,7 +204,7 @@ def test_searchlight_group_runs_flat_test_folds(tmp_path, capsys):
     in category, so the category term cannot be scored there.  Alone it is an error; next
     to a feature that still varies (animacy), a warning."""
     argv = _haxby_args(range(1, 4), tmp_path / "out", mask="vt") + [
-        "--cv", "3", "--group-runs", "--n-permutations", "1", "--radius", "30"]
+        "--cv", "3", "--n-repeats", "1", "--group-runs", "--n-permutations", "1", "--radius", "30"]
     assert main(argv + ["--features", "trial_type"]) == 2
     _one_line_error(capsys, "fold 1 has the same distance on every feature (['trial_type'])",
                     "With --group-runs every fold holds out whole runs: lower --cv")
@@ -226,7 +227,7 @@ def test_searchlight_group_runs_flat_test_folds(tmp_path, capsys):
 @needs_haxby
 def test_searchlight_bad_options(tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(_haxby_args([1, 2], out) + ["--cv", "3", "--group-runs"]) == 2
+    assert main(_haxby_args([1, 2], out) + ["--cv", "3", "--n-repeats", "1", "--group-runs"]) == 2
     _one_line_error(capsys, "--group-runs with --cv 3 needs at least 3 runs; got 2")
     assert main(_haxby_args([1, 2], out) + ["--cv", "0", "--group-runs"]) == 2
     _one_line_error(capsys, "--group-runs needs cross-validation")
@@ -263,7 +264,8 @@ def test_console_script_and_python_m(epochs_file, tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "mlem_neuro", "epochs", str(epochs_file), "--features", "A",
-         "--tmin", "0.0", "--tmax", "0.4", "--cv", "2", "--n-permutations", "1", "--out",
+         "--tmin", "0.0", "--tmax", "0.4", "--cv", "2", "--n-repeats", "1", "--n-permutations",
+         "1", "--out",
          str(out)], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "Wrote" in proc.stdout
@@ -427,7 +429,7 @@ def test_help_gives_every_option_help_and_its_default():
         rendered = sub.format_help()
         assert "--out" in rendered and "(default: " in rendered
     epochs = commands["epochs"].format_help()
-    assert "(default: 5)" in epochs and "(default: spd)" in epochs    # --cv, --constraint
+    assert "(default: 2)" in epochs and "(default: spd)" in epochs    # --cv, --constraint
     assert "--picks" in epochs and "--groups COLUMN" in epochs and "--overwrite" in epochs
     assert "--group-runs" in commands["searchlight"].format_help()
 
@@ -467,7 +469,8 @@ def test_picks_take_channel_names_or_types(rich_epochs_file, tmp_path, capsys):
 def test_groups_keep_each_group_in_one_fold(rich_epochs_file, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["epochs", str(rich_epochs_file), "--features", "A,B", "--groups", "run",
-                 "--cv", "2", "--n-permutations", "1", "--tmax", "0.0", "--no-interactions",
+                 "--cv", "2", "--n-repeats", "1", "--n-permutations", "1", "--tmax", "0.0",
+                 "--no-interactions",
                  "--out", str(out)]) == 0
     captured = capsys.readouterr()
     res = mlem_neuro.read_result(out / "mlem.npz")
@@ -489,7 +492,8 @@ def test_groups_bad_values(rich_epochs_file, epochs_file, tmp_path, capsys):
     _one_line_error(capsys, "--groups needs cross-validation")
     assert main(["epochs", str(rich_epochs_file), "--groups", "session", "--out", out]) == 2
     _one_line_error(capsys, "--groups 'session' is not a metadata column", "'run'")
-    assert main(["epochs", str(rich_epochs_file), "--groups", "run", "--cv", "5",
+    assert main(["epochs", str(rich_epochs_file), "--groups", "run", "--cv", "5", "--n-repeats",
+                 "1",
                  "--out", out]) == 2
     _one_line_error(capsys, "--groups run with --cv 5 needs at least 5 distinct values "
                             "of 'run'; it has 4")
@@ -528,7 +532,8 @@ def test_epochs_without_features_is_refused_with_the_columns(rich_epochs_file, t
                           "left out ['word', 'trial']: one distinct value per trial, labels "
                           "or IDs", "name them in --features to use them anyway")
     assert err.startswith("mlem-neuro epochs: error: --features is required")
-    assert main(["epochs", str(rich_epochs_file), "--groups", "run", "--cv", "2",
+    assert main(["epochs", str(rich_epochs_file), "--groups", "run", "--cv", "2", "--n-repeats",
+                 "1",
                  "--out", str(out)]) == 2
     _one_line_error(capsys, "can be features: ['A', 'B'] (left out ['word', 'trial']")
     assert not out.exists()
@@ -666,6 +671,7 @@ def test_cv0_is_never_called_held_out(epochs_file, tmp_path, capsys, monkeypatch
     # with cross-validation the same figure says held-out
     texts.clear()
     assert main(["epochs", str(epochs_file), "--features", "A", "--tmax", "0.2", "--cv", "2",
+                 "--n-repeats", "1",
                  "--n-permutations", "1", "--out", str(tmp_path / "cv")]) == 0
     assert any("held-out" in t for t in texts)
     assert "held-out, 2-fold cross-validation" in capsys.readouterr().out
@@ -717,7 +723,7 @@ def test_warnings_print_one_line_in_a_real_run(epochs_file, tmp_path):
 
 def test_progress_bar_ends_complete(epochs_file, tmp_path):
     """The progress bar's last state is complete: no reset (0/2) bar after the run."""
-    stderr = _run_as_user(epochs_file, tmp_path / "out", "--cv", "2")
+    stderr = _run_as_user(epochs_file, tmp_path / "out", "--cv", "2", "--n-repeats", "1")
     states = [s for s in re.split(r"[\r\n]", stderr) if "MLEM chunks" in s]
     assert states and "2/2" in states[-1], states[-1]
 
@@ -785,7 +791,8 @@ def test_searchlight_standardize_option(monkeypatch, tmp_path, option, z_scored)
 
     monkeypatch.setattr(mlem_neuro.searchlight, "mlem_searchlight", spy)
     argv = _haxby_args(range(1, 4), tmp_path / "out", mask="vt") + [
-        "--features", "trial_type", "--cv", "2", "--n-permutations", "1", "--radius", "30"]
+        "--features", "trial_type", "--cv", "2", "--n-repeats", "1", "--n-permutations", "1",
+        "--radius", "30"]
     if option is not None:
         argv += ["--standardize", option]
     assert main(argv) == 0
@@ -812,6 +819,7 @@ def test_searchlight_cross_validated_distances_across_runs(tmp_path, capsys):
     argv = _haxby_args(range(1, 5), tmp_path / "out")
     argv[argv.index("--events") + 1:argv.index("--mask")] = [str(p) for p in events]
     argv += ["--features", "animacy", "--items", "trial_type", "--radius", "30", "--cv", "2",
+             "--n-repeats", "1",
              "--n-permutations", "1"]
     assert main(argv + ["--distance", "cv_euclidean"]) == 0
     res = mlem_neuro.read_result(tmp_path / "out" / "mlem.npz")
@@ -958,7 +966,8 @@ def test_too_few_nulls_is_said_once(epochs_file, small_fmri, tmp_path, capsys, r
     of the summary's note: three lines for one fact; the note alone remains."""
     assert main(["epochs", str(epochs_file), "--features", "A", "--tmax", "0.1", *FAST,
                  "--n-null", "3", "--max-steps", "20", "--out", str(tmp_path / "out")]) == 0
-    assert main([*small_fmri, "--features", "category", "--cv", "2", "--n-permutations",
+    assert main([*small_fmri, "--features", "category", "--cv", "2", "--n-repeats", "1",
+                 "--n-permutations",
                  "1", "--max-steps", "20", "--n-null", "3", "--out", str(tmp_path / "sl")]) == 0
     assert not [w for w in recwarn if "smallest p-value" in str(w.message)]
     err = capsys.readouterr().err

@@ -20,11 +20,11 @@ def design():
 def test_arrays_and_the_estimator_refuse_complex_data(design):
     data, table = design
     with pytest.raises(ValueError, match=MATCH):
-        mlem_neuro.mlem_array(data, table, cv=2)
+        mlem_neuro.mlem_array(data, table, cv=2, n_repeats=1)
     with pytest.raises(ValueError, match=MATCH):
         MLEM().fit(data[:, :, 0], table)
     # the magnitude, asked for, is fine
-    mlem_neuro.mlem_array(np.abs(data), table, cv=2, max_steps=5, verbose="ERROR")
+    mlem_neuro.mlem_array(np.abs(data), table, cv=2, n_repeats=1, max_steps=5, verbose="ERROR")
 
 
 def test_images_and_epochs_refuse_complex_data(design):
@@ -39,4 +39,4 @@ def test_images_and_epochs_refuse_complex_data(design):
     epochs = mne.EpochsArray(data, mne.create_info(3, 100.0, "eeg"), metadata=table,
                              verbose="ERROR")
     with pytest.raises(ValueError, match=MATCH):
-        mlem_neuro.mlem_epochs(epochs, features=["a"], cv=2)
+        mlem_neuro.mlem_epochs(epochs, features=["a"], cv=2, n_repeats=1)

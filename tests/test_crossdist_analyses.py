@@ -21,7 +21,7 @@ from mlem_neuro.core.sources import CondensedRDMSource
 from mlem_neuro.crossval import run_cv
 from mlem_neuro.items import check_items, trial_partitions
 
-FAST = dict(cv=3, max_steps=100, n_permutations=2, verbose="ERROR")
+FAST = dict(cv=3, n_repeats=1, max_steps=100, n_permutations=2, verbose="ERROR")
 
 
 def simulate(seed, n_items=24, r=8, C=16, T=3, amp=0.4, big=4.0):
@@ -52,7 +52,7 @@ def test_array_equals_the_distances_computed_by_hand():
         d2 = crossval_sq_distances(data.transpose(2, 0, 1), table["item"], table["run"],
                                    noise=noise)
         first = table.drop_duplicates("item")[["condition"]].reset_index(drop=True)
-        opts = MLEMOptions(cv=3, max_steps=100, n_permutations=2, random_state=0)
+        opts = MLEMOptions(cv=3, n_repeats=1, max_steps=100, n_permutations=2, random_state=0)
         ref = run_cv(CondensedRDMSource(d2), first, opts)
         np.testing.assert_array_equal(res.fold_score, ref.score)
         assert res.terms == ["condition"]          # items and partitions are no features
@@ -113,7 +113,7 @@ def test_default_partitions_and_the_searchlight():
     X = data.reshape(len(data), -1)
     d2 = crossval_sq_distances_membership(X, A, table["item"], table["run"])
     first = table.drop_duplicates("item")[["condition"]].reset_index(drop=True)
-    ref = run_cv(CondensedRDMSource(d2), first, MLEMOptions(cv=3, max_steps=100,
+    ref = run_cv(CondensedRDMSource(d2), first, MLEMOptions(cv=3, n_repeats=1, max_steps=100,
                                                             n_permutations=2,
                                                             random_state=0))
     np.testing.assert_array_equal(sl.fold_score, ref.score)
@@ -149,7 +149,7 @@ def test_crossnobis_searchlight_and_roi_equal_the_distances_computed_by_hand():
     mask = nib.Nifti1Image(full.astype(np.int8), np.eye(4))
     X = data.reshape(len(data), -1)
     first = table.drop_duplicates("item")[["condition"]].reset_index(drop=True)
-    opts = MLEMOptions(cv=3, max_steps=100, n_permutations=2, random_state=0)
+    opts = MLEMOptions(cv=3, n_repeats=1, max_steps=100, n_permutations=2, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         sl = mlem_neuro.mlem_searchlight(imgs, table, mask, radius=1.0, items="item",

@@ -30,7 +30,7 @@ FAST = dict(max_steps=150, patience=20)
 
 def test_held_out_scores_and_importance_follow_the_signal(stack):
     Y, y = stack
-    out = run_cv(DenseRDMSource(Y), y, cv=3, level="term", random_state=0, **FAST)
+    out = run_cv(DenseRDMSource(Y), y, cv=3, n_repeats=1, level="term", random_state=0, **FAST)
     F, M, T = out.importance.shape
     assert (F, M, T) == (3, 4, 6) and out.terms == ["f0", "f1", "f2", "f0:f1", "f0:f2",
                                                     "f1:f2"]
@@ -49,7 +49,7 @@ def test_held_out_scores_and_importance_follow_the_signal(stack):
 
 def test_results_do_not_depend_on_chunking_or_jobs(stack):
     Y, y = stack
-    kw = dict(cv=3, random_state=0, batch_size=200, **FAST)
+    kw = dict(cv=3, n_repeats=1, random_state=0, batch_size=200, **FAST)
     a = run_cv(DenseRDMSource(Y), y, **kw)
     b = run_cv(DenseRDMSource(Y), y, chunk_size=1, n_jobs=2, **kw)
     np.testing.assert_allclose(a.W, b.W, atol=1e-6)
@@ -64,7 +64,7 @@ def test_cv_options(stack):
     assert len(none.folds) == 1 and len(none.folds[0][1]) == 45
     split = run_cv(src, y, cv=KFold(3), random_state=0, **FAST)
     np.testing.assert_array_equal(split.folds[0][1], np.arange(15))
-    feat = run_cv(src, y, cv=3, level="feature", random_state=0, **FAST)
+    feat = run_cv(src, y, cv=3, n_repeats=1, level="feature", random_state=0, **FAST)
     assert feat.terms == ["f0", "f1", "f2"] and feat.importance.shape == (3, 1, 3)
     with pytest.raises(TypeError, match="cv must be"):
         run_cv(src, y, cv=2.5)
@@ -158,7 +158,7 @@ def test_random_splits_with_an_unusable_fold_are_drawn_again():
     from mlem_neuro.crossval import check_cv, fold_usable
 
     table = pd.DataFrame({"a": ["x"] * 3 + ["y"] * 21, "b": np.tile(["u", "v"], 12)})
-    usable = fold_usable(MLEMOptions(cv=5), table)
+    usable = fold_usable(MLEMOptions(cv=5, n_repeats=1), table)
     first = kfold_stimuli(24, 5, np.random.default_rng(0))
     assert not all(usable(tr, te) for tr, te in first)
     folds = check_cv(5, 24, np.random.default_rng(0), usable=usable)
@@ -167,18 +167,18 @@ def test_random_splits_with_an_unusable_fold_are_drawn_again():
     # the analysis runs (it raised "fold k of 5: over its 19 training stimuli..." before)
     rng = np.random.default_rng(1)
     res = _run_cv(DenseRDMSource(rng.standard_normal((2, 24, 6))), table,
-                  MLEMOptions(cv=5, max_steps=20, n_permutations=1, random_state=0))
+                  MLEMOptions(cv=5, n_repeats=1, max_steps=20, n_permutations=1, random_state=0))
     assert res.score.shape == (5, 2)
     # a design whose first split works keeps it: the folds of the analysis are that split
     table = pd.DataFrame({"a": np.tile(["x", "y"], 12), "b": np.repeat(["u", "v"], 12)})
-    usable = fold_usable(MLEMOptions(cv=5), table)
+    usable = fold_usable(MLEMOptions(cv=5, n_repeats=1), table)
     first = kfold_stimuli(24, 5, np.random.default_rng(0))
     assert all(usable(tr, te) for tr, te in first)
     res = _run_cv(DenseRDMSource(rng.standard_normal((2, 24, 6))), table,
-                  MLEMOptions(cv=5, max_steps=20, n_permutations=1, random_state=0))
+                  MLEMOptions(cv=5, n_repeats=1, max_steps=20, n_permutations=1, random_state=0))
     assert [te.tolist() for _, te in res.folds] == [te.tolist() for _, te in first]
     # a feature no split can use: the fold's own error, as before
     table = pd.DataFrame({"a": ["x"] + ["y"] * 23, "b": np.tile(["u", "v"], 12)})
     with pytest.raises(ValueError, match="rarer values are all held out"):
         _run_cv(DenseRDMSource(rng.standard_normal((1, 24, 6))), table,
-                MLEMOptions(cv=5, max_steps=20, n_permutations=1, random_state=0))
+                MLEMOptions(cv=5, n_repeats=1, max_steps=20, n_permutations=1, random_state=0))

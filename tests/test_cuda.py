@@ -240,7 +240,8 @@ def _epochs(n=60, n_channels=8, n_times=12, amp=0.8, seed=0):
 def test_mlem_array():
     from mlem_neuro.time_resolved import mlem_array
     X, y = _epochs()
-    kw = dict(cv=3, max_steps=60, patience=10_000, tol=0.0, n_permutations=4, random_state=0)
+    kw = dict(cv=3, n_repeats=1, max_steps=60, patience=10_000, tol=0.0, n_permutations=4,
+              random_state=0)
     cpu = mlem_array(X, y, device="cpu", **kw)
     gpu = mlem_array(X, y, device="cuda", **kw)
     assert gpu.settings["device"] == "cuda"
@@ -263,7 +264,8 @@ def test_null_models_relabelling_features():
     source = DenseRDMSource(np.ascontiguousarray(X.transpose(2, 0, 1)))
     out = {}
     for dev in ("cpu", "cuda"):
-        opts = MLEMOptions(cv=3, max_steps=40, patience=10_000, tol=0.0, n_permutations=2,
+        opts = MLEMOptions(cv=3, n_repeats=1, max_steps=40, patience=10_000, tol=0.0,
+                           n_permutations=2,
                            n_null=3, random_state=0, device=dev)   # equal step counts
         res = run_cv(source, y, opts)
         out[dev] = (res.fold_null, res.tests["interactions"][1])
@@ -306,7 +308,8 @@ def _images(n=24, shape=(6, 6, 6), seed=0):
 def test_mlem_searchlight():
     import mlem_neuro
     imgs, table, mask, process = _images()
-    kw = dict(radius=4.0, cv=3, max_steps=60, patience=10_000, tol=0.0, n_permutations=4,
+    kw = dict(radius=4.0, cv=3, n_repeats=1, max_steps=60, patience=10_000, tol=0.0,
+              n_permutations=4,
               random_state=0)
     cpu = mlem_neuro.mlem_searchlight(imgs, table, mask, process, device="cpu", **kw)
     gpu = mlem_neuro.mlem_searchlight(imgs, table, mask, process, device="cuda", **kw)

@@ -43,19 +43,28 @@ def test_command_line_defaults_are_the_options_defaults(command):
         assert flags[name] == getattr(defaults, name), name
 
 
-def test_auto_repeats_follow_the_number_of_stimuli():
+def test_auto_repeats_follow_the_number_of_stimuli_and_models():
     low, high = AUTO_FOLDS
-    assert resolve_n_repeats("auto", 2, 400) == low // 2
-    assert resolve_n_repeats("auto", 2, 200) == low // 2
-    assert resolve_n_repeats("auto", 2, 40) == high // 2
-    counts = [resolve_n_repeats("auto", 2, n) for n in range(20, 400, 7)]
+    assert resolve_n_repeats("auto", 2, 200, 100) == 10        # the reference
+    assert resolve_n_repeats("auto", 2, 400, 100) == low // 2
+    assert resolve_n_repeats("auto", 2, 40, 100) == high // 2
+    assert resolve_n_repeats("auto", 2, 200, 1) == high // 2    # one region: the most
+    assert resolve_n_repeats("auto", 2, 96, 38_000) == low // 2  # a whole brain: the least
+    counts = [resolve_n_repeats("auto", 2, n, 100) for n in range(20, 400, 7)]
     assert counts == sorted(counts, reverse=True)            # fewer stimuli, more repeats
+    counts = [resolve_n_repeats("auto", 2, 150, m) for m in range(1, 2000, 37)]
+    assert counts == sorted(counts, reverse=True)            # more models, fewer repeats
+    # the training cost (folds x stimuli^2 x models) stays that of the reference between
+    # the bounds
+    for n, m in [(150, 100), (200, 60), (300, 20)]:
+        cost = 2 * resolve_n_repeats("auto", 2, n, m) * n**2 * m
+        assert cost == pytest.approx(20 * 200**2 * 100, rel=0.1)
     assert resolve_n_repeats("auto", 5, 40) == high // 5     # the same number of folds
     assert resolve_n_repeats("auto", None, 40) == 1           # no cv, splitter: once
     assert resolve_n_repeats("auto", [([0, 1, 2], [3, 4, 5])], 40) == 1
     assert resolve_n_repeats(3, 2, 40) == 3
-    folds = check_cv(2, 200, np.random.default_rng(0), n_repeats="auto")
-    assert len(folds) == low
+    folds = check_cv(2, 200, np.random.default_rng(0), n_repeats="auto", n_models=100)
+    assert len(folds) == 20
 
 
 def test_auto_repeats_are_recorded_and_refused_when_misspelt():

@@ -165,9 +165,9 @@ def test_per_pair_fits_do_not_depend_on_the_chunk_size():
                           "C": rng.uniform(size=n)})
     data = rng.standard_normal((n, 6, 8))
     data[:, :2, 3:6] += table[["A", "C"]].to_numpy()[:, :, None]
-    ref = mlem_array(data, table, cv=2, random_state=1)
+    ref = mlem_array(data, table, cv=2, n_repeats=1, random_state=1)
     for chunk_size in (1,):
-        res = mlem_array(data, table, cv=2, random_state=1, chunk_size=chunk_size)
+        res = mlem_array(data, table, cv=2, n_repeats=1, random_state=1, chunk_size=chunk_size)
         np.testing.assert_array_equal(res.fold_importance, ref.fold_importance)
         np.testing.assert_array_equal(res.fold_score, ref.fold_score)
 

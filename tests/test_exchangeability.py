@@ -100,7 +100,8 @@ def test_analysis_reports_an_untestable_test_as_nan_with_a_warning():
     rng = np.random.default_rng(0)
     data = rng.standard_normal((len(table), 6, 2))
     with pytest.warns(UserWarning, match=r"'half'.*not testable"):
-        res = mlem_neuro.mlem_array(data, table, groups=run, cv=2, n_null=5, max_steps=20,
+        res = mlem_neuro.mlem_array(data, table, groups=run, cv=2, n_repeats=1, n_null=5,
+                                    max_steps=20,
                                     interactions=False, random_state=0)
     k = res.tests.index("half")
     assert np.isnan(res.pvalues[:, k]).all() and np.isnan(res.pvalues_fwe[:, k]).all()
@@ -112,7 +113,7 @@ def test_analysis_reports_an_untestable_test_as_nan_with_a_warning():
     assert (frame.loc[frame.term == "cond", "test_note"] == "").all()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
-        marginal = mlem_neuro.mlem_array(data, table, groups=run, cv=2, n_null=5,
+        marginal = mlem_neuro.mlem_array(data, table, groups=run, cv=2, n_repeats=1, n_null=5,
                                          max_steps=20, interactions=False,
                                          null="marginal", random_state=0)
     assert not any("not testable" in str(w.message) for w in caught)
@@ -135,7 +136,8 @@ def test_analysis_nulls_stay_within_runs(monkeypatch):
     monkeypatch.setattr(crossval, "null_permutations", spy)
     table, run = _block_design()
     data = np.random.default_rng(0).standard_normal((len(table), 6, 2))
-    mlem_neuro.mlem_array(data, table[["cond"]], groups=run, cv=2, n_null=4, max_steps=10,
+    mlem_neuro.mlem_array(data, table[["cond"]], groups=run, cv=2, n_repeats=1, n_null=4,
+                          max_steps=10,
                           random_state=0, verbose="ERROR")
     (perms,) = seen
     assert (run[perms] == run).all()
@@ -158,14 +160,14 @@ def test_pairs_between_runs_keep_run_structure_out_of_the_importance():
     """Ground truth: ``cond`` is not encoded.  On every held-out pair its importance is
     biased upwards by the runs; on pairs between runs it is not.
 
-    Measured over seeds 0-19 (cv=4): every pair 0.086-0.307 (mean 0.18), pairs between
+    Measured over seeds 0-19 (cv=4, n_repeats=1): every pair 0.086-0.307 (mean 0.18), pairs between
     runs mean 0.019, sd 0.069.  Seeds 0-9 here: means 0.18 and 0.03; bounds 0.12 and 0.08
     (the seeds are fixed, so only float order moves them, by about 1e-3).
     """
     every, between = [], []
     for seed in range(10):
         X, table, run = _centred_runs(seed)
-        kw = dict(groups=run, cv=4, random_state=seed, verbose="ERROR")
+        kw = dict(groups=run, cv=4, n_repeats=1, random_state=seed, verbose="ERROR")
         a = mlem_neuro.mlem_array(X, table, held_out_pairs="all", **kw)
         b = mlem_neuro.mlem_array(X, table, **kw)              # "auto": between runs
         assert a.settings["held_out_pairs_used"] == "all"
@@ -183,16 +185,17 @@ def test_held_out_pairs_auto_keeps_every_pair_for_items_and_single_group_folds()
     table, run = pd.concat([table, table], ignore_index=True), np.r_[run, run]
     kw = dict(max_steps=10, random_state=0, verbose="ERROR")
     # leave-one-run-out: a held-out fold holds one run, so no pair between runs
-    one = mlem_neuro.mlem_array(X, table, groups=run, cv=6, **kw)
+    one = mlem_neuro.mlem_array(X, table, groups=run, cv=6, n_repeats=1, **kw)
     assert one.settings["held_out_pairs_used"] == "all"
     with pytest.raises(ValueError, match="two groups or more in every held-out fold"):
-        mlem_neuro.mlem_array(X, table, groups=run, cv=6, held_out_pairs="between_groups",
+        mlem_neuro.mlem_array(X, table, groups=run, cv=6, n_repeats=1,
+                              held_out_pairs="between_groups",
                               **kw)
     with pytest.raises(ValueError, match="pass groups"):
         mlem_neuro.mlem_array(X, table, held_out_pairs="between_groups", **kw)
     # groups of one feature row each (items): every pair
     item = table["cond"].astype(str) + table["side"].astype(str)    # one feature row each
-    res = mlem_neuro.mlem_array(X, table, groups=item.to_numpy(), cv=2, **kw)
+    res = mlem_neuro.mlem_array(X, table, groups=item.to_numpy(), cv=2, n_repeats=1, **kw)
     assert res.settings["held_out_pairs_used"] == "all"
 
 
@@ -205,7 +208,8 @@ def test_between_group_scores_are_spearman_over_those_pairs_only(monkeypatch):
 
     X, table, run = _centred_runs(3, n_runs=8)
     X = X + 0.1 * np.random.default_rng(0).standard_normal(X.shape)    # no tied distances
-    res = mlem_neuro.mlem_array(X, table, groups=run, cv=4, max_steps=30, random_state=0,
+    res = mlem_neuro.mlem_array(X, table, groups=run, cv=4, n_repeats=1, max_steps=30,
+                                random_state=0,
                                 interactions=False, scale=False, verbose="ERROR")
     assert res.settings["held_out_pairs_used"] == "between_groups"
     for f, test in enumerate(res.settings["fold_test_indices"]):
@@ -235,7 +239,7 @@ def test_analyses_with_tests_project_their_run_time_from_the_first_chunk(monkeyp
 
     table, run = _block_design()
     data = np.random.default_rng(0).standard_normal((len(table), 6, 3))
-    kw = dict(groups=run, cv=2, max_steps=10, chunk_size=1, random_state=0)
+    kw = dict(groups=run, cv=2, n_repeats=1, max_steps=10, chunk_size=1, random_state=0)
     monkeypatch.setattr(crossval, "LONG_RUN_SECONDS", 0.0)
     with pytest.warns(UserWarning, match=r"the first of 6 chunks took .* about .* min"):
         tested = mlem_neuro.mlem_array(data, table[["cond"]], n_null=3, **kw)
@@ -257,14 +261,15 @@ def test_the_interaction_null_keeps_one_intercept_per_run(monkeypatch):
     table, run = _block_design()
     table["side"] = np.tile([True, False], len(table) // 2)
     data = np.random.default_rng(0).standard_normal((len(table), 6, 2))
-    res = mlem_neuro.mlem_array(data, table[["cond", "side"]], groups=run, cv=2, n_null=3,
+    res = mlem_neuro.mlem_array(data, table[["cond", "side"]], groups=run, cv=2, n_repeats=1,
+                                n_null=3,
                                 max_steps=10, random_state=0, verbose="ERROR")
     assert "interactions" in res.tests
     X = seen[-1]
     indicators = (run[:, None] == np.unique(run)[None]).astype(float)
     residual = indicators - X @ np.linalg.lstsq(X, indicators, rcond=None)[0]
     assert np.abs(residual).max() < 1e-10
-    without = mlem_neuro.mlem_array(data, table[["cond", "side"]], cv=2, n_null=3,
+    without = mlem_neuro.mlem_array(data, table[["cond", "side"]], cv=2, n_repeats=1, n_null=3,
                                     max_steps=10, random_state=0, verbose="ERROR")
     assert "interactions" in without.tests
     assert seen[-1].shape[1] == X.shape[1] - (len(np.unique(run)) - 1)

@@ -33,7 +33,7 @@ from mlem_neuro.core import numpy_train
 from mlem_neuro.simulation import simulate_epochs, simulate_item_trials
 
 HERE = Path(__file__).parent
-FAST = dict(cv=3, max_steps=150, n_permutations=4, random_state=0)
+FAST = dict(cv=3, n_repeats=1, max_steps=150, n_permutations=4, random_state=0)
 N_NULL = 3
 
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(),

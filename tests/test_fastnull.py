@@ -14,7 +14,7 @@ from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.sources import DenseRDMSource
 from mlem_neuro.crossval import run_cv
 
-SMALL = dict(cv=3, max_steps=40, patience=10, n_permutations=3, level="feature")
+SMALL = dict(cv=3, n_repeats=1, max_steps=40, patience=10, n_permutations=3, level="feature")
 
 
 def _table(n, seed, missing=False):
@@ -251,7 +251,7 @@ def test_interaction_test_scores_are_those_of_run_cv(monkeypatch):
 
     Y, table = _data(8, n=30)
     source = DenseRDMSource(Y)
-    opts = MLEMOptions(cv=3, max_steps=60, patience=10, random_state=0)
+    opts = MLEMOptions(cv=3, n_repeats=1, max_steps=60, patience=10, random_state=0)
     fast = additivity.interaction_test(source, table, opts, n_null=3, random_state=1)
     monkeypatch.setattr(fastnull, "interaction_scores", lambda *a, **k: None)
     slow = additivity.interaction_test(source, table, opts, n_null=3, random_state=1)
@@ -267,7 +267,7 @@ def test_interaction_scores_do_not_depend_on_n_jobs():
     Y, table = _data(8, n=30)
     source = DenseRDMSource(Y)
     out = [additivity.interaction_test(
-        source, table, MLEMOptions(cv=3, max_steps=60, patience=10, random_state=0,
+        source, table, MLEMOptions(cv=3, n_repeats=1, max_steps=60, patience=10, random_state=0,
                                    n_jobs=jobs), n_null=3, random_state=1)
         for jobs in (1, 2)]
     np.testing.assert_allclose(out[0][0], out[1][0], atol=1e-9)
@@ -276,7 +276,7 @@ def test_interaction_scores_do_not_depend_on_n_jobs():
 
 def test_interaction_scores_decline_mini_batches():
     Y, table = _data(9)
-    opts = MLEMOptions(cv=3, batch_size=50)
+    opts = MLEMOptions(cv=3, n_repeats=1, batch_size=50)
     folds = crossval.check_cv(3, len(table), np.random.default_rng(0))
     assert fastnull.interaction_scores(DenseRDMSource(Y), table, opts, folds,
                                        ("spd", "diagonal")) is None

@@ -19,7 +19,7 @@ def test_unreadable_feature_columns_are_refused(column, error, match):
     table = pd.DataFrame({"x": column, "b": rng.integers(0, 2, 12).astype(bool)})
     data = rng.standard_normal((12, 3, 2))
     with pytest.raises(error, match=match):
-        mlem_neuro.mlem_array(data, table, cv=2)
+        mlem_neuro.mlem_array(data, table, cv=2, n_repeats=1)
     with pytest.raises(error, match=match):
         MLEM().fit(data[:, :, 0], table)
 
@@ -39,7 +39,7 @@ def test_epochs_features_named_by_an_array_or_index_of_column_names():
                          "b": pd.Categorical(rng.integers(0, 3, 20).astype(str))})
     epochs = mne.EpochsArray(rng.standard_normal((20, 3, 4)), mne.create_info(3, 100.0, "eeg"),
                              metadata=meta, verbose="ERROR")
-    kw = dict(cv=2, max_steps=3, random_state=0, verbose="ERROR")
+    kw = dict(cv=2, n_repeats=1, max_steps=3, random_state=0, verbose="ERROR")
     for names in (np.array(["a", "b"]), pd.Index(["a", "b"])):
         assert mlem_neuro.mlem_epochs(epochs, features=names, **kw).terms == ["a", "b"]
     # per-epoch labels (one string per epoch, not column names) are still values

@@ -341,7 +341,8 @@ def test_haxby_trial_images_to_searchlight():
     assert sorted(set(table.index.get_level_values("run"))) == list(range(12))
     table["animate"] = table.trial_type.isin(["face", "cat"])
 
-    res = mlem_neuro.mlem_searchlight(imgs, table, mask, radius=30.0, cv=3, max_steps=30,
+    res = mlem_neuro.mlem_searchlight(imgs, table, mask, radius=30.0, cv=3, n_repeats=1,
+                                      max_steps=30,
                                       n_permutations=3, random_state=0)
     in_mask = nib.load(mask).get_fdata() > 0
     assert res.n_models == in_mask.sum() == 129
@@ -371,7 +372,7 @@ def test_haxby_category_effect_needs_z_scoring_within_run():
     mask = nib.load(HAXBY / "masks/25mm/brain.nii.gz")
     raw, table = trial_images(runs, events, t_r=2.5, mask_img=mask, standardize=None)
     run = table.index.get_level_values("run")
-    kw = dict(groups=run, cv=6, held_out_pairs="all", random_state=0)
+    kw = dict(groups=run, cv=6, n_repeats=1, held_out_pairs="all", random_state=0)
     score = {name: mlem_neuro.mlem_roi(raw, table[["trial_type"]], mask, standardize=st,
                                        **kw).score[0]
              for name, st in [("raw", None), ("z", "run")]}

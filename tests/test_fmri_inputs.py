@@ -55,7 +55,7 @@ def test_a_continuous_map_is_not_an_atlas(sim):
     table = pd.DataFrame({"c": np.tile(list("xyz"), 4)})
     labels = nib.Nifti1Image(rng.uniform(0, 1, (3, 3, 2)), sim[0][0].affine)
     with pytest.raises(ValueError, match="non-integer values .* continuous map"):
-        mlem_neuro.mlem_roi(imgs, table, labels, cv=2)
+        mlem_neuro.mlem_roi(imgs, table, labels, cv=2, n_repeats=1)
 
 
 def test_runs_on_other_grids_and_confounds_of_another_length_are_refused(sim, monkeypatch):

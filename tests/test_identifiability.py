@@ -77,7 +77,7 @@ def test_analysis_default_reports_features_without_warning():
     data = np.repeat(X[:, :, None], 2, axis=2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        res = mlem_neuro.mlem_array(data, y, cv=2, n_permutations=2, **FAST)
+        res = mlem_neuro.mlem_array(data, y, cv=2, n_repeats=1, n_permutations=2, **FAST)
     assert res.terms == ["a", "b"]
     assert res.settings["level"] == "feature"
 
@@ -86,7 +86,8 @@ def test_term_level_warns_once_when_not_identifiable():
     X, y = _categorical()
     data = np.repeat(X[:, :, None], 2, axis=2)
     with pytest.warns(UserWarning, match="not identifiable") as rec:
-        res = mlem_neuro.mlem_array(data, y, cv=2, n_permutations=2, level="term", **FAST)
+        res = mlem_neuro.mlem_array(data, y, cv=2, n_repeats=1, n_permutations=2, level="term",
+                                    **FAST)
     assert len([w for w in rec if "not identifiable" in str(w.message)]) == 1
     assert rec[0].filename == __file__                    # points at the caller
     assert res.terms == ["a", "b", "a:b"]
@@ -95,7 +96,7 @@ def test_term_level_warns_once_when_not_identifiable():
     for kw, table in ((dict(interactions=False), y), ({}, y2)):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            mlem_neuro.mlem_array(data, table, cv=2, n_permutations=2, level="term",
+            mlem_neuro.mlem_array(data, table, cv=2, n_repeats=1, n_permutations=2, level="term",
                                   **kw, **FAST)
 
 
@@ -122,11 +123,12 @@ def test_warning_points_at_the_caller_from_every_entry_point():
     img = nib.Nifti1Image(np.repeat(X.T.reshape(3, 2, 2, -1), 1, axis=0), np.eye(4))
     mask = nib.Nifti1Image(np.ones((3, 2, 2), "int8"), np.eye(4))
     with pytest.warns(UserWarning, match="not identifiable") as rec:
-        mlem_neuro.mlem_searchlight(img, y, mask, radius=1.0, cv=2, n_permutations=1,
+        mlem_neuro.mlem_searchlight(img, y, mask, radius=1.0, cv=2, n_repeats=1, n_permutations=1,
                                     level="term", **FAST)
     assert [w.filename for w in rec if "identifiable" in str(w.message)] == [__file__]
     with pytest.warns(UserWarning, match="not identifiable") as rec:
-        run_cv(DenseRDMSource(X[None]), y, MLEMOptions(cv=2, level="term", n_permutations=1,
+        run_cv(DenseRDMSource(X[None]), y, MLEMOptions(cv=2, n_repeats=1, level="term",
+                                                       n_permutations=1,
                                                        **FAST))
     assert rec[0].filename == __file__
 
@@ -145,7 +147,7 @@ def test_permutation_spread_is_named_as_such():
 def test_fold_spread_renamed_with_deprecated_alias():
     X, y = _categorical()
     data = np.repeat(X[:, :, None], 3, axis=2)
-    res = mlem_neuro.mlem_array(data, y, cv=3, n_permutations=2, **FAST)
+    res = mlem_neuro.mlem_array(data, y, cv=3, n_repeats=1, n_permutations=2, **FAST)
     np.testing.assert_allclose(res.importance_fold_std, res.fold_importance.std(0, ddof=1))
     with pytest.warns(FutureWarning, match="importance_fold_std"):
         old = res.importance_std

@@ -12,7 +12,7 @@ from mlem_neuro.items import Items, check_items
 from mlem_neuro.simulation import simulate_item_trials
 from mlem_neuro.time_resolved import _scale_channels
 
-FAST = dict(cv=3, max_steps=100, n_permutations=2)
+FAST = dict(cv=3, n_repeats=1, max_steps=100, n_permutations=2)
 AFFINE = np.diag([3.0, 3.0, 3.0, 1.0])
 
 
@@ -170,7 +170,7 @@ def test_averaging_items_recovers_what_single_trials_hide():
     for seed in (0, 1):
         data, table = simulate_item_trials(n_items=40, n_trials=8, n_units=16,
                                            amplitude=0.5, random_state=seed)
-        kw = dict(cv=4, n_permutations=1, random_state=seed)
+        kw = dict(cv=4, n_repeats=1, n_permutations=1, random_state=seed)
         trial = mlem_neuro.mlem_array(data, table[["condition"]], **kw).score[0]
         item = mlem_neuro.mlem_array(data, table, items="item", **kw).score[0]
         assert trial < 0.4 < 0.55 < item < np.sqrt(3) / 2 + 1e-9

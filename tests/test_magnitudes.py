@@ -23,7 +23,7 @@ def design():
 def test_neural_data_of_extreme_magnitude_give_the_ordinary_results(design, scale):
     X, x, a = design
     y = pd.DataFrame({"x": x, "a": a})
-    kw = dict(cv=2, max_steps=30, random_state=0, verbose="ERROR")
+    kw = dict(cv=2, n_repeats=1, max_steps=30, random_state=0, verbose="ERROR")
     ref = mlem_neuro.mlem_array(X[:, :, None], y, **kw)
     res = mlem_neuro.mlem_array(X[:, :, None] * scale, y, **kw)
     assert np.isfinite(res.score).all()

@@ -188,7 +188,8 @@ def test_fold_setup_once_per_fold_gives_the_same_results(monkeypatch):
     y = pd.DataFrame({"a": rng.choice(list("xy"), n), "b": rng.choice(list("pqr"), n)})
     code = np.eye(2)[(y["a"] == "x").to_numpy().astype(int)]
     Y = np.stack([np.hstack([code * s, rng.standard_normal((n, 5))]) for s in (1, 2, 4)])
-    opts = MLEMOptions(cv=2, chunk_size=1, max_steps=30, batch_size=1000, random_state=0)
+    opts = MLEMOptions(cv=2, n_repeats=1, chunk_size=1, max_steps=30, batch_size=1000,
+                       random_state=0)
     made = []
 
     class Counted(PairSetup):

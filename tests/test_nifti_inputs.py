@@ -97,14 +97,14 @@ def test_good_files_still_load(files):
 def test_analyses_name_the_unreadable_parameter(files):
     table = pd.DataFrame({"a": np.tile(["x", "y"], N // 2)})
     with pytest.raises(ValueError, match=r"^imgs: cannot read the image file '.*cut_imgs"):
-        mlem_neuro.mlem_searchlight(files["cut_imgs"], table, files["mask"], cv=2)
+        mlem_neuro.mlem_searchlight(files["cut_imgs"], table, files["mask"], cv=2, n_repeats=1)
     with pytest.raises(ValueError, match=r"^mask_img: cannot read .*cut_mask"):
-        mlem_neuro.mlem_searchlight(files["imgs"], table, files["cut_mask"], cv=2)
+        mlem_neuro.mlem_searchlight(files["imgs"], table, files["cut_mask"], cv=2, n_repeats=1)
     with pytest.raises(ValueError, match=r"^process_mask_img: cannot read .*notes.txt"):
         mlem_neuro.mlem_searchlight(files["imgs"], table, files["mask"],
-                                    process_mask_img=files["text"], cv=2)
+                                    process_mask_img=files["text"], cv=2, n_repeats=1)
     with pytest.raises(ValueError, match=r"^labels_img: cannot read .*cut_mask"):
-        mlem_neuro.mlem_roi(files["imgs"], table, files["cut_mask"], cv=2)
+        mlem_neuro.mlem_roi(files["imgs"], table, files["cut_mask"], cv=2, n_repeats=1)
 
 
 # ------------------------------------------------------------------- sphere memory
@@ -158,4 +158,5 @@ def test_searchlight_huge_radius_refused(files, monkeypatch):
     table = pd.DataFrame({"a": np.tile(["x", "y"], N // 2)})
     with pytest.raises(MemoryError, match=r"sphere membership for radius=1e\+06 mm \(216 "
                        r"spheres.*use a smaller radius"):
-        mlem_neuro.mlem_searchlight(files["imgs"], table, files["mask"], radius=1e6, cv=2)
+        mlem_neuro.mlem_searchlight(files["imgs"], table, files["mask"], radius=1e6, cv=2,
+                                    n_repeats=1)

@@ -20,7 +20,7 @@ from mlem_neuro.core.pairs import pair_indices
 from mlem_neuro.core.sources import DenseRDMSource
 from mlem_neuro.simulation import simulate_epochs
 
-SMALL = dict(cv=3, max_steps=30, patience=10, n_permutations=2, level="feature")
+SMALL = dict(cv=3, n_repeats=1, max_steps=30, patience=10, n_permutations=2, level="feature")
 
 
 def _noise(seed, n=24, C=4, T=6):
@@ -401,7 +401,8 @@ def test_searchlight_and_roi_carry_tests(tmp_path):
     vol[:2, :2, :2] += 2.0 * (table["a"] == "x").to_numpy()
     img = nib.Nifti1Image(vol.astype("float32"), np.eye(4))
     mask = nib.Nifti1Image(np.ones((4, 4, 4), "int8"), np.eye(4))
-    kw = dict(cv=3, max_steps=20, patience=10, n_permutations=1, random_state=0, n_null=9)
+    kw = dict(cv=3, n_repeats=1, max_steps=20, patience=10, n_permutations=1, random_state=0,
+              n_null=9)
     res = mlem_neuro.mlem_searchlight(img, table, mask, radius=1.0, **kw)
     assert res.tests == ["score", "a", "b", "interactions"]
     assert res.pvalues.shape == (64, 4)

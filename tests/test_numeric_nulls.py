@@ -65,7 +65,7 @@ def test_numeric_null_statistics_are_those_of_the_relabelled_table(monkeypatch, 
     real = fastnull.fit_grouped
     monkeypatch.setattr(fastnull, "fit_grouped",
                         lambda *a, **k: stacks.append(a[1].shape) or real(*a, **k))
-    small = dict(cv=cv, max_steps=60, patience=10, n_permutations=3, interactions=True)
+    small = dict(cv=cv, n_repeats=1, max_steps=60, patience=10, n_permutations=3, interactions=True)
     source = DenseRDMSource(Y)
     out = run_cv(source, table, MLEMOptions(**small, n_null=3, random_state=0))
     assert len(stacks) > 3                       # the fast path, a stack per row set

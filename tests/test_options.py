@@ -126,7 +126,7 @@ def test_results_record_the_same_settings_keys_from_every_analysis(tmp_path):
     nib = pytest.importorskip("nibabel")
     rng = np.random.default_rng(0)
     table = pd.DataFrame({"a": np.tile(["x", "y"], 12), "b": np.repeat(["u", "v"], 12)})
-    kw = dict(cv=3, max_steps=5, n_permutations=1, random_state=0)
+    kw = dict(cv=3, n_repeats=1, max_steps=5, n_permutations=1, random_state=0)
     r1 = mlem_neuro.mlem_array(rng.standard_normal((24, 3, 2)), table, **kw)
     img = nib.Nifti1Image(rng.standard_normal((3, 3, 3, 24)).astype("float32"), np.eye(4))
     mask = nib.Nifti1Image(np.ones((3, 3, 3), "int8"), np.eye(4))
@@ -186,7 +186,7 @@ def test_groups_are_checked(stack):
     with pytest.raises(ValueError, match=r"fold 1 puts stimuli of group 1 both in training"):
         run_cv(src, table, MLEMOptions(cv=KFold(4), **FAST), groups=groups)
     with pytest.raises(ValueError, match=r"cv=8 folds over groups needs at least 8 groups"):
-        run_cv(src, table, MLEMOptions(cv=8, **FAST), groups=groups)
+        run_cv(src, table, MLEMOptions(cv=8, n_repeats=1, **FAST), groups=groups)
     with pytest.raises(ValueError, match=r"one label per stimulus \(30\); got shape \(29,\)"):
         run_cv(src, table, MLEMOptions(**FAST), groups=groups[:29])
     with pytest.raises(TypeError, match=r"got the string 'run'"):
@@ -201,6 +201,7 @@ def test_groups_in_every_analysis():
     table = pd.DataFrame({"a": np.tile(["x", "y"], n // 2), "b": np.repeat(["u", "v"], 12)})
     runs = np.repeat(np.arange(4), 6)
     res = mlem_neuro.mlem_array(rng.standard_normal((n, 3, 2)), table, groups=runs, cv=2,
+                                n_repeats=1,
                                 **FAST)
     for test in res.settings["fold_test_indices"]:
         assert len(set(runs[test])) == 2 and set(runs[test]).isdisjoint(
@@ -222,7 +223,7 @@ def test_rare_level_error_names_the_fold(stack):
         run_cv(DenseRDMSource(Y), table, MLEMOptions(cv=folds, **FAST))
     # constant over the whole table: the plain message, no fold
     with pytest.raises(ValueError, match=r"^feature 'c' is constant over the stimuli"):
-        run_cv(DenseRDMSource(Y), table.assign(c="k"), MLEMOptions(cv=3, **FAST))
+        run_cv(DenseRDMSource(Y), table.assign(c="k"), MLEMOptions(cv=3, n_repeats=1, **FAST))
 
 
 # ------------------------------------------------------------- estimator inputs

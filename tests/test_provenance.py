@@ -13,7 +13,7 @@ from mlem_neuro import read_result
 def result():
     rng = np.random.default_rng(0)
     table = pd.DataFrame({"a": np.tile([True, False], 10)})
-    return mlem_neuro.mlem_array(rng.standard_normal((20, 3, 2)), table, cv=2,
+    return mlem_neuro.mlem_array(rng.standard_normal((20, 3, 2)), table, cv=2, n_repeats=1,
                                  max_steps=3, random_state=0, verbose="ERROR")
 
 

@@ -21,16 +21,16 @@ def test_a_sorted_table_is_refused_everywhere(design):
     sorted_table = table.sort_values("b")
     assert not sorted_table.index.is_monotonic_increasing
     with pytest.raises(ValueError, match=r"out of order .* sort_values"):
-        mlem_neuro.mlem_array(data, sorted_table, cv=2, max_steps=5)
+        mlem_neuro.mlem_array(data, sorted_table, cv=2, n_repeats=1, max_steps=5)
     with pytest.raises(ValueError, match="reset_index"):
         MLEM(max_steps=5).fit(data[:, :, 0], sorted_table)
     with pytest.raises(ValueError, match="out of order"):
-        mlem_neuro.mlem_array(data, sorted_table["a"], cv=2, max_steps=5)
+        mlem_neuro.mlem_array(data, sorted_table["a"], cv=2, n_repeats=1, max_steps=5)
 
 
 def test_tables_in_order_or_with_other_indices_are_matched_by_position(design):
     data, table = design
-    kw = dict(cv=2, max_steps=5, random_state=0, verbose="ERROR")
+    kw = dict(cv=2, n_repeats=1, max_steps=5, random_state=0, verbose="ERROR")
     ref = mlem_neuro.mlem_array(data, table, **kw)
     # the same rows with another index: labels, or the reordered table re-indexed
     labelled = table.set_axis([f"w{k}" for k in range(24)])

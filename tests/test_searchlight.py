@@ -16,7 +16,7 @@ from mlem_neuro.core.sources import SphereRDMSource
 from mlem_neuro.results import BrainMapResult
 
 AFFINE = np.array([[3.0, 0, 0, -12], [0, 3.0, 0, -12], [0, 0, 3.0, -12], [0, 0, 0, 1]])
-FAST = dict(cv=3, max_steps=200, n_permutations=5)
+FAST = dict(cv=3, n_repeats=1, max_steps=200, n_permutations=5)
 
 
 
@@ -165,7 +165,7 @@ def test_feature_level_default_peaks_at_the_encoding_sphere():
 
 def test_default_process_mask_is_the_mask():
     imgs, table, mask, _ = simulate(n=24, shape=(4, 4, 3))
-    res = mlem_neuro.mlem_searchlight(imgs, table, mask, radius=3.0, cv=2, max_steps=5,
+    res = mlem_neuro.mlem_searchlight(imgs, table, mask, radius=3.0, cv=2, n_repeats=1, max_steps=5,
                                       n_permutations=1, random_state=0)
     assert res.n_models == 48
     assert np.isfinite(res.importance).all() and np.isfinite(res.score).all()
@@ -197,7 +197,7 @@ def test_results_do_not_depend_on_chunks_or_dask():
     from distributed import Client, LocalCluster
 
     imgs, table, mask, process = simulate(n=24, shape=(6, 6, 6))
-    kw = dict(radius=6.0, cv=3, max_steps=60, n_permutations=3, random_state=3)
+    kw = dict(radius=6.0, cv=3, n_repeats=1, max_steps=60, n_permutations=3, random_state=3)
     ref = mlem_neuro.mlem_searchlight(imgs, table, mask, process, **kw)
     chunked = mlem_neuro.mlem_searchlight(imgs, table, mask, process, chunk_size=5,
                                           n_jobs=1, **kw)
@@ -328,7 +328,7 @@ def test_radius_below_the_voxel_size_warns(small):
     centre voxel alone: a voxel-wise analysis, not a multivoxel one.  Warned, not refused
     (nilearn's neighbourhoods allow it); one more voxel in some sphere is silent."""
     imgs, table, mask, _ = small
-    kw = dict(cv=2, max_steps=5, n_permutations=1, random_state=0)
+    kw = dict(cv=2, n_repeats=1, max_steps=5, n_permutations=1, random_state=0)
     with pytest.warns(UserWarning, match=r"every sphere holds a single voxel.*"
                       r"radius=0\.6 mm.*voxels of 3 x 3 x 3 mm"):
         res = mlem_neuro.mlem_searchlight(imgs, table, mask, radius=0.6, **kw)
@@ -353,7 +353,7 @@ def test_models_without_signal_warn(small):
     correlation is undefined, so score and importance are NaN (never a measured 0, which a
     map could not tell from "no effect"); warned."""
     imgs, table, mask, _ = small
-    kw = dict(cv=2, max_steps=5, n_permutations=1, random_state=0)
+    kw = dict(cv=2, n_repeats=1, max_steps=5, n_permutations=1, random_state=0)
     data = imgs.get_fdata().copy()                 # not the shared fixture's cache
     data[3] = 0.0                    # the last x slab: no data, but every 3 mm sphere
     with warnings.catch_warnings():  # centred there also holds a voxel of x = 2
@@ -386,7 +386,7 @@ def test_roi_regions_lost_on_the_images_grid_warn(small):
     labels[6:12] = 2
     labels[13:, 0, 0] = 7                              # only beyond the images' voxels
     labels[5, 5, 5] = 8                                # one 1 mm voxel between centres
-    kw = dict(cv=2, max_steps=5, n_permutations=1, random_state=0)
+    kw = dict(cv=2, n_repeats=1, max_steps=5, n_permutations=1, random_state=0)
     with pytest.warns(UserWarning, match=r"2 region\(s\) of labels_img have no voxel on "
                       r"the images' grid.*labels \[7, 8\]"):
         res = mlem_neuro.mlem_roi(imgs, table, nib.Nifti1Image(labels, fine), **kw)
@@ -503,7 +503,7 @@ def test_native_space_maps_plot_on_the_mean_image(monkeypatch, tmp_path):
         return real(img, **kwargs)
 
     monkeypatch.setattr(nilearn.plotting, "plot_stat_map", spy)
-    kw = dict(radius=3.0, cv=2, max_steps=5, n_permutations=1, random_state=0)
+    kw = dict(radius=3.0, cv=2, n_repeats=1, max_steps=5, n_permutations=1, random_state=0)
     native = nib.Nifti1Image(imgs.get_fdata(), AFFINE)
     native.header.set_sform(AFFINE, code="scanner")
     res = mlem_neuro.mlem_searchlight(native, table, mask, standardize="run", **kw)
@@ -534,7 +534,7 @@ def test_maps_keep_the_images_world_space(small, tmp_path, code):
     src = nib.Nifti1Image(imgs.get_fdata().astype(np.float32), AFFINE)
     src.set_sform(AFFINE, code=code)
     src.set_qform(AFFINE, code=code)
-    kw = dict(cv=3, max_steps=5, random_state=0)
+    kw = dict(cv=3, n_repeats=1, max_steps=5, random_state=0)
     res = mlem_neuro.mlem_searchlight(src, table, mask, radius=3.0, **kw)
     assert res.settings["space_code"] == code
     path = tmp_path / "res.npz"

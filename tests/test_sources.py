@@ -253,7 +253,8 @@ def test_a_custom_source_runs_through_run_cv_like_the_dense_one():
     Y = np.stack([code * [3.0, 1.0, 0.5] + 0.3 * rng.standard_normal((n, 3)),
                   rng.standard_normal((n, 3))])
     square = np.stack([squareform(pdist(y)) for y in Y])
-    opts = MLEMOptions(cv=3, max_steps=60, patience=10, n_permutations=3, random_state=0,
+    opts = MLEMOptions(cv=3, n_repeats=1, max_steps=60, patience=10, n_permutations=3,
+                       random_state=0,
                        chunk_size=1)
     custom = run_cv(PrecomputedRDMSource(square), table, opts)
     dense = run_cv(DenseRDMSource(Y), table, opts)
@@ -307,7 +308,8 @@ def test_ranked_source_gives_the_ranks_and_the_analysis_of_the_distances():
     # a pickled slice holds its own rows only (joblib sends chunks to workers)
     one, whole = (len(pickle.dumps(x)) for x in (ranked.subset(slice(0, 1)), ranked))
     assert one < 0.5 * whole
-    opts = MLEMOptions(cv=3, max_steps=40, patience=10, n_permutations=2, random_state=0)
+    opts = MLEMOptions(cv=3, n_repeats=1, max_steps=40, patience=10, n_permutations=2,
+                       random_state=0)
     a, b = run_cv(dist, table, opts), run_cv(ranked, table, opts)
     np.testing.assert_array_equal(a.W, b.W)
     np.testing.assert_array_equal(a.score, b.score)

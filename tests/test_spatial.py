@@ -26,7 +26,7 @@ from mlem_neuro.core.sources import SphereRDMSource
 from mlem_neuro.core.spacetime import SpaceTimeRDMSource
 from mlem_neuro.results import SensorMapResult, SourceMapResult
 
-FAST = dict(cv=3, random_state=0)
+FAST = dict(cv=3, n_repeats=1, random_state=0)
 WINDOW = [2, 3]                     # time points holding the planted effect
 
 
@@ -140,7 +140,7 @@ def test_volume_result_save_read(tmp_path):
     v = src[0]["vertno"]
     data, table = planted(len(v), np.zeros(len(v), bool), n=20, T=2)
     stcs = [mne.VolSourceEstimate(x, [v], tmin=0.1, tstep=0.01) for x in data]
-    res = mlem_neuro.mlem_stcs(stcs, table, src, spatial_radius=0.02, cv=3,
+    res = mlem_neuro.mlem_stcs(stcs, table, src, spatial_radius=0.02, cv=3, n_repeats=1,
                                max_steps=5, random_state=0)
     back = mlem_neuro.read_result(res.save(tmp_path / "r.npz"))
     assert isinstance(back, SourceMapResult) and back.kind == "volume"
@@ -154,7 +154,7 @@ def test_chunks_do_not_change_results():
     v = src[0]["vertno"]
     data, table = planted(len(v), np.zeros(len(v), bool), n=20, T=3)
     stcs = [mne.VolSourceEstimate(x, [v], tmin=0.0, tstep=0.01) for x in data]
-    kw = dict(spatial_radius=0.02, cv=3, max_steps=20, random_state=0)
+    kw = dict(spatial_radius=0.02, cv=3, n_repeats=1, max_steps=20, random_state=0)
     one = mlem_neuro.mlem_stcs(stcs, table, src, **kw)
     many = mlem_neuro.mlem_stcs(stcs, table, src, chunk_size=37, **kw)
     np.testing.assert_allclose(many.importance, one.importance, atol=1e-6)
@@ -287,7 +287,7 @@ def test_sensor_neighbourhoods_and_decimation():
     assert 3 <= np.median(sizes) <= 8
     with pytest.warns(RuntimeWarning, match="alias"):
         res = mlem_neuro.mlem_epochs(epochs, ["a", "b"], picks=["O1", "Oz", "O2", "Iz"],
-                                     decim=2, spatial_radius=0.045, cv=3, max_steps=5,
+                                     decim=2, spatial_radius=0.045, cv=3, n_repeats=1, max_steps=5,
                                      random_state=0)
     assert res.n_locations == 4 and res.info["sfreq"] == 50.0
     np.testing.assert_allclose(res.to_evoked("a").times, res.times)
@@ -300,7 +300,7 @@ def test_sensor_topomap_marks_significant_channels(monkeypatch):
     matplotlib.use("Agg")
     epochs, _ = eeg_epochs(n=24, T=6, amp=3.0)
     res = mlem_neuro.mlem_epochs(epochs, ["a", "b"], picks=["O1", "Oz", "O2", "Fz", "Cz"],
-                                 spatial_radius=0.045, cv=3, max_steps=30, n_null=19,
+                                 spatial_radius=0.045, cv=3, n_repeats=1, max_steps=30, n_null=19,
                                  random_state=0)
     seen = {}
 
@@ -365,7 +365,7 @@ def test_stcs_inputs_are_validated():
     with pytest.raises(ValueError, match="surface labels"):
         run(stcs, table, labels=[mne.Label([1, 2], hemi="lh")])
     with pytest.raises(ValueError, match="cv must be >= 2"):     # options checked too
-        run(stcs, table, src, spatial_radius=0.02, cv=1)
+        run(stcs, table, src, spatial_radius=0.02, cv=1, n_repeats=1)
 
 
 def test_surface_inputs_are_validated():
@@ -392,7 +392,7 @@ def test_labels_and_src_of_another_subject_refused():
     src = sphere_src()                                  # subject_his_id "sphere"
     vertices = [s["vertno"] for s in src]
     rng = np.random.default_rng(0)
-    kw = dict(cv=2, max_steps=2, n_permutations=1, random_state=0)
+    kw = dict(cv=2, n_repeats=1, max_steps=2, n_permutations=1, random_state=0)
     table = pd.DataFrame({"a": [0, 1] * 4})
 
     def stcs(subject):
@@ -420,7 +420,7 @@ def test_labels_and_src_of_another_subject_refused():
 
 def test_sensor_inputs_are_validated():
     epochs, _ = eeg_epochs(n=6, T=5)
-    kw = dict(features=["a", "b"], cv=2, max_steps=2)
+    kw = dict(features=["a", "b"], cv=2, n_repeats=1, max_steps=2)
     with pytest.raises(ValueError, match="positive, finite number of metres"):
         mlem_neuro.mlem_epochs(epochs, spatial_radius=0.0, **kw)
     no_montage = mne.EpochsArray(epochs.get_data(), mne.create_info(epochs.ch_names, 100.0,
@@ -466,7 +466,7 @@ def test_meg_sensor_searchlight_on_real_sensor_positions(tmp_path):
         rng.standard_normal(len(target))[None, :, None]
     epochs = mne.EpochsArray(data * 1e-12, info, tmin=0.0, verbose=False)
     epochs.metadata = pd.DataFrame({"a": a.astype(bool), "b": b.astype(bool)})
-    res = mlem_neuro.mlem_epochs(epochs, ["a", "b"], spatial_radius=0.04, cv=3,
+    res = mlem_neuro.mlem_epochs(epochs, ["a", "b"], spatial_radius=0.04, cv=3, n_repeats=1,
                                  max_steps=200, random_state=0)
     assert res.n_locations == len(pos)
     # measured (seeds 0-4): the peak is in the window, in a neighbourhood holding the
@@ -487,7 +487,7 @@ def test_meg_sensor_searchlight_on_real_sensor_positions(tmp_path):
     mixed = mne.EpochsArray(np.zeros((6, both.info["nchan"], 2)), both.info, verbose=False)
     mixed.metadata = pd.DataFrame({"a": [0, 1] * 3})
     with pytest.raises(ValueError, match="one sensor family"):
-        mlem_neuro.mlem_epochs(mixed, ["a"], spatial_radius=0.04, cv=2)
+        mlem_neuro.mlem_epochs(mixed, ["a"], spatial_radius=0.04, cv=2, n_repeats=1)
 
 
 def test_surface_distances_recomputed_when_too_short():
@@ -507,7 +507,7 @@ def test_stcs_time_selection_and_tests():
     data, table = planted(len(v), np.zeros(len(v), bool), n=18, T=6)
     stcs = [mne.VolSourceEstimate(x, [v], tmin=-0.02, tstep=0.01) for x in data]
     res = mlem_neuro.mlem_stcs(iter(stcs), table, src, spatial_radius=0.025, tmin=0.0,
-                               decim=2, window=0.02, cv=3, max_steps=10, n_null=3,
+                               decim=2, window=0.02, cv=3, n_repeats=1, max_steps=10, n_null=3,
                                random_state=0)
     np.testing.assert_allclose(res.times, [0.0, 0.02])
     assert res.importance_stc("a").tstep == pytest.approx(0.02)
@@ -527,7 +527,7 @@ def test_stcs_groups_may_name_a_column_of_the_features():
     data, table = planted(len(v), np.zeros(len(v), bool), n=18, T=2)
     stcs = [mne.VolSourceEstimate(x, [v], tmin=0.0, tstep=0.01) for x in data]
     runs = np.repeat(np.arange(6), 3)
-    kw = dict(spatial_radius=0.025, cv=3, max_steps=5, random_state=0)
+    kw = dict(spatial_radius=0.025, cv=3, n_repeats=1, max_steps=5, random_state=0)
     a = mlem_neuro.mlem_stcs(stcs, table.assign(run=runs), src, groups="run", **kw)
     b = mlem_neuro.mlem_stcs(stcs, table, src, groups=runs, **kw)
     assert a.terms == b.terms and "run" not in a.feature_names

@@ -20,7 +20,7 @@ from mlem_neuro.items import check_items
 from mlem_neuro.spatial import crossval_spacetime_sq_distances
 from mlem_neuro.time_resolved import _scale_channels
 
-FAST = dict(cv=3, max_steps=100, n_permutations=2, random_state=0, verbose="ERROR")
+FAST = dict(cv=3, n_repeats=1, max_steps=100, n_permutations=2, random_state=0, verbose="ERROR")
 WINDOW = [2, 3]                     # time points holding the planted effect (sources)
 # the small item sets of the equality tests leave some held-out folds constant in "a"
 pytestmark = pytest.mark.filterwarnings("ignore:every held-out pair")
@@ -177,7 +177,7 @@ def test_cv_euclidean_equals_the_distances_computed_by_hand(monkeypatch):
     monkeypatch.undo()
     res = mlem_neuro.mlem_stcs(stcs, table, src, spatial_radius=0.016, items="item",
                                partitions="run", distance="cv_euclidean", **FAST)
-    opts = MLEMOptions(cv=3, max_steps=100, n_permutations=2, random_state=0)
+    opts = MLEMOptions(cv=3, n_repeats=1, max_steps=100, n_permutations=2, random_state=0)
     ref = run_cv(CondensedRDMSource(d2), first_rows(table, items.labels_.tolist()), opts)
     np.testing.assert_array_equal(res.fold_score, ref.score)
     np.testing.assert_array_equal(res.fold_importance, ref.importance)
@@ -200,7 +200,7 @@ def test_sensor_cv_euclidean_equals_the_distances_computed_by_hand():
         np.concatenate([crossval_sq_distances(data[:, A[s].indices, t][None],
                                               table["item"], table["run"])
                         for s in range(A.shape[0])]) for t in range(data.shape[2])])
-    opts = MLEMOptions(cv=3, max_steps=100, n_permutations=2, random_state=0)
+    opts = MLEMOptions(cv=3, n_repeats=1, max_steps=100, n_permutations=2, random_state=0)
     order = list(dict.fromkeys(table["item"]))
     ref = run_cv(CondensedRDMSource(d2), first_rows(table, order), opts)
     np.testing.assert_allclose(res.fold_score, ref.score, atol=1e-12)
@@ -216,7 +216,7 @@ def test_sensor_cv_euclidean_equals_the_distances_computed_by_hand():
 def test_stcs_items_find_planted_patch(distance):
     stcs, table, src, dist = volume_trials(seed=0)
     res = mlem_neuro.mlem_stcs(stcs, table.drop(columns="run"), src, spatial_radius=0.016,
-                               items="item", distance=distance, cv=3, random_state=0,
+                               items="item", distance=distance, cv=3, n_repeats=1, random_state=0,
                                verbose="ERROR")
     imp = res.importance_data("a")
     # measured (seeds 0-7 of this simulation: 24 items x 4 trials, unit trial noise,
@@ -238,7 +238,7 @@ def test_stcs_items_find_planted_patch(distance):
 def test_sensor_searchlight_items_find_planted_channels(distance):
     epochs, idx, dist = eeg_trials(seed=0)
     res = mlem_neuro.mlem_epochs(epochs, ["a", "b"], items="item", distance=distance,
-                                 spatial_radius=0.045, cv=3, random_state=0,
+                                 spatial_radius=0.045, cv=3, n_repeats=1, random_state=0,
                                  verbose="ERROR")
     imp = res.importance_data("a")
     # measured (seeds 0-7: 24 items x 4 trials, unit trial noise, amp 1 on O1/Oz/O2, 3

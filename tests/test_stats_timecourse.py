@@ -130,7 +130,7 @@ def test_group_analysis_from_simulated_subjects_end_to_end():
         X[:, :, 6:11] += 0.8 * (2 * a - 1)[:, None, None] * (p / np.linalg.norm(p)
                                                             * np.sqrt(C))[None, :, None]
         y = pd.DataFrame({"A": a.astype(bool), "C": c.astype(bool)})
-        results.append(mlem_array(X, y, sfreq=100.0, cv=3, max_steps=100,
+        results.append(mlem_array(X, y, sfreq=100.0, cv=3, n_repeats=1, max_steps=100,
                                   random_state=s))
     st = mlem_neuro.stats.permutation_cluster_test(results, "A", seed=0)
     sig = st.significant(0.05)
@@ -152,13 +152,13 @@ def test_in_sample_results_warn_that_the_group_test_is_not_valid(group):
     feats = pd.DataFrame({"a": np.arange(20) % 2 == 0, "b": np.arange(20) % 3 == 0})
     kw = dict(sfreq=100.0, max_steps=5, n_permutations=1, random_state=0)
     in_sample = mlem_neuro.mlem_array(data, feats, cv=None, **kw)
-    held_out = mlem_neuro.mlem_array(data, feats, cv=2, **kw)
+    held_out = mlem_neuro.mlem_array(data, feats, cv=2, n_repeats=1, **kw)
     assert in_sample.score_kind == "in-sample"
     for measure in ("score", "importance"):
         with pytest.warns(UserWarning, match=r"1 of 2 results .*cv=None.*not valid"):
             permutation_cluster_test([held_out, in_sample], "a", measure=measure,
                                      n_permutations=4, seed=0)
-    other = mlem_neuro.mlem_array(data[::-1], feats, cv=2, **kw)
+    other = mlem_neuro.mlem_array(data[::-1], feats, cv=2, n_repeats=1, **kw)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         permutation_cluster_test([held_out, other], "a", n_permutations=4, seed=0)
@@ -283,7 +283,7 @@ def _coded_subject(seed, interaction, n_times=8, amplitude=4.0):
     env = (np.arange(n_times) >= n_times // 2).astype(float)
     data = (amplitude * code @ rotation.T)[:, :, None] * env
     data = data + rng.standard_normal(data.shape)
-    kw = dict(sfreq=100.0, cv=4, random_state=10**6 + seed, verbose="WARNING")
+    kw = dict(sfreq=100.0, cv=4, n_repeats=1, random_state=10**6 + seed, verbose="WARNING")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)       # a held-out fold flat in a feature
         return (mlem_neuro.mlem_array(data, table, **kw),

@@ -144,20 +144,20 @@ def test_analysis_runs_on_policy_threads_and_restores(data, threads3, monkeypatc
         return fit_chunk(*args)
 
     monkeypatch.setattr(crossval, "_fit_chunk", spy)
-    res = mlem_neuro.mlem_array(np.stack([X, X], axis=-1), y, cv=3, **FAST)
+    res = mlem_neuro.mlem_array(np.stack([X, X], axis=-1), y, cv=3, n_repeats=1, **FAST)
     assert res.importance.shape[0] == 2
     assert seen == [1, 1, 1]                 # one chunk per fold, each on one thread
     assert torch.get_num_threads() == threads3
 
     monkeypatch.setenv(ENV_VAR, "2")         # asked for more: at most the cores
     seen.clear()
-    crossval.run_cv(DenseRDMSource(X[None]), y, MLEMOptions(cv=3, **FAST))
+    crossval.run_cv(DenseRDMSource(X[None]), y, MLEMOptions(cv=3, n_repeats=1, **FAST))
     assert seen == [min(2, available_cores())] * 3
     assert torch.get_num_threads() == threads3
 
     monkeypatch.setenv(ENV_VAR, "off")       # the policy off: the caller's threads
     seen.clear()
-    crossval.run_cv(DenseRDMSource(X[None]), y, MLEMOptions(cv=3, **FAST))
+    crossval.run_cv(DenseRDMSource(X[None]), y, MLEMOptions(cv=3, n_repeats=1, **FAST))
     assert seen == [threads3] * 3
 
 
@@ -169,7 +169,7 @@ def test_analysis_restores_threads_on_error(data, threads3, monkeypatch):
 
     monkeypatch.setattr(crossval, "_fit_chunk", fail)
     with pytest.raises(RuntimeError, match="chunk failed"):
-        crossval.run_cv(DenseRDMSource(X[None]), y, MLEMOptions(cv=3, **FAST))
+        crossval.run_cv(DenseRDMSource(X[None]), y, MLEMOptions(cv=3, n_repeats=1, **FAST))
     assert torch.get_num_threads() == threads3
 
 
@@ -191,7 +191,7 @@ def test_worker_threads_for_n_jobs(data, monkeypatch):
         calls.clear()
         with pytest.raises(RuntimeError, match="stop"):
             crossval.run_cv(DenseRDMSource(X[None]), y,
-                            MLEMOptions(cv=3, n_jobs=n_jobs, **FAST))
+                            MLEMOptions(cv=3, n_repeats=1, n_jobs=n_jobs, **FAST))
         if threads is None:                  # -1: every core joblib counts here
             from joblib import effective_n_jobs
             threads = max(1, 4 // effective_n_jobs(-1))
@@ -241,7 +241,7 @@ def test_threading_backend_gives_the_serial_numbers(case):
           "tests": dict(n_null=3)}[case]
     if case == "categorical":
         table = table[["A", "B"]]
-    kw = dict(kw, random_state=1, max_steps=40, patience=10)
+    kw = dict(dict(cv=5, n_repeats=1), **kw, random_state=1, max_steps=40, patience=10)
     ref = mlem_neuro.mlem_array(data, table, **kw)
     with joblib.parallel_config(backend="threading"):
         threaded = mlem_neuro.mlem_array(data, table, chunk_size=1, n_jobs=2, **kw)

@@ -15,7 +15,7 @@ from mlem_neuro.times import window_average
 mne = pytest.importorskip("mne")
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-FAST = dict(cv=3, max_steps=200)
+FAST = dict(cv=3, n_repeats=1, max_steps=200)
 SFREQ = 100.0
 WINDOWS = {"A": (8, 14), "B": (16, 22)}      # samples where A / B shape the sensor patterns
 N_BASELINE = 6                               # samples before t = 0
@@ -138,7 +138,7 @@ def test_cv_none_trains_and_scores_on_all_trials(sim):
 
 def test_chunking_and_jobs_do_not_change_results(sim):
     X, y, times = sim
-    kw = dict(times=times[:8], cv=3, max_steps=40, random_state=1)
+    kw = dict(times=times[:8], cv=3, n_repeats=1, max_steps=40, random_state=1)
     ref = mlem_array(X[:, :, :8], y, **kw)
     chunked = mlem_array(X[:, :, :8], y, chunk_size=3, n_jobs=2, **kw)
     np.testing.assert_allclose(chunked.fold_importance, ref.fold_importance, atol=1e-10)
@@ -161,13 +161,13 @@ def test_progress_is_logged_at_info(sim, capfd):
     handler = _Collect()
     log.addHandler(handler)
     try:
-        mlem_array(X[:, :, :4], y, times=times[:4], cv=3, max_steps=5, chunk_size=2,
+        mlem_array(X[:, :, :4], y, times=times[:4], cv=3, n_repeats=1, max_steps=5, chunk_size=2,
                    random_state=0, verbose="INFO")
         msgs = " | ".join(handler.messages)
         assert "MLEM time course" in msgs and "6 chunk(s)" in msgs   # 2 chunks x 3 folds
         assert "MLEM chunks (time points)" in capfd.readouterr().err  # MNE's progress bar
         handler.messages.clear()
-        mlem_array(X[:, :, :4], y, times=times[:4], cv=3, max_steps=5, random_state=0)
+        mlem_array(X[:, :, :4], y, times=times[:4], cv=3, n_repeats=1, max_steps=5, random_state=0)
         assert handler.messages == []                    # default level is WARNING
         assert "MLEM chunks" not in capfd.readouterr().err
     finally:
@@ -186,7 +186,7 @@ def test_window_average_matches_manual_moving_mean():
 
 def test_window_option_smooths_before_distances(sim):
     X, y, times = sim
-    kw = dict(times=times, cv=3, max_steps=100, random_state=0)
+    kw = dict(times=times, cv=3, n_repeats=1, max_steps=100, random_state=0)
     res = mlem_array(X, y, window=0.05, **kw)                # +-2 samples at 100 Hz
     plain = mlem_array(X, y, **kw)
     assert res.settings["window"] == 0.05 and plain.settings["window"] is None
@@ -197,7 +197,7 @@ def test_window_option_smooths_before_distances(sim):
     assert imp[7] > 0.15 and imp[14] > 0.15
     assert abs(imp0[7]) < 0.1 and abs(imp0[14]) < 0.1
     with pytest.raises(ValueError, match="sampling rate"):
-        mlem_array(X, y, window=0.05, cv=3)                 # no times / sfreq
+        mlem_array(X, y, window=0.05, cv=3, n_repeats=1)                 # no times / sfreq
 
 
 def test_scale_balances_channel_types():
@@ -210,7 +210,7 @@ def test_scale_balances_channel_types():
     big = 1e3 * rng.standard_normal((n, 4, T))              # e.g. other units, pure noise
     X = np.concatenate([small, big], axis=1)
     y = pd.DataFrame({"f": f.astype(bool), "g": rng.integers(0, 2, n).astype(bool)})
-    kw = dict(sfreq=100.0, cv=3, max_steps=100, random_state=0)
+    kw = dict(sfreq=100.0, cv=3, n_repeats=1, max_steps=100, random_state=0)
     on = mlem_array(X, y, **kw)
     off = mlem_array(X, y, scale=False, **kw)
     # measured: f's importance ~0.3 with scale=True, ~0.0 without
@@ -224,7 +224,7 @@ def test_mlem_epochs_equals_mlem_array_on_the_same_data(sim):
     X, y, times = sim
     epochs = to_epochs(X[:, :, :12], y, times[:12])
     snap = snapshot(epochs)
-    kw = dict(cv=3, max_steps=60, random_state=0)
+    kw = dict(cv=3, n_repeats=1, max_steps=60, random_state=0)
     a = mlem_epochs(epochs, **kw)                           # features: the metadata
     b = mlem_array(X[:, :, :12] * 1e-6, y, times=times[:12], **kw)
     assert a.terms == b.terms
@@ -237,7 +237,7 @@ def test_mlem_epochs_equals_mlem_array_on_the_same_data(sim):
 def test_mlem_epochs_features_from_event_names(sim):
     X, y, times = sim
     epochs = to_epochs(X[:, :, :12], y, times[:12], metadata=False)
-    res = mlem_epochs(epochs, cv=3, max_steps=60, random_state=0)
+    res = mlem_epochs(epochs, cv=3, n_repeats=1, max_steps=60, random_state=0)
     # "Ahi/Blo" tags sit in consistent positions: one column per position
     assert res.feature_names == ["tag0", "tag1"]
     assert res.terms == ["tag0", "tag1"]
@@ -252,7 +252,7 @@ def test_mlem_epochs_crop_decim_picks_follow_mne(sim):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")                      # aliasing warning of decim
         res = mlem_epochs(epochs, ["A", "C"], picks=["EEG000", "EEG002", "EEG005"],
-                          tmin=-0.03, tmax=0.15, decim=2, cv=3, max_steps=20,
+                          tmin=-0.03, tmax=0.15, decim=2, cv=3, n_repeats=1, max_steps=20,
                           random_state=0)
         ref = epochs.copy().crop(-0.03, 0.15).decimate(2)
     np.testing.assert_allclose(res.times, ref.times, atol=1e-9)
@@ -266,10 +266,10 @@ def test_decim_warns_about_aliasing(sim):
     X, y, times = sim
     epochs = to_epochs(X[:, :, :10], y, times[:10])          # lowpass = 50 Hz = Nyquist
     with pytest.warns(RuntimeWarning, match="alias"):
-        mlem_epochs(epochs, decim=2, cv=3, max_steps=5, random_state=0)
+        mlem_epochs(epochs, decim=2, cv=3, n_repeats=1, max_steps=5, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")                        # window >= decim samples
-        mlem_epochs(epochs, decim=2, window=0.02, cv=3, max_steps=5, random_state=0)
+        mlem_epochs(epochs, decim=2, window=0.02, cv=3, n_repeats=1, max_steps=5, random_state=0)
 
 
 def _lazy_epochs_one_bad(seed, n_ev=24):
@@ -292,7 +292,7 @@ def test_non_preloaded_epochs_are_not_modified():
     n_ev = 24
     epochs, events = _lazy_epochs_one_bad(0, n_ev)
     drop_log = epochs.drop_log
-    res = mlem_epochs(epochs, cv=3, max_steps=5, random_state=0)
+    res = mlem_epochs(epochs, cv=3, n_repeats=1, max_steps=5, random_state=0)
     assert not epochs.preload and epochs.drop_log == drop_log   # nothing dropped in place
     assert res.settings["n_epochs"] == n_ev - 1                 # the bad epoch left out
     assert res.feature_names == ["tag1"]                       # "x" is constant: dropped
@@ -306,7 +306,7 @@ def test_labels_of_every_original_event_follow_the_selection():
     epochs, _ = _lazy_epochs_one_bad(1, n_ev)
     kept = epochs.copy().drop_bad().selection
     assert len(kept) == n_ev - 1
-    kw = dict(cv=3, max_steps=5, random_state=0)
+    kw = dict(cv=3, n_repeats=1, max_steps=5, random_state=0)
     groups = np.arange(n_ev) // 4
     a = mlem_epochs(epochs, groups=groups, **kw)
     b = mlem_epochs(epochs, groups=groups[kept], **kw)
@@ -361,10 +361,10 @@ def test_numbered_event_names_are_labels_without_a_warning(sim):
     assert epochs.event_id == {"1": 1, "2": 2, "3": 3}
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
-        res = mlem_epochs(epochs, cv=3, max_steps=5, n_permutations=1, random_state=0)
+        res = mlem_epochs(epochs, cv=3, n_repeats=1, max_steps=5, n_permutations=1, random_state=0)
     assert res.terms == ["event"]
     with pytest.warns(UserWarning, match="numbers stored as text"):      # a plain table
-        mlem_epochs(epochs, features=tbl.astype(str).iloc[[0, 1, 2] * 10], cv=3,
+        mlem_epochs(epochs, features=tbl.astype(str).iloc[[0, 1, 2] * 10], cv=3, n_repeats=1,
                     max_steps=5, n_permutations=1, random_state=0)
 
 
@@ -428,7 +428,7 @@ def small_epochs(sim):
     (dict(window=-1.0), ValueError, "window"),
     (dict(constraint="psd"), ValueError, "constraint"),
     (dict(n_permutations=0), ValueError, "n_permutations"),
-    (dict(cv=40), ValueError, "folds"),
+    (dict(cv=40, n_repeats=1), ValueError, "folds"),
     (dict(device="tpu"), ValueError, "device"),
 ])
 def test_bad_input_raises_clear_errors_and_leaves_epochs_alone(small_epochs, kwargs, err,
@@ -468,7 +468,7 @@ def test_not_epochs_and_bad_arrays(sim):
     with pytest.raises(ValueError, match="ch_names"):
         mlem_array(X, y, ch_names=["a"])
     with pytest.raises(ValueError, match="constant"):            # C only has one value
-        mlem_array(X[:, :, :2], y.assign(C="same"), cv=3, max_steps=5)
+        mlem_array(X[:, :, :2], y.assign(C="same"), cv=3, n_repeats=1, max_steps=5)
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
@@ -505,7 +505,7 @@ def test_real_eeglab_recording_end_to_end():
                         preload=True, verbose=False)
     snap = snapshot(epochs)
     res = mlem_epochs(epochs, ["position", "responded", "rt_ms"], decim=4, window=0.04,
-                      cv=3, max_steps=100, random_state=0)
+                      cv=3, n_repeats=1, max_steps=100, random_state=0)
     assert res.terms == ["position", "responded", "rt_ms"]
     assert res.importance.shape == (len(res.times), 3)
     assert len(res.times) == 32 and res.times[0] == pytest.approx(-0.1875)
@@ -567,7 +567,7 @@ def test_settings_record_the_folds_whatever_cv_was(tmp_path):
     res = mlem_array(data, table, cv=KFold(3), **kw)
     assert res.settings["cv"].startswith("KFold(")
     assert sorted(sum(res.settings["fold_test_indices"], [])) == list(range(24))
-    res = mlem_array(data, table, cv=3, random_state=0, **kw)
+    res = mlem_array(data, table, cv=3, n_repeats=1, random_state=0, **kw)
     assert res.settings["cv"] == 3 and len(res.settings["fold_test_indices"]) == 3
 
 
@@ -575,7 +575,7 @@ def test_mlem_array_crops_and_decimates_like_mlem_epochs():
     """tmin / tmax / decim on an array select the same samples as on the equivalent Epochs,
     after the same window averaging."""
     X, y, times = simulate(n=40, n_channels=6, n_times=30)
-    kw = dict(cv=2, n_permutations=1, max_steps=10, random_state=0)
+    kw = dict(cv=2, n_repeats=1, n_permutations=1, max_steps=10, random_state=0)
     sel = dict(tmin=0.0, tmax=0.2, decim=2, window=0.03)   # +-1 sample at 100 Hz
     res = mlem_array(X * 1e-6, y, times=times, **sel, **kw)        # the Epochs' volts
     ref = mlem_epochs(to_epochs(X, y, times), features=list(y.columns), **sel, **kw)
@@ -594,7 +594,7 @@ def test_mlem_array_refuses_tmin_tmax_without_a_time_axis():
     """tmin / tmax are seconds: without times or sfreq the samples are numbered 0, 1...,
     and tmin=-0.1, tmax=0.3 silently kept sample 0 alone."""
     X, y, times = simulate(n=30, n_channels=4, n_times=12)
-    kw = dict(cv=2, n_permutations=1, max_steps=5, random_state=0)
+    kw = dict(cv=2, n_repeats=1, n_permutations=1, max_steps=5, random_state=0)
     for sel in (dict(tmin=-0.1, tmax=0.3), dict(tmin=0.1), dict(tmax=0.3)):
         with pytest.raises(ValueError, match="tmin and tmax are in seconds.*times= or sfreq="):
             mlem_array(X, y, **sel, **kw)
@@ -639,7 +639,8 @@ def test_folds_with_each_condition_once_explain_leave_one_run_out():
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
-        mlem_array(data, table[["cond"]], sfreq=10.0, cv=2, groups=run, n_permutations=2,
+        mlem_array(data, table[["cond"]], sfreq=10.0, cv=2, n_repeats=1, groups=run,
+                   n_permutations=2,
                    max_steps=20, random_state=0)
 
 
@@ -650,7 +651,7 @@ def test_groups_column_is_not_a_feature_of_the_default_table(sim):
     X, y, times = sim
     meta = y.assign(run=np.repeat(np.arange(6), len(y) // 6))
     epochs = to_epochs(X[:, :, :4], meta, times[:4])
-    kw = dict(cv=3, max_steps=5, n_permutations=1, random_state=0)
+    kw = dict(cv=3, n_repeats=1, max_steps=5, n_permutations=1, random_state=0)
     res = mlem_epochs(epochs, groups="run", **kw)
     assert res.terms == ["A", "B", "C"] and res.settings["n_groups"] == 6
     ref = mlem_array(X[:, :, :4], y, times=times[:4], groups=meta["run"].to_numpy(), **kw)

@@ -25,7 +25,7 @@ def result():
     X[:, :3, 5:] += 2 * f[:, None, None]
     y = pd.DataFrame({"f": f.astype(bool), "g": rng.integers(0, 2, 30).astype(bool)})
     return mlem_array(X, y, sfreq=50.0, ch_names=[f"ch{k}" for k in range(6)], window=0.02,
-                      cv=3, max_steps=30, level="term", random_state=0)
+                      cv=3, n_repeats=1, max_steps=30, level="term", random_state=0)
 
 
 def synthetic(F=2, M=5, terms=("a", "b", "a:b"), times=None, seed=0):
@@ -214,11 +214,11 @@ def test_to_evoked_warns_when_times_are_sample_numbers():
     X = rng.standard_normal((24, 3, 4))
     y = pd.DataFrame({"f": rng.integers(0, 2, 24).astype(bool),
                       "g": rng.integers(0, 2, 24).astype(bool)})
-    res = mlem_array(X, y, cv=3, max_steps=5, random_state=0)
+    res = mlem_array(X, y, cv=3, n_repeats=1, max_steps=5, random_state=0)
     with pytest.warns(UserWarning, match="sample numbers"):
         ev = res.to_evoked()
     assert ev.info["sfreq"] == 1.0
-    res = mlem_array(X, y, sfreq=100.0, cv=3, max_steps=5, random_state=0)
+    res = mlem_array(X, y, sfreq=100.0, cv=3, n_repeats=1, max_steps=5, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         res.to_evoked()

@@ -21,7 +21,7 @@ def design():
 def test_flat_or_identical_patterns_give_nan_with_a_warning(design):
     data, table = design
     with pytest.warns(UserWarning, match=r"2 of 4 time points \(index \[1, 2\]\).*NaN"):
-        res = mlem_neuro.mlem_array(data, table, cv=3, n_null=19, max_steps=20,
+        res = mlem_neuro.mlem_array(data, table, cv=3, n_repeats=1, n_null=19, max_steps=20,
                                     random_state=0)
     assert np.isnan(res.score[[1, 2]]).all() and np.isfinite(res.score[[0, 3]]).all()
     assert np.isnan(res.importance[[1, 2]]).all()
@@ -33,7 +33,8 @@ def test_undefined_models_do_not_enter_the_max_statistic(design, monkeypatch):
     """The FWE p-values of the defined models are those of an analysis of them alone (the
     same relabellings): a NaN must never count as 'not reaching' the observed value."""
     data, table = design
-    kw = dict(cv=3, n_null=19, max_steps=20, scale=False, random_state=0, verbose="ERROR")
+    kw = dict(cv=3, n_repeats=1, n_null=19, max_steps=20, scale=False, random_state=0,
+              verbose="ERROR")
     with pytest.warns(UserWarning):
         res = mlem_neuro.mlem_array(data, table, **kw)
     alone = mlem_neuro.mlem_array(data[:, :, [0, 3]], table, **kw)

@@ -348,7 +348,7 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     n, M = source.n_stimuli, source.n_models
     rng = check_random_state(random_state)
     folds = check_cv(options.cv, n, check_random_state(options.random_state), groups,
-                     options.n_repeats, fold_usable(options, table))
+                     options.n_repeats, fold_usable(options, table), M)
     seed = (options.random_state if _is_int(options.random_state)
             else int(rng.integers(2**31 - 1)))
     X = main_effects_design(space, table)

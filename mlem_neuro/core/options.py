@@ -292,8 +292,8 @@ class MLEMOptions:
     feature_kinds: object = None
     feature_groups: object = None
     missing_distance: object = 0.0
-    cv: object = 5
-    n_repeats: object = 1
+    cv: object = 2
+    n_repeats: object = "auto"
     chunk_size: object = None
     n_jobs: object = None
     device: str = "cpu"

@@ -1,0 +1,95 @@
+"""What the default settings cost: a time-resolved analysis against a plain RSA, and its tests.
+
+Simulated epochs (:func:`mlem_neuro.simulation.simulate_epochs`), 200 trials x 64
+channels x 100 time points, three binary features (A, B encoded in windows, C not), timed
+one after the other in this process, on the same arrays:
+
+1. a plain RSA: per time point, the Euclidean RDM of the trials (``scipy.spatial.distance.
+   pdist``) and its Spearman correlation with each feature's model RDM;
+2. :func:`mlem_neuro.mlem_array` at the package defaults (``n_null=0``), and at
+   ``cv=5, n_repeats=1`` (the defaults before issue 30);
+3. the defaults with the single-subject tests, ``n_null=99``, with ``n_jobs`` of
+   ``--n-jobs`` (default 2: the two cores of the reference machine).
+
+Wall times (the median of ``--repeats`` runs for 1 and 2) and their ratios to the RSA.
+Targets (issue 30): the analysis at most 30x the RSA; the tests at most 3 min on 2 cores.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_defaults_cost.py [--n-jobs 2] [--repeats 3]
+"""
+import argparse
+import os
+import time
+import warnings
+
+import numpy as np
+import scipy.stats
+import torch
+from scipy.spatial.distance import pdist
+
+import mlem_neuro
+from mlem_neuro.simulation import simulate_epochs
+
+
+def plain_rsa(data, table):
+    models = {f: pdist(np.asarray(table[f].astype("category").cat.codes)[:, None],
+                       "hamming") for f in table.columns}
+    out = np.empty((data.shape[-1], len(models)))
+    for t in range(data.shape[-1]):
+        neural = pdist(data[:, :, t])
+        for j, m in enumerate(models.values()):
+            out[t, j] = scipy.stats.spearmanr(neural, m)[0]
+    return out
+
+
+def timed(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)), times
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n-trials", type=int, default=200)
+    p.add_argument("--n-channels", type=int, default=64)
+    p.add_argument("--n-times", type=int, default=100)
+    p.add_argument("--n-null", type=int, default=99)
+    p.add_argument("--n-jobs", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    data, table, times = simulate_epochs(n_trials=args.n_trials, n_channels=args.n_channels,
+                                         n_times=args.n_times, sfreq=100.0, tmin=-0.2,
+                                         random_state=0)
+    print(f"{args.n_trials} trials x {args.n_channels} channels x {args.n_times} time points, "
+          f"features {list(table.columns)}; {os.cpu_count()} CPU core(s), torch "
+          f"{torch.get_num_threads()} thread(s); load average before: "
+          f"{os.getloadavg()[0]:.2f}")
+    t_rsa, runs = timed(lambda: plain_rsa(data, table), args.repeats)
+    print(f"plain RSA (pdist + Spearman, 3 model RDMs):  {t_rsa:7.2f} s  "
+          f"(runs {', '.join(f'{t:.2f}' for t in runs)})")
+    rows = [("mlem_array, defaults", {}),
+            ("mlem_array, cv=5 n_repeats=1 (old)", dict(cv=5, n_repeats=1))]
+    for label, kw in rows:
+        res = []
+        t, runs = timed(lambda: res.append(mlem_neuro.mlem_array(
+            data, table, times=times, random_state=0, verbose="WARNING", **kw)),
+            args.repeats)
+        s = res[-1].settings
+        print(f"{label:<40s} {t:7.2f} s = {t / t_rsa:5.1f}x the RSA  (cv={s['cv']}, "
+              f"{s['n_repeats_used']} repeats, {s['n_folds']} folds; runs "
+              f"{', '.join(f'{x:.2f}' for x in runs)})")
+    t0 = time.perf_counter()
+    res = mlem_neuro.mlem_array(data, table, times=times, n_null=args.n_null,
+                                n_jobs=args.n_jobs, random_state=0, verbose="WARNING")
+    t = time.perf_counter() - t0
+    print(f"defaults, n_null={args.n_null}, n_jobs={args.n_jobs}: {t:7.1f} s = {t / 60:.2f} min "
+          f"(target <= 3 min on 2 cores); FWE-significant time points "
+          f"{ {k: int(res.significant(k).sum()) for k in res.tests} }")
+
+
+if __name__ == "__main__":
+    main()
