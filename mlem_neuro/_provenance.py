@@ -8,6 +8,8 @@ without importing optional packages.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import platform
 import sys
@@ -39,14 +41,40 @@ def _installed_version(name):
         return None
 
 
-def collect(device=None):
+#: the training paths used in the current analysis chunk (:func:`recording`)
+_TRAINING = contextvars.ContextVar("mlem_neuro_training_paths", default=None)
+
+
+@contextlib.contextmanager
+def recording():
+    """Collect the training paths used inside the block: yields a set that
+    :func:`note_training` fills (per thread / task: a context variable)."""
+    used = set()
+    token = _TRAINING.set(used)
+    try:
+        yield used
+    finally:
+        _TRAINING.reset(token)
+
+
+def note_training(path):
+    """Record that ``path`` (e.g. ``"compiled loop (C)"``) trained models, when an
+    analysis is recording (:func:`recording`); otherwise nothing."""
+    used = _TRAINING.get()
+    if used is not None:
+        used.add(path)
+
+
+def collect(device=None, training=None):
     """The provenance of a result computed now on ``device`` (a dict of JSON values).
 
     Keys: ``versions`` (each of :data:`PACKAGES`), ``python``, ``platform``, ``machine``,
     ``device`` (as the analysis was asked to run), ``torch_cuda`` (the CUDA version torch
-    was built with, ``None`` for a CPU build) and ``compiled_training`` (whether the
+    was built with, ``None`` for a CPU build), ``compiled_training`` (whether the
     package's compiled training loop was installed, which the CPU uses for grouped
-    designs; otherwise torch or numpy train).
+    designs; otherwise torch or numpy train) and ``training`` (the training paths that
+    actually trained the analysis's models, e.g. ``["compiled loop (C)", "torch
+    (cpu)"]``; ``None`` when not recorded).
     """
     from .core import ctrain
 
@@ -57,7 +85,8 @@ def collect(device=None):
                 python=platform.python_version(), platform=platform.platform(),
                 machine=platform.machine(),
                 device=None if device is None else str(device), torch_cuda=torch_cuda,
-                compiled_training=bool(ctrain.built()))
+                compiled_training=bool(ctrain.built()),
+                training=None if training is None else sorted(training))
 
 
 def describe(provenance):
@@ -66,6 +95,8 @@ def describe(provenance):
         return "provenance not recorded (a file written before it was)"
     versions = provenance.get("versions", {})
     device = provenance.get("device") or "cpu"
+    trained = provenance.get("training")
+    trained = f"; trained by {', '.join(trained)}" if trained else ""
     return (f"mlem_neuro {versions.get('mlem_neuro')}, torch {versions.get('torch')} "
             f"({device}), numpy {versions.get('numpy')}, python {provenance.get('python')} "
-            f"on {provenance.get('platform')}")
+            f"on {provenance.get('platform')}{trained}")

@@ -231,8 +231,8 @@ def run_demo(out, paper=False, seed=0, n_seeds=10, log=print):
 def _xor_comparison(seed):
     """One simulated dataset whose two binary features are coded together (``A XOR B``:
     the pattern moves when exactly one of them is on): p-values of a Mantel and a partial
-    Mantel test of each feature's model RDM and of MLEM's tests (``cv=2, n_repeats=20,
-    n_null=99``) side by side (``benchmarks/why_mlem.py`` measures the rates)."""
+    Mantel test of each feature's model RDM and of MLEM's tests (the defaults with
+    ``n_null=99``) side by side (``benchmarks/why_mlem.py`` measures the rates)."""
     import pandas as pd
 
     from . import rsa
@@ -247,8 +247,8 @@ def _xor_comparison(seed):
     mantel = rsa.mantel_tests(X, table, 999, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = mlem_array(X[:, :, None], table, cv=2, n_repeats=20, n_null=99,
-                         random_state=seed, verbose="ERROR")
+        res = mlem_array(X[:, :, None], table, n_null=99, random_state=seed,
+                         verbose="ERROR")
     out = pd.DataFrame({"Mantel": mantel["p"], "partial Mantel": mantel["p_partial"]})
     out["MLEM"] = [res.pvalues[0, res.tests.index(name)] for name in out.index]
     out.loc["interactions"] = [np.nan, np.nan, res.pvalues[0, res.tests.index("interactions")]]

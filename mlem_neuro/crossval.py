@@ -30,6 +30,7 @@ import pandas as pd
 import torch
 from joblib import effective_n_jobs
 
+from ._provenance import recording
 from ._threads import call_with_threads, torch_threads, worker_threads
 from .core import fastnull
 from .core.design import diagnose_design, warn_design
@@ -92,6 +93,8 @@ class CVOutput:
     held_out_pairs : str
         The held-out pairs that scored every fold: ``"all"`` or ``"between_groups"``
         (:func:`held_out_columns`).
+    training : set of str
+        The training paths that trained the models (:mod:`mlem_neuro._provenance`).
     """
 
     W: np.ndarray
@@ -108,6 +111,7 @@ class CVOutput:
     tests: dict = field(default_factory=dict)
     untestable: dict = field(default_factory=dict)
     held_out_pairs: str = "all"
+    training: set = field(default_factory=set)
 
     def pvalues(self):
         """``(names, pvalues, pvalues_fwe)`` of :attr:`tests`, or ``(None, None, None)``
@@ -369,8 +373,18 @@ def _fold_setup(enc_train, options, seed):
                      check_device(options.device), torch.float32)
 
 
-def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=None,
-               setup=None, plan=None, held=None):
+def _fit_chunk(*args, **kwargs):
+    """:func:`_train_chunk`, with the training paths that trained its models recorded in
+    the result's ``"training"`` (:mod:`mlem_neuro._provenance`; returned, since chunks may
+    run in other processes)."""
+    with recording() as used:
+        out = _train_chunk(*args, **kwargs)
+    out["training"] = sorted(used)
+    return out
+
+
+def _train_chunk(source, enc_train, enc_test, train, test, options, seed, null=None,
+                 setup=None, plan=None, held=None):
     """Train one chunk of models on training pairs; score and permute on held-out pairs.
 
     ``null`` (relabellings ``(n_tests, n_null, n)``) adds every model's null models to the
@@ -894,6 +908,7 @@ def _collect(layout, results, folds, terms, names, M):
             out.fold_null[f, sl] = r["null"]
         if sl.start == 0:
             out.batch_size.append(r["batch_size"])
+        out.training.update(r.get("training", ()))
     return out
 
 
@@ -908,6 +923,7 @@ def result_settings(options, out, groups=None, **extra):
                     batch_size_used=[int(b) for b in out.batch_size],
                     converged_fraction=float(np.mean(out.converged)))
     settings["held_out_pairs_used"] = out.held_out_pairs
+    settings["training_used"] = sorted(out.training)
     if _int_cv(options.cv):             # what n_repeats="auto" (or an int) gave
         settings["n_repeats_used"] = len(out.folds) // int(options.cv)
     if out.untestable:                  # why those tests' p-values are NaN

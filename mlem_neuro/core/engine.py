@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .._provenance import note_training
 from ..utils import check_device, check_random_state, logger
 from . import ctrain, numpy_train, quantise, tied
 from .batch_size import select_batch_size
@@ -511,11 +512,14 @@ def _train(data, m, fit_kw, dev, dtype, history=True):
     if ctrain.available(data, m, dev, dtype):
         # grouped full batches or grid blocks on the CPU: each model to its own stop in C
         # (core/ctrain.py)
+        note_training("compiled loop (C)")
         return ctrain.train(data, m, fit_kw, dev, dtype, history)
     if numpy_train.available(data, dev):
         # grouped designs on the CPU: the same steps in numpy (a fraction of the fixed
         # cost of the torch operations; core/numpy_train.py)
+        note_training("numpy loop")
         return numpy_train.train(data, m, fit_kw, dev, dtype, history)
+    note_training(f"torch ({torch.device(dev).type})")
     constraint = fit_kw["constraint"]
     A = init_params(data.M, m, constraint, dev, dtype)
     adam = _MaskedAdamW(A, fit_kw["lr"])

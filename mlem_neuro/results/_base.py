@@ -99,7 +99,8 @@ class BaseResult:
         self._set_tests(tests, pvalues, pvalues_fwe, M)
         #: what the result was computed with (versions, platform, device): collected now,
         #: or read back from the file (:mod:`mlem_neuro._provenance`)
-        self.provenance = collect_provenance(self.settings.get("device"))
+        self.provenance = collect_provenance(self.settings.get("device"),
+                                             self.settings.get("training_used"))
 
     def _set_tests(self, tests, pvalues, pvalues_fwe, M):
         given = [x is not None for x in (tests, pvalues, pvalues_fwe)]
