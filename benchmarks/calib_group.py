@@ -59,8 +59,8 @@ def subject(seed, windows, amplitude):
 
 
 def clusters(results, term, measure, seed, n_permutations):
-    st = permutation_cluster_test(results, term, measure=measure, seed=seed,
-                                  n_permutations=n_permutations, verbose="WARNING")
+    st = permutation_cluster_test(results, term, measure=measure, random_state=seed,
+                                  n_null=n_permutations, verbose="WARNING")
     return [c for c, p in zip(st.clusters, st.cluster_p_values) if p < 0.05], st.times
 
 
@@ -110,7 +110,7 @@ def map_study(kind, n_groups, n_subjects, amplitude, n_permutations):
                                                        random_state=10**6 + s,
                                                        verbose="WARNING"))
         for term in ("A", "B") if kind == "maps-power" else ("A",):
-            logp = second_level_maps(results, term, n_perm=n_permutations, random_state=g)
+            logp = second_level_maps(results, term, n_null=n_permutations, random_state=g)
             p = 10 ** -np.asarray(logp.dataobj, dtype=float)
             significant = p < 0.05
             sig[term].append(bool(significant.any()))

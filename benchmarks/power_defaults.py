@@ -118,8 +118,10 @@ def main():
     torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)
     k, K = (int(x) for x in args.part.split("/"))
-    jobs = [(size, a_B, seed) for size in args.sizes for a_B in SIZES[size][3]
-            for seed in range(args.null_datasets if a_B == 0 else args.datasets)]
+    # seed-major: a run stopped early leaves every cell with about as many datasets
+    jobs = sorted(((size, a_B, seed) for size in args.sizes for a_B in SIZES[size][3]
+                   for seed in range(args.null_datasets if a_B == 0 else args.datasets)),
+                  key=lambda job: (job[2], job[0], job[1]))
     for i, (size, a_B, seed) in enumerate(jobs):
         if i % K != k - 1:
             continue

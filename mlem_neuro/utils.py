@@ -108,6 +108,21 @@ def check_device(device):
     return dev
 
 
+def renamed(func, old, new, old_value, new_value):
+    """The value of a parameter renamed from ``old`` to ``new`` in ``func``: ``new_value``,
+    or ``old_value`` (with a FutureWarning) when only the old name was given.  The old
+    names stay for one release, so that one name has one meaning across the package
+    (``n_null`` for null permutations, ``random_state`` for seeds)."""
+    if old_value is None:
+        return new_value
+    import warnings
+
+    warnings.warn(f"{func}: {old}= is renamed {new}= (one name across the package); "
+                  f"{old}= will be removed in a future release.", FutureWarning,
+                  stacklevel=4)
+    return old_value
+
+
 def check_option(name, value, allowed):
     """Raise a ValueError naming the allowed values when ``value`` is not one of them."""
     if value not in allowed:

@@ -184,7 +184,7 @@ def test_second_level_maps_finds_the_group_effect(tmp_path):
         imp[:, blob, 0] += 0.3
         score = rng.normal(0.1, 0.05, base.fold_score.shape)
         subjects.append(make_result(F=F, seed=0, importance=imp, score=score))
-    logp = second_level_maps(subjects, "a", n_perm=500, random_state=0)
+    logp = second_level_maps(subjects, "a", n_null=500, random_state=0)
     vol = logp.get_fdata()
     ijk = tuple(subjects[0].voxel_indices.T)
     blob = subjects[0].voxel_indices[:, 0] <= 1
@@ -194,8 +194,8 @@ def test_second_level_maps_finds_the_group_effect(tmp_path):
     assert (vol[ijk][~blob] < 1.3).all()
     # "b" is noise everywhere; the score maps and paths of saved results work too
     paths = [r.save(tmp_path / f"sub-{k}.npz") for k, r in enumerate(subjects)]
-    assert (second_level_maps(paths, "b", n_perm=200, random_state=0).get_fdata() < 1.3).all()
-    out = second_level_maps(subjects, None, n_perm=100, random_state=0, threshold=0.001)
+    assert (second_level_maps(paths, "b", n_null=200, random_state=0).get_fdata() < 1.3).all()
+    out = second_level_maps(subjects, None, n_null=100, random_state=0, threshold=0.001)
     assert isinstance(out, dict) and "t" in out
 
     with pytest.raises(ValueError, match="has no term 'c'"):
@@ -232,7 +232,7 @@ def test_second_level_maps_tests_interactions_on_the_gain_over_additive_maps(tmp
 
     pairs = [pair(s, 0.05) for s in range(8)]
     full, additive = [p[0] for p in pairs], [p[1] for p in pairs]
-    vol = second_level_maps(full, "interactions", additive=additive, n_perm=500,
+    vol = second_level_maps(full, "interactions", additive=additive, n_null=500,
                             random_state=0).get_fdata()
     ijk = tuple(full[0].voxel_indices.T)
     blob = full[0].voxel_indices[:, 0] <= 1

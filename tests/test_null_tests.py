@@ -443,7 +443,7 @@ def test_group_statistics_accept_results_with_tests():
 
     group = [mlem_array(*_noise(10 + s), random_state=s, n_null=4, **SMALL) for s in range(3)]
     assert all(r.tests is not None for r in group)
-    st = permutation_cluster_test(group, "A", n_permutations=8, seed=0)
+    st = permutation_cluster_test(group, "A", n_null=8, random_state=0)
     assert st.n_subjects == 3
 
 

@@ -36,7 +36,7 @@ def group():
 
 
 def test_cluster_found_where_the_effect_is(group):
-    st = permutation_cluster_test(group, "a", n_permutations=512, seed=0)
+    st = permutation_cluster_test(group, "a", n_null=512, random_state=0)
     assert isinstance(st, ClusterTestResult) and st.term == "a" and st.n_subjects == 10
     assert st.t_obs.shape == (30,) and st.data.shape == (10, 30)
     np.testing.assert_array_equal(st.times, TIMES)
@@ -57,23 +57,23 @@ def test_cluster_found_where_the_effect_is(group):
 
 
 def test_no_significant_cluster_for_a_null_term(group):
-    st = permutation_cluster_test(group, "b", n_permutations=512, seed=0)
+    st = permutation_cluster_test(group, "b", n_null=512, random_state=0)
     assert st.significant(0.05) == []
-    st = permutation_cluster_test(group, "a:b", n_permutations=512, seed=0)
+    st = permutation_cluster_test(group, "a:b", n_null=512, random_state=0)
     assert st.significant(0.05) == []
 
 
 def test_score_measure_and_tail(group):
-    st = permutation_cluster_test(group, measure="score", n_permutations=256, seed=0)
+    st = permutation_cluster_test(group, measure="score", n_null=256, random_state=0)
     assert st.term == "score" and st.measure == "score"
     np.testing.assert_array_equal(st.data, np.stack([r.score for r in group]))
     # a negative effect is found with tail=-1 and not with tail=1
     neg = [subject(s, effect=-0.3) for s in range(8)]
     with warnings.catch_warnings():
         warnings.simplefilter("error")                      # no cluster is not a warning
-        st = permutation_cluster_test(neg, "a", tail=1, seed=0)
+        st = permutation_cluster_test(neg, "a", tail=1, random_state=0)
     assert st.significant() == [] and st.clusters == []
-    assert len(permutation_cluster_test(neg, "a", tail=-1, seed=0).significant()) == 1
+    assert len(permutation_cluster_test(neg, "a", tail=-1, random_state=0).significant()) == 1
 
 
 def test_results_must_share_times_and_terms(group):
@@ -96,7 +96,7 @@ def test_results_must_share_times_and_terms(group):
 
 
 def test_plot_clusters_marks_significant_windows(group):
-    st = permutation_cluster_test(group, "a", n_permutations=256, seed=0)
+    st = permutation_cluster_test(group, "a", n_null=256, random_state=0)
     fig = plot_clusters(group, "a", stats=st, show=False)
     ax = fig.axes[0]
     X = np.stack([r.importance[:, 0] for r in group])
@@ -108,7 +108,7 @@ def test_plot_clusters_marks_significant_windows(group):
     assert any("p = " in t.get_text() for t in ax.texts)
     plt.close(fig)
     # no significant cluster: nothing shaded; stats computed on the fly
-    fig = plot_clusters(group, "b", n_permutations=128, seed=0, show=False)
+    fig = plot_clusters(group, "b", n_null=128, random_state=0, show=False)
     assert len(fig.axes[0].patches) == 0
     plt.close(fig)
     with pytest.raises(ValueError, match="other data"):
@@ -132,13 +132,13 @@ def test_group_analysis_from_simulated_subjects_end_to_end():
         y = pd.DataFrame({"A": a.astype(bool), "C": c.astype(bool)})
         results.append(mlem_array(X, y, sfreq=100.0, cv=3, n_repeats=1, max_steps=100,
                                   random_state=s))
-    st = mlem_neuro.stats.permutation_cluster_test(results, "A", seed=0)
+    st = mlem_neuro.stats.permutation_cluster_test(results, "A", random_state=0)
     sig = st.significant(0.05)
     # 6 subjects: smallest p is 1/64; measured p = 0.016 for one cluster = samples 6..10
     assert len(sig) == 1
     assert sig[0][6:11].all() and not sig[0][:5].any() and not sig[0][12:].any()
     assert st.significant(0.05) and permutation_cluster_test(
-        results, "C", seed=0).significant(0.05) == []
+        results, "C", random_state=0).significant(0.05) == []
 
 
 def test_in_sample_results_warn_that_the_group_test_is_not_valid(group):
@@ -157,11 +157,11 @@ def test_in_sample_results_warn_that_the_group_test_is_not_valid(group):
     for measure in ("score", "importance"):
         with pytest.warns(UserWarning, match=r"1 of 2 results .*cv=None.*not valid"):
             permutation_cluster_test([held_out, in_sample], "a", measure=measure,
-                                     n_permutations=4, seed=0)
+                                     n_null=4, random_state=0)
     other = mlem_neuro.mlem_array(data[::-1], feats, cv=2, n_repeats=1, **kw)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
-        permutation_cluster_test([held_out, other], "a", n_permutations=4, seed=0)
+        permutation_cluster_test([held_out, other], "a", n_null=4, random_state=0)
 
 
 def test_null_importance_is_centred_on_zero_across_subjects():
@@ -220,7 +220,7 @@ def test_interactions_measure_tests_the_gain_over_additive_models():
     pairs = [model_pair(s, gain=0.05) for s in range(10)]
     full, additive = [p[0] for p in pairs], [p[1] for p in pairs]
     st = permutation_cluster_test(full, measure="interactions", additive=additive,
-                                  n_permutations=512, seed=0)
+                                  n_null=512, random_state=0)
     assert st.term == "interactions" and st.measure == "interactions"
     np.testing.assert_allclose(st.data, np.stack([f.score - a.score
                                                   for f, a in zip(full, additive)]))
@@ -231,10 +231,10 @@ def test_interactions_measure_tests_the_gain_over_additive_models():
     # no gain: no cluster (the scores themselves are far above 0)
     pairs = [model_pair(s) for s in range(10)]
     st = permutation_cluster_test([p[0] for p in pairs], measure="interactions",
-                                  additive=[p[1] for p in pairs], n_permutations=512, seed=0)
+                                  additive=[p[1] for p in pairs], n_null=512, random_state=0)
     assert st.significant(0.05) == []
     fig = plot_clusters(full, stats=permutation_cluster_test(
-        full, measure="interactions", additive=additive, seed=0), additive=additive,
+        full, measure="interactions", additive=additive, random_state=0), additive=additive,
         show=False)
     assert "additive" in fig.axes[0].get_ylabel()
     plt.close(fig)
@@ -243,7 +243,7 @@ def test_interactions_measure_tests_the_gain_over_additive_models():
 def test_interactions_measure_checks_its_pairs():
     pairs = [model_pair(s) for s in range(4)]
     full, additive = [p[0] for p in pairs], [p[1] for p in pairs]
-    kw = dict(measure="interactions", n_permutations=8, seed=0)
+    kw = dict(measure="interactions", n_null=8, random_state=0)
     with pytest.raises(ValueError, match="pass additive="):
         permutation_cluster_test(full, **kw)
     with pytest.raises(ValueError, match="measure='interactions' only"):
@@ -302,7 +302,7 @@ def test_group_interactions_found_only_where_the_code_interacts(interaction):
     (benchmarks/calib_group_interactions.py)."""
     pairs = [_coded_subject(s, interaction) for s in range(8)]
     full, additive = [p[0] for p in pairs], [p[1] for p in pairs]
-    st = permutation_cluster_test(full, measure="interactions", additive=additive, seed=0)
+    st = permutation_cluster_test(full, measure="interactions", additive=additive, random_state=0)
     gain = st.data[:, 4:].mean()
     sig = st.significant(0.05)
     if interaction == 0:
@@ -326,3 +326,18 @@ def test_results_at_different_levels_or_with_undefined_values_are_refused(group)
     with pytest.raises(ValueError, match=r"a is undefined \(NaN\) in 1 subject\(s\) \(e.g. "
                        r"result 3\) at 1 time point\(s\) \(index \[3\]\)"):
         permutation_cluster_test(mine + [nan], "a")
+
+
+def test_former_parameter_names_still_work_with_a_future_warning():
+    """One name, one meaning: null counts are ``n_null`` and seeds ``random_state``
+    everywhere; the cluster test's former ``n_permutations`` / ``seed`` give the same
+    result for one release, with a FutureWarning."""
+    group = [subject(s) for s in range(6)]
+    new = permutation_cluster_test(group, "a", n_null=64, random_state=0)
+    with pytest.warns(FutureWarning, match="n_permutations= is renamed n_null="):
+        old = permutation_cluster_test(group, "a", n_permutations=64, random_state=0)
+    with pytest.warns(FutureWarning, match="seed= is renamed random_state="):
+        old_seed = permutation_cluster_test(group, "a", n_null=64, seed=0)
+    for other in (old, old_seed):
+        np.testing.assert_array_equal(other.H0, new.H0)
+    assert new.n_null == 64 and new.n_permutations == 64

@@ -101,14 +101,14 @@ print(f"'shape' peaks at {evoked.times[shape.argmax()]:.2f} s (importance {shape
 # cluster-forming threshold by chance, but its cluster is not significant.
 fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), sharey=True)
 for ax, term in zip(axes, ["shape", "colour", "size"]):
-    stats = permutation_cluster_test(results, term, n_permutations=64, seed=0)
+    stats = permutation_cluster_test(results, term, n_null=64, random_state=0)
     print(stats)
     plot_clusters(results, term, stats=stats, ax=ax, show=False)
 fig.tight_layout()
 
 # %%
 # The clusters as a table: first and last time of each, and its p-value.
-permutation_cluster_test(results, "shape", n_permutations=64, seed=0).to_data_frame()
+permutation_cluster_test(results, "shape", n_null=64, random_state=0).to_data_frame()
 
 # %%
 # Do the features interact?
@@ -126,7 +126,7 @@ additive = [mlem_neuro.mlem_epochs(epochs, features=["shape", "colour", "size"],
                                    constraint="diagonal", **fit_kwargs)
             for epochs in subjects]
 stats = permutation_cluster_test(results, measure="interactions", additive=additive,
-                                 n_permutations=64, seed=0)
+                                 n_null=64, random_state=0)
 print(stats)
 fig = plot_clusters(results, stats=stats, additive=additive, show=False)
 

@@ -40,8 +40,9 @@ def _same_grid(r, ref, what, ref_what="results[0]"):
                          "(nilearn.image.resample_to_img) and test them with nilearn.")
 
 
-def second_level_maps(results, term, mask_img=None, n_perm=10000, two_sided_test=False,
-                      n_jobs=None, random_state=None, *, additive=None, **kwargs):
+def second_level_maps(results, term, mask_img=None, n_null=10000, two_sided_test=False,
+                      n_jobs=None, random_state=None, *, additive=None, n_perm=None,
+                      **kwargs):
     """One-sample permutation test of per-subject MLEM maps (nilearn).
 
     Each subject's ``importance_img(term)`` (or its score map, or its map of the held-out
@@ -60,8 +61,9 @@ def second_level_maps(results, term, mask_img=None, n_perm=10000, two_sided_test
         importance is no evidence of an interaction: method page).
     mask_img : 3D image | None
         Voxels tested.  Default: the voxels every subject's result covers.
-    n_perm : int
-        Sign-flip permutations.
+    n_null : int
+        Sign-flip permutations (nilearn's ``n_perm``), named as in the single-subject
+        tests; ``n_perm`` is its former name here (deprecated; a FutureWarning).
     two_sided_test : bool
         Test both signs (default: importance > 0, one-sided; always one-sided for
         ``"interactions"``: a metric with interactions that predicts worse than the
@@ -99,13 +101,16 @@ def second_level_maps(results, term, mask_img=None, n_perm=10000, two_sided_test
     >>> from mlem_neuro.stats import second_level_maps
     >>> res = [mlem_neuro.read_result(f"sub-{s:02d}_mlem.npz")
     ...        for s in range(1, 21)]                                  # doctest: +SKIP
-    >>> logp = second_level_maps(res, "category", n_perm=5000)       # doctest: +SKIP
+    >>> logp = second_level_maps(res, "category", n_null=5000)       # doctest: +SKIP
     >>> nilearn.plotting.plot_stat_map(logp, threshold=1.3)           # doctest: +SKIP
     """
     import nibabel as nib
     import pandas as pd
     from nilearn.glm.second_level import non_parametric_inference
 
+    from ..utils import renamed
+
+    n_null = renamed("second_level_maps", "n_perm", "n_null", n_perm, n_null)
     subjects = _load_results(results)
     if additive is not None or (term == "interactions" and term not in subjects[0].terms):
         imgs = _gain_imgs(subjects, additive, term, two_sided_test)
@@ -127,7 +132,7 @@ def second_level_maps(results, term, mask_img=None, n_perm=10000, two_sided_test
     design = pd.DataFrame({"intercept": np.ones(len(imgs))})
     return non_parametric_inference(imgs, design_matrix=design,
                                     second_level_contrast="intercept", mask=mask_img,
-                                    n_perm=int(n_perm), two_sided_test=two_sided_test,
+                                    n_perm=int(n_null), two_sided_test=two_sided_test,
                                     n_jobs=1 if n_jobs is None else n_jobs,
                                     random_state=random_state, **kwargs)
 

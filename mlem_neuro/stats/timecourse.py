@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .._docs import fill_doc
-from ..utils import check_option, logger, verbose
+from ..utils import check_option, logger, renamed, verbose
 from ._additive import NO_ADDITIVE, check_pairs
 
 
@@ -39,7 +39,7 @@ class ClusterTestResult:
         Time masks of the clusters.
     cluster_p_values : ndarray (n_clusters,)
         Permutation p-value of each cluster.
-    H0 : ndarray (n_permutations,)
+    H0 : ndarray (n_null,)
         Max cluster statistic of each permutation.
     data : ndarray (n_subjects, n_times)
         The time courses tested.
@@ -47,8 +47,8 @@ class ClusterTestResult:
         Cluster-forming t threshold used.
     tail : {1, 0, -1}
         Tail of the test (``1``: above zero, ``0``: two-sided).
-    n_permutations : int
-        Sign-flip permutations asked for.
+    n_null : int
+        Sign-flip permutations asked for (``n_permutations``: its former name).
     measure : {"importance", "score", "interactions"}
         What was tested: a term's importance, the held-out score, or the held-out score's
         gain over the additive models.
@@ -65,9 +65,14 @@ class ClusterTestResult:
     data: np.ndarray
     threshold: float
     tail: int
-    n_permutations: int
+    n_null: int
     measure: str = "importance"
     extra: dict = field(default_factory=dict)
+
+    @property
+    def n_permutations(self):
+        """Former name of :attr:`n_null` (deprecated)."""
+        return self.n_null
 
     @property
     def n_subjects(self):
@@ -200,8 +205,8 @@ def _finite(data, what):
 @verbose
 @fill_doc
 def permutation_cluster_test(results, term=None, *, measure="importance", additive=None,
-                             n_permutations=1024, threshold=None, tail=1, seed=None,
-                             n_jobs=None, verbose=None):
+                             n_null=1024, threshold=None, tail=1, random_state=None,
+                             n_jobs=None, verbose=None, n_permutations=None, seed=None):
     """Cluster-based permutation test of a term's importance time course across subjects.
 
     Tests, at the group level, whether the importance of ``term`` (or the held-out score,
@@ -229,19 +234,22 @@ def permutation_cluster_test(results, term=None, *, measure="importance", additi
         like ``results`` but with ``constraint="diagonal"`` (no interactions), with the same
         ``cv`` and an int ``random_state`` so that each subject's two scores come from the
         same folds (a warning says when they do not).
-    n_permutations : int
-        Sign-flip permutations (all ``2 ** n_subjects`` when fewer).
+    n_null : int
+        Sign-flip permutations (all ``2 ** n_subjects`` when fewer): the null
+        distribution's size, named as in the single-subject tests.
     threshold : float | None
         Cluster-forming t threshold; ``None``: the t value at p = 0.05 (MNE's default).
     tail : {1, 0, -1}
         ``1`` tests importance > 0 (the usual question), ``0`` two-sided.  Only ``1`` with
         ``measure="interactions"``: a model with interactions that predicts worse than the
         additive one is over-fitted, not evidence of anything.
-    seed : None | int
+    random_state : None | int
         Seeds the permutations.
     n_jobs : int | None
         Passed to MNE.
     %(verbose)s
+    n_permutations, seed
+        Former names of ``n_null`` and ``random_state`` (deprecated; a FutureWarning).
 
     Returns
     -------
@@ -264,23 +272,25 @@ def permutation_cluster_test(results, term=None, *, measure="importance", additi
     --------
     >>> results = [mlem_neuro.read_result(f"sub-{s:02d}_mlem.npz") for s in range(1, 21)]
     ...                                                       # doctest: +SKIP
-    >>> st = mlem_neuro.stats.permutation_cluster_test(results, "side", seed=0)
+    >>> st = mlem_neuro.stats.permutation_cluster_test(results, "side", random_state=0)
     ...                                                       # doctest: +SKIP
     >>> st.to_data_frame()                                    # doctest: +SKIP
     >>> mlem_neuro.stats.plot_clusters(results, "side", stats=st)   # doctest: +SKIP
     """
     from mne.stats import permutation_cluster_1samp_test
 
+    n_null = renamed("permutation_cluster_test", "n_permutations", "n_null", n_permutations,
+                     n_null)
+    seed = renamed("permutation_cluster_test", "seed", "random_state", seed, random_state)
     check_option("measure", measure, ("importance", "score", "interactions"))
     check_option("tail", tail, (1, 0, -1))
     if measure == "interactions" and tail != 1:
         raise ValueError(f"measure='interactions' is tested with tail=1 (models with "
                          f"interactions predicting better than additive ones); got "
                          f"tail={tail}")
-    if isinstance(n_permutations, bool) or not isinstance(n_permutations,
-                                                          (numbers.Integral, np.integer)) \
-            or n_permutations < 1:
-        raise ValueError(f"n_permutations must be an int >= 1; got {n_permutations!r}")
+    if isinstance(n_null, bool) or not isinstance(n_null, (numbers.Integral, np.integer)) \
+            or n_null < 1:
+        raise ValueError(f"n_null must be an int >= 1; got {n_null!r}")
     results, name, X = _check_results(results, term, measure, additive)
     if not np.isfinite(X).all():
         raise ValueError(f"the time courses of {name!r} hold NaN or infinite values.")
@@ -293,7 +303,7 @@ def permutation_cluster_test(results, term=None, *, measure="importance", additi
         # no supra-threshold cluster is a result here (an empty ``clusters``), not a problem
         warnings.filterwarnings("ignore", message="No clusters found")
         t_obs, clusters, pvals, H0 = permutation_cluster_1samp_test(
-            X, threshold=threshold, n_permutations=int(n_permutations), tail=tail,
+            X, threshold=threshold, n_permutations=int(n_null), tail=tail,
             n_jobs=n_jobs, out_type="indices", verbose=False, **{seed_kw: seed})
     n_times = X.shape[1]
     masks = []
@@ -311,8 +321,7 @@ def permutation_cluster_test(results, term=None, *, measure="importance", additi
                             t_obs=np.asarray(t_obs, dtype=float).reshape(n_times),
                             clusters=masks, cluster_p_values=np.asarray(pvals, dtype=float),
                             H0=np.asarray(H0, dtype=float), data=X, threshold=float(threshold),
-                            tail=int(tail), n_permutations=int(n_permutations),
-                            measure=measure)
+                            tail=int(tail), n_null=int(n_null), measure=measure)
     logger.info("cluster test %r: %d subjects, %d cluster(s), p = %s", name, X.shape[0],
                 len(masks), np.round(out.cluster_p_values, 4).tolist())
     return out
