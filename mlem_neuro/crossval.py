@@ -30,6 +30,7 @@ import pandas as pd
 import torch
 from joblib import effective_n_jobs
 
+from ._jobs import run_jobs as _run_jobs
 from ._provenance import recording
 from ._threads import call_with_threads, torch_threads, worker_threads
 from .core import fastnull
@@ -95,6 +96,9 @@ class CVOutput:
         (:func:`held_out_columns`).
     training : set of str
         The training paths that trained the models (:mod:`mlem_neuro._provenance`).
+    interaction_seed : int | None
+        With tests of a model with interactions, the seed of the test of interactions
+        that :func:`mlem_neuro.inference.run_analysis` adds to :attr:`tests`.
     """
 
     W: np.ndarray
@@ -112,6 +116,7 @@ class CVOutput:
     untestable: dict = field(default_factory=dict)
     held_out_pairs: str = "all"
     training: set = field(default_factory=set)
+    interaction_seed: int = None
 
     def pvalues(self):
         """``(names, pvalues, pvalues_fwe)`` of :attr:`tests`, or ``(None, None, None)``
@@ -662,18 +667,9 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     if null is not None:
         _add_tests(out)
         if opts.model_interactions and len(names) >= 2:
-            seed = int(rng.integers(2**63 - 1))
-            if isinstance(source, (DenseRDMSource, SphereRDMSource)):
-                # its own progress is silenced (it repeats the analysis's): say what runs
-                logger.info("MLEM: test of interactions, %d %s x %d null dataset(s) x 2 "
-                            "fits", M, desc, opts.n_null)
-                obs, nul = _interaction_test(source, table, opts, groups, seed)
-                undefined = np.isnan(out.score).any(axis=0)
-                obs, nul = np.where(undefined, np.nan, obs), np.where(undefined, np.nan, nul)
-                out.tests["interactions"] = (obs, nul)
-            else:
-                logger.warning("no test of interactions: it permutes residual response "
-                               "patterns, which a %s does not hold", type(source).__name__)
+            # the seed of the test of interactions, which the inference layer runs
+            # (:func:`mlem_neuro.inference.run_analysis`)
+            out.interaction_seed = int(rng.integers(2**63 - 1))
     return out
 
 
@@ -755,22 +751,6 @@ def _null_rows(null, plan, n_train):
     if plan is None:
         return 1 + R
     return 4 + -(-R * plan.universe.n_rows * _FAST_NULL_ARRAYS // max(n_pairs(n_train), 1))
-
-
-def _interaction_test(source, table, opts, groups, seed):
-    """Observed and null statistics of the non-additivity test (its warnings and messages
-    repeat those of the analysis, so they are silenced; its own progress bar, over blocks
-    of models, shows at INFO)."""
-    import logging
-
-    from .core.additivity import interaction_test
-    from .utils import use_log_level
-
-    progress = logger.isEnabledFor(logging.INFO)
-    with warnings.catch_warnings(), use_log_level("WARNING"):
-        warnings.simplefilter("ignore", UserWarning)
-        return interaction_test(source, table, opts, groups=groups, n_null=opts.n_null,
-                                random_state=seed, progress=progress)
 
 
 def held_out_columns(choice, folds, groups, mode):
@@ -959,48 +939,3 @@ def _flat_features(enc, names):
     return [(name, float(col[0])) for name, col in zip(names, D.T) if np.ptp(col) == 0]
 
 
-def _timed(results, n_total, workers, desc):
-    """``results`` passed through; after the first, the projected time of all ``n_total``
-    (logged at INFO, and as a warning when it exceeds :data:`LONG_RUN_SECONDS`)."""
-    import time
-
-    start = time.perf_counter()
-    for k, result in enumerate(results):
-        if k == 0:
-            first = time.perf_counter() - start
-            total = first * n_total / max(1, min(workers, n_total))
-            message = (f"MLEM ({desc}): the first of {n_total} chunks took {first:.1f} s; "
-                       f"all of them will take about {total / 60:.1f} min (the test of "
-                       "interactions, when it runs, comes on top)")
-            if total > LONG_RUN_SECONDS:
-                warnings.warn(message + " (fewer nulls, n_jobs or a categorical design "
-                              "make permutation tests cheaper: see the performance page).",
-                              UserWarning, stacklevel=2)
-            else:
-                logger.info(message)
-        yield result
-
-
-#: projected run times (s) above which an analysis with tests warns before going on.
-LONG_RUN_SECONDS = 600
-
-
-def _run_jobs(Parallel, jobs, n_total, n_jobs, desc, show=None, estimate=False):
-    """Run joblib jobs in order, with a progress bar at INFO (``show``: with one or not,
-    whatever the level; a bar needs more than one job); ``estimate`` projects the total
-    time from the first job (:func:`_timed`)."""
-    import logging
-
-    show = (logger.isEnabledFor(logging.INFO) if show is None else show) and n_total > 1
-    parallel = Parallel(n_jobs=n_jobs, return_as="generator")
-    if estimate and n_total > 1:
-        jobs = _timed(parallel(jobs), n_total, effective_n_jobs(n_jobs), desc)
-        parallel = iter
-    if show:
-        from mne.utils import ProgressBar
-
-        # iterate the bar itself: used as a context manager it resets on exit and prints
-        # a spurious "0/N" line after the run
-        return list(ProgressBar(parallel(jobs), max_value=n_total,
-                                mesg=f"MLEM chunks ({desc})"))
-    return list(parallel(jobs))

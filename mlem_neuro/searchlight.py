@@ -27,8 +27,9 @@ from .adapters.nifti import (
 from .core.features import as_feature_table
 from .core.options import CROSSVALIDATED_DISTANCES, MLEMOptions
 from .core.sources import CondensedRDMSource, SphereRDMSource
-from .crossval import result_settings, result_tests, run_cv
+from .crossval import result_settings, result_tests
 from .fmri import check_standardize, zscore_runs
+from .inference import run_analysis
 from .items import check_items, check_partitions, trial_partitions
 from .results.brainmap import BrainMapResult
 from .utils import logger, normalise_magnitude, verbose
@@ -320,7 +321,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
                 "(median; %d-%d)", X.shape[0], X.shape[1], len(sizes), int(np.median(sizes)),
                 sizes.min(), sizes.max())
     source, item_settings = _image_source(X, A, items, partitions, options)
-    out = run_cv(source, table, options, groups=groups, desc="spheres")
+    out = run_analysis(source, table, options, groups=groups, desc="spheres")
     settings = result_settings(options, out, groups, analysis="searchlight", radius=radius,
                                n_images=img4d.shape[3], n_mask_voxels=X.shape[1],
                                median_sphere_size=float(np.median(sizes)),
@@ -461,7 +462,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=No
     logger.info("MLEM ROI: %d images, %d regions, %d voxels", X.shape[0], A.shape[0],
                 X.shape[1])
     source, item_settings = _image_source(X, A, items, partitions, options)
-    out = run_cv(source, table, options, groups=groups, desc="regions")
+    out = run_analysis(source, table, options, groups=groups, desc="regions")
     settings = result_settings(options, out, groups, analysis="roi",
                                n_images=img4d.shape[3], n_mask_voxels=X.shape[1],
                                standardize=runs_from and "run", standardize_runs=runs_from,

@@ -35,7 +35,8 @@ from .core.features import as_feature_table
 from .core.options import CROSSVALIDATED_DISTANCES, MLEMOptions
 from .core.sources import CondensedRDMSource
 from .core.spacetime import SpaceTimeRDMSource
-from .crossval import groups_from_table, result_settings, result_tests, run_cv
+from .crossval import groups_from_table, result_settings, result_tests
+from .inference import run_analysis
 from .items import check_items, check_partitions, trial_partitions
 from .results.spacetime import SensorMapResult, SourceMapResult
 from .times import check_window, time_mask
@@ -102,7 +103,7 @@ def run_spacetime(data, neighbourhoods, table, options, groups, desc, items=None
                 "%d locations per neighbourhood (median; %d-%d)", desc, source.n_stimuli,
                 neighbourhoods.shape[0], desc, T, neighbourhoods.shape[0] * T,
                 int(np.median(sizes)), sizes.min(), sizes.max())
-    return run_cv(source, table, options, groups=groups,
+    return run_analysis(source, table, options, groups=groups,
                   desc="(time point, neighbourhood) models"), sizes, extra
 
 

@@ -20,7 +20,8 @@ from .adapters.epochs import epochs_data, epochs_feature_table, per_epoch
 from .core.features import as_feature_table
 from .core.options import CROSSVALIDATED_DISTANCES, MLEMOptions
 from .core.sources import CondensedRDMSource, DenseRDMSource
-from .crossval import groups_from_table, result_settings, result_tests, run_cv
+from .crossval import groups_from_table, result_settings, result_tests
+from .inference import run_analysis
 from .items import check_items, check_partitions, trial_partitions
 from .results.timecourse import TimeCourseResult
 from .times import check_window, time_mask, window_average
@@ -114,7 +115,7 @@ def _fit(data, table, times, ch_names, *, settings, options, groups, items=None,
         source = DenseRDMSource(data.transpose(2, 0, 1), options.distance)  # (T, n, C)
     logger.info("MLEM time course: %d stimuli, %d channels, %d time points, features %s",
                 source.n_stimuli, C, T, list(table.columns))
-    out = run_cv(source, table, options, groups=groups, desc="time points")
+    out = run_analysis(source, table, options, groups=groups, desc="time points")
     settings = result_settings(options, out, groups, n_trials=n, n_channels=C, **settings)
     res = TimeCourseResult(fold_importance=out.importance, fold_score=out.score,
                            fold_weights=out.W, n_iter=out.n_iter, terms=out.terms,

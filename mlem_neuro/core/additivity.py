@@ -259,7 +259,7 @@ def _replicate(base, fitted, Qb, Z, models):
 
 
 def _check_inputs(source, table, options, n_null):
-    if not isinstance(source, (DenseRDMSource, SphereRDMSource)):
+    if not getattr(source, "supports_interaction_test", False):
         raise TypeError("interaction_test permutes the residuals of the response patterns, "
                         "so it needs a source that holds them: a DenseRDMSource or a "
                         f"SphereRDMSource (mlem_neuro.core.sources); got "

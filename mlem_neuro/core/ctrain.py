@@ -191,9 +191,9 @@ def _train_blocks(data, M, m, k, l, max_steps, n_iter, common):
 def train(data, m, fit_kw, dev, dtype, history=True):
     """:func:`mlem_neuro.core.engine._train` for grouped full batches on the CPU, in C;
     returns the same :class:`~mlem_neuro.core.engine.StackFit`."""
-    from .engine import StackFit
+    from .constants import SOFT_RANK_STRENGTH
     from .metric import init_params, make_W
-    from .spearman import SOFT_RANK_STRENGTH
+    from .stackfit import StackFit
 
     constraint = fit_kw["constraint"]
     M = int(data.M)

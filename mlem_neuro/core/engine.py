@@ -20,8 +20,6 @@ and for per-pair designs, the steps run in torch.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
@@ -29,6 +27,9 @@ from .._provenance import note_training
 from ..utils import check_device, check_random_state, logger
 from . import ctrain, numpy_train, quantise, tied
 from .batch_size import select_batch_size
+from .constants import ADAM_BETA1 as _BETA1
+from .constants import ADAM_BETA2 as _BETA2
+from .constants import ADAM_EPS as _ADAM_EPS
 from .memory import memory_budget
 from .metric import (
     init_params,
@@ -42,39 +43,7 @@ from .metric import (
 from .options import MLEMOptions
 from .pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
 from .spearman import SOFT_RANK_STRENGTH, SubsetRanks, rankdata, soft_spearman, standardize
-
-
-@dataclass
-class StackFit:
-    """What :func:`fit_stack` returns (numpy arrays on the CPU).
-
-    Attributes
-    ----------
-    W : ndarray (M, m, m)
-        Frobenius-normalised metric of each model (the best state seen in training).
-    n_iter : ndarray of int (M,)
-        Training steps each model ran.
-    converged : ndarray of bool (M,)
-        Whether the model stopped early (no improvement for ``patience`` steps).
-    history : ndarray (M, n_steps) | None
-        Training soft Spearman at each step (NaN once a model has stopped); ``None`` from
-        :func:`fit_grouped`, which does not keep it.
-    best_score : ndarray (M,)
-        Best training soft Spearman (the state kept in ``W``).
-    batch_size : int
-        Pairs per step.
-    full_batch : bool
-        Whether every step used all pairs (deterministic full-batch training).
-    """
-
-    W: np.ndarray
-    n_iter: np.ndarray
-    converged: np.ndarray
-    history: np.ndarray
-    best_score: np.ndarray
-    batch_size: int
-    full_batch: bool
-
+from .stackfit import StackFit
 
 #: elements (n_pairs * n_terms) up to which the pair term matrix is built once and gathered.
 MAX_TERM_ELEMENTS = 5 * 10**7
@@ -129,8 +98,6 @@ class PairTerms:
 #: more than the steps save: at 6,400 trials (13 million training pairs per fold) full
 #: batches took 134 s (94 s of it ranking) against 49.5 s with the selected mini-batches.
 FULL_BATCH_PAIRS = 2**18
-
-_BETA1, _BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
 
 
 def resolve_batch_size(batch_size, terms, n, rng, groups=None):

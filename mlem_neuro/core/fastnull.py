@@ -474,7 +474,7 @@ def interaction_scores(source, table, options, folds, constraints, progress=None
               constraints)
     blocks = [np.arange(lo, min(lo + outer, N)) for lo in range(0, N, outer)]
     threads = worker_threads(workers)
-    from ..crossval import _run_jobs
+    from .._jobs import run_jobs as _run_jobs
 
     # a progress bar at INFO when there are several blocks (e.g. the spheres of a brain)
     results = _run_jobs(Parallel, (delayed(call_with_threads)(

@@ -28,9 +28,11 @@ import numpy as np
 import torch
 
 from . import tied
+from .constants import ADAM_BETA1 as _BETA1
+from .constants import ADAM_BETA2 as _BETA2
+from .constants import ADAM_EPS as _ADAM_EPS
 from .metric import init_params, make_W
 
-_BETA1, _BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
 _Q_EPS = 1e-12
 
 
@@ -111,8 +113,8 @@ def value_and_grad(A, constraint, k, l, P, counts, targets, strength):
 def train(data, m, fit_kw, dev, dtype, history=True):
     """:func:`mlem_neuro.core.engine._train` for grouped designs on the CPU (see the
     module); returns the same :class:`~mlem_neuro.core.engine.StackFit`."""
-    from .engine import StackFit
-    from .spearman import SOFT_RANK_STRENGTH
+    from .constants import SOFT_RANK_STRENGTH
+    from .stackfit import StackFit
 
     constraint = fit_kw["constraint"]
     A = init_params(data.M, m, constraint, dev, dtype).numpy()

@@ -128,6 +128,9 @@ class DenseRDMSource:
         Neural distance, a name of :data:`mlem_neuro.core.distances.REGISTRY`.
     """
 
+    #: it holds the response patterns, whose residuals the test of interactions permutes
+    supports_interaction_test = True
+
     def __init__(self, Y, metric="euclidean"):
         get_metric(metric)
         self.Y = Y
@@ -180,6 +183,9 @@ class SphereRDMSource:
         0/1 membership.
     metric : {"euclidean", "correlation", "cosine"}
     """
+
+    #: it holds the response patterns, whose residuals the test of interactions permutes
+    supports_interaction_test = True
 
     def __init__(self, X, A, metric="euclidean"):
         get_metric(metric, where=" for searchlight and ROI analyses")

@@ -27,8 +27,8 @@ import math
 import numpy as np
 import torch
 
-#: torchsort regularization strength applied to predictions rescaled to rank spread.
-SOFT_RANK_STRENGTH = 1.0
+from .constants import SOFT_RANK_STRENGTH  # noqa: F401  (re-exported: where it is used)
+
 _EPS = 1e-12
 
 

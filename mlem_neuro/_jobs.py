@@ -1,0 +1,58 @@
+"""Running the chunks of an analysis: joblib jobs in order, a progress bar, and a
+projection of the total time after the first chunk (warned past
+:data:`LONG_RUN_SECONDS`).  Used by the fold loop (:mod:`mlem_neuro.crossval`) and the
+fast nulls (:mod:`mlem_neuro.core.fastnull`)."""
+from __future__ import annotations
+
+import warnings
+
+from joblib import effective_n_jobs
+
+from .utils import logger
+
+
+def timed(results, n_total, workers, desc):
+    """``results`` passed through; after the first, the projected time of all ``n_total``
+    (logged at INFO, and as a warning when it exceeds :data:`LONG_RUN_SECONDS`)."""
+    import time
+
+    start = time.perf_counter()
+    for k, result in enumerate(results):
+        if k == 0:
+            first = time.perf_counter() - start
+            total = first * n_total / max(1, min(workers, n_total))
+            message = (f"MLEM ({desc}): the first of {n_total} chunks took {first:.1f} s; "
+                       f"all of them will take about {total / 60:.1f} min (the test of "
+                       "interactions, when it runs, comes on top)")
+            if total > LONG_RUN_SECONDS:
+                warnings.warn(message + " (fewer nulls, n_jobs or a categorical design "
+                              "make permutation tests cheaper: see the performance page).",
+                              UserWarning, stacklevel=2)
+            else:
+                logger.info(message)
+        yield result
+
+
+#: projected run times (s) above which an analysis with tests warns before going on.
+LONG_RUN_SECONDS = 600
+
+
+def run_jobs(Parallel, jobs, n_total, n_jobs, desc, show=None, estimate=False):
+    """Run joblib jobs in order, with a progress bar at INFO (``show``: with one or not,
+    whatever the level; a bar needs more than one job); ``estimate`` projects the total
+    time from the first job (:func:`timed`)."""
+    import logging
+
+    show = (logger.isEnabledFor(logging.INFO) if show is None else show) and n_total > 1
+    parallel = Parallel(n_jobs=n_jobs, return_as="generator")
+    if estimate and n_total > 1:
+        jobs = timed(parallel(jobs), n_total, effective_n_jobs(n_jobs), desc)
+        parallel = iter
+    if show:
+        from mne.utils import ProgressBar
+
+        # iterate the bar itself: used as a context manager it resets on exit and prints
+        # a spurious "0/N" line after the run
+        return list(ProgressBar(parallel(jobs), max_value=n_total,
+                                mesg=f"MLEM chunks ({desc})"))
+    return list(parallel(jobs))

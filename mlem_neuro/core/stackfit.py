@@ -1,0 +1,39 @@
+"""What the training paths return (:class:`StackFit`): one small module that every path
+imports, so that none of them imports the engine that chooses between them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class StackFit:
+    """What :func:`fit_stack` returns (numpy arrays on the CPU).
+
+    Attributes
+    ----------
+    W : ndarray (M, m, m)
+        Frobenius-normalised metric of each model (the best state seen in training).
+    n_iter : ndarray of int (M,)
+        Training steps each model ran.
+    converged : ndarray of bool (M,)
+        Whether the model stopped early (no improvement for ``patience`` steps).
+    history : ndarray (M, n_steps) | None
+        Training soft Spearman at each step (NaN once a model has stopped); ``None`` from
+        :func:`fit_grouped`, which does not keep it.
+    best_score : ndarray (M,)
+        Best training soft Spearman (the state kept in ``W``).
+    batch_size : int
+        Pairs per step.
+    full_batch : bool
+        Whether every step used all pairs (deterministic full-batch training).
+    """
+
+    W: np.ndarray
+    n_iter: np.ndarray
+    converged: np.ndarray
+    history: np.ndarray
+    best_score: np.ndarray
+    batch_size: int
+    full_batch: bool

@@ -1,0 +1,59 @@
+"""Inference above the fold loop: an analysis is :func:`~mlem_neuro.crossval.run_cv`
+(folds, fits, held-out scores and importances, the null statistics of each fold) plus the
+tests that need more than one fold loop, today the test of interactions
+(:func:`~mlem_neuro.core.additivity.interaction_test`, which runs fold loops of its own).
+
+Keeping it here, above :mod:`mlem_neuro.crossval`, keeps the fold loop free of the tests
+built on it (no import circle between them).  A source says whether it can take the test
+(``supports_interaction_test``: it holds the response patterns whose residuals the test
+permutes) instead of being asked its type.
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+
+import numpy as np
+
+from .crossval import run_cv
+from .utils import logger, use_log_level
+
+
+def run_analysis(source, features, options=None, *, groups=None, desc="models"):
+    """:func:`~mlem_neuro.crossval.run_cv`, and with tests (``n_null``) of a model with
+    interactions, the test of interactions added to the output's ``tests``.
+
+    Parameters and returns as :func:`~mlem_neuro.crossval.run_cv`.
+    """
+    out = run_cv(source, features, options, groups=groups, desc=desc)
+    if out.interaction_seed is None:
+        return out
+    if not getattr(source, "supports_interaction_test", False):
+        logger.warning("no test of interactions: it permutes residual response patterns, "
+                       "which a %s does not hold", type(source).__name__)
+        return out
+    from .core.options import MLEMOptions
+
+    opts = MLEMOptions() if options is None else options
+    M = source.n_models
+    # its own progress is silenced (it repeats the analysis's): say what runs
+    logger.info("MLEM: test of interactions, %d %s x %d null dataset(s) x 2 fits", M, desc,
+                opts.n_null)
+    obs, nul = _interaction_test(source, features, opts, groups, out.interaction_seed)
+    undefined = np.isnan(out.score).any(axis=0)
+    obs, nul = np.where(undefined, np.nan, obs), np.where(undefined, np.nan, nul)
+    out.tests["interactions"] = (obs, nul)
+    return out
+
+
+def _interaction_test(source, table, opts, groups, seed):
+    """Observed and null statistics of the non-additivity test (its warnings and messages
+    repeat those of the analysis, so they are silenced; its own progress bar, over blocks
+    of models, shows at INFO)."""
+    from .core.additivity import interaction_test
+
+    progress = logger.isEnabledFor(logging.INFO)
+    with warnings.catch_warnings(), use_log_level("WARNING"):
+        warnings.simplefilter("ignore", UserWarning)
+        return interaction_test(source, table, opts, groups=groups, n_null=opts.n_null,
+                                random_state=seed, progress=progress)

@@ -1,0 +1,103 @@
+"""The package's modules import each other without circles: every ``import`` in every
+module (at the top or inside a function) is an arrow, and the arrows form no cycle.
+
+Module-level circles break imports; function-level ones hide a design knot (the fold
+loop calling the tests built on it).  This test fails on the first new one."""
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "mlem_neuro"
+
+
+def _modules():
+    mods = {}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        mods[name] = path
+    return mods
+
+
+def _targets(mods, name, node):
+    package = name if mods[name].name == "__init__.py" else name.rsplit(".", 1)[0]
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if node.level:
+        base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+        module = ".".join(base + ([node.module] if node.module else []))
+    else:
+        module = node.module or ""
+    return [f"{module}.{a.name}" if f"{module}.{a.name}" in mods else module
+            for a in node.names]
+
+
+def import_graph():
+    mods = _modules()
+    edges = {m: set() for m in mods}
+    for name, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for target in _targets(mods, name, node):
+                    # a package's __init__ importing its own modules is not an arrow back
+                    if (target in mods and target != name
+                            and not name.startswith(target + ".")):
+                        edges[name].add(target)
+    return edges
+
+
+def cycles(edges):
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_detector_finds_a_planted_cycle():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(edges) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles():
+    edges = import_graph()
+    assert len(edges) > 40 and edges["mlem_neuro.crossval"]
+    found = cycles(edges)
+    assert not found, "import circles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+@pytest.mark.parametrize("lower, upper", [
+    ("mlem_neuro.core.engine", "mlem_neuro.crossval"),
+    ("mlem_neuro.core.fastnull", "mlem_neuro.crossval"),
+    ("mlem_neuro.crossval", "mlem_neuro.inference"),
+    ("mlem_neuro.core.ctrain", "mlem_neuro.core.engine"),
+    ("mlem_neuro.core.numpy_train", "mlem_neuro.core.engine"),
+])
+def test_lower_layers_do_not_import_upper_ones(lower, upper):
+    assert upper not in import_graph()[lower]
