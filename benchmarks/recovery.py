@@ -6,7 +6,7 @@
    (what classical MDS must drop).
 2. The recovery table: for each noise level and seed, one dataset split once (a fifth of the
    stimuli held out), the three models fitted on the training stimuli
-   (:func:`mlem_neuro.cli._simulation_table`, what ``mlem-neuro demo`` runs): Frobenius
+   (:func:`mlem_neuro.demo.simulation_table`, what ``mlem-neuro demo`` runs): Frobenius
    error to ``W_true``, training steps, held-out Spearman, and the held-out Spearman of
    ``W_true`` itself.
 
@@ -20,8 +20,8 @@ import torch
 from scipy.spatial.distance import pdist
 from scipy.stats import spearmanr
 
-from mlem_neuro.cli import _simulation_table
 from mlem_neuro.core.pairs import pair_indices
+from mlem_neuro.demo import simulation_table as _simulation_table
 from mlem_neuro.simulation import simulate_representations
 
 

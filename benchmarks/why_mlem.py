@@ -32,7 +32,7 @@ Recovery (``--only recovery``): ``simulate_representations(kind="realisable")``,
 stimuli, 4 features, binary and numeric, one split (a fifth held out), FR-RSA
 (``constraint="diagonal"``), FR-RSA-I (``"none"``) and MLEM (``"spd"``): Frobenius
 distance of ``W_`` to ``W_true`` and held-out Spearman
-(:func:`mlem_neuro.cli._simulation_table`).
+(:func:`mlem_neuro.demo.simulation_table`).
 
 Every rate comes with its Wilson 95 % interval.  Each dataset's results are saved as they
 come (``--out``), so a run can be stopped and resumed; ``--report`` prints the tables.
@@ -133,7 +133,7 @@ def run_one(design, seed):
 
 
 def run_recovery(out, seeds, noise):
-    from mlem_neuro.cli import _simulation_table
+    from mlem_neuro.demo import simulation_table as _simulation_table
 
     for feature_type in ("binary", "numeric"):
         fname = os.path.join(out, f"recovery_{feature_type}.csv")

@@ -7,7 +7,8 @@ import pytest
 
 
 def test_simulation_table_compares_models():
-    from mlem_neuro.cli import _simulation_figure, _simulation_table
+    from mlem_neuro.demo import simulation_figure as _simulation_figure
+    from mlem_neuro.demo import simulation_table as _simulation_table
 
     lines = []
     table = _simulation_table(40, 3, noise_levels=(0.0, 1.0), seeds=(0, 1),
@@ -57,7 +58,7 @@ def test_cli_bad_options_exit_nonzero(capsys):
 
 def test_simulation_table_log_with_one_seed_has_no_nan_spread():
     """With one seed (demo --seeds 1) the log printed 'mean ± nan' (the sd of one value)."""
-    from mlem_neuro.cli import _simulation_table
+    from mlem_neuro.demo import simulation_table as _simulation_table
 
     lines = []
     _simulation_table(30, 2, noise_levels=(0.5,), seeds=(0,), log=lines.append)

@@ -179,8 +179,8 @@ def test_the_demo_case_where_mlem_and_rsa_disagree():
     seeds 0-2 (measured): Mantel p 0.32-0.96, MLEM p 0.01 for both features and for the
     interactions, with the defaults as with 2 x 20 before them (benchmarks/why_mlem.py: Mantel
     1-3 %, MLEM 2x20 99-100 % of datasets)."""
-    from mlem_neuro.cli import _xor_comparison
+    from mlem_neuro.demo import xor_comparison
 
-    out = _xor_comparison(0)
+    out = xor_comparison(0)
     assert (out.loc[["A", "B"], "Mantel"] > 0.1).all()
     assert (out["MLEM"] < 0.05).all()
