@@ -25,6 +25,16 @@ import re
 docdict: dict[str, str] = {}
 
 # --------------------------------------------------------------------------------- B
+docdict["backend"] = """
+backend : "auto" | "compiled" | "numpy" | "torch"
+    Which training path trains the models.  ``"auto"`` (default) picks the fastest one
+    that can train the design on its device: the compiled loop (categorical features,
+    or numeric ones on the grid, on the CPU), else the numpy loop (categorical features
+    on the CPU), else torch (any design and device; the reference the others are tested
+    against).  A named backend that cannot train the design raises an error.  The paths
+    used are recorded in ``res.provenance["training"]``.
+"""
+
 docdict["batch_size"] = """
 batch_size : "auto" | "full" | int
     Pairs per training step.  ``"auto"`` uses every pair when the pairs fall into groups

@@ -36,7 +36,13 @@ import numpy as np
 
 from ._docs import short_doc
 from ._provenance import describe as describe_provenance
-from .core.options import CROSSVALIDATED_DISTANCES, HELD_OUT_PAIRS, NULLS, MLEMOptions
+from .core.options import (
+    BACKENDS,
+    CROSSVALIDATED_DISTANCES,
+    HELD_OUT_PAIRS,
+    NULLS,
+    MLEMOptions,
+)
 from .demo import DEMO_OUTPUTS, run_demo
 
 EXIT_USAGE = 2
@@ -252,7 +258,8 @@ def _analysis_kwargs(args):
                 n_null=args.n_null, null=args.null, held_out_pairs=args.held_out_pairs,
                 level=args.level,
                 constraint=args.constraint, interactions=not args.no_interactions,
-                n_jobs=args.n_jobs, device=args.device, random_state=args.seed,
+                n_jobs=args.n_jobs, device=args.device, backend=args.backend,
+                random_state=args.seed,
                 lr=args.lr, max_steps=args.max_steps, patience=args.patience, tol=args.tol,
                 batch_size=args.batch_size, numeric_levels=args.numeric_levels,
                 chunk_size=args.chunk_size, feature_kinds=args.feature_kinds,
@@ -733,6 +740,9 @@ def _add_analysis_options(p, what):
     p.add_argument("--n-jobs", type=int, default=None,
                    help="parallel jobs (joblib; -1: every core) (default: one job)")
     p.add_argument("--device", default=d.device, help="torch device, e.g. cpu or cuda")
+    p.add_argument("--backend", choices=BACKENDS, default=d.backend,
+                   help="training path: auto (the fastest that can train the design), "
+                        "compiled, numpy or torch")
     p.add_argument("--seed", type=int, default=0,
                    help="random seed (folds, training batches, permutations)")
     p.add_argument("--feature-kinds", type=_feature_kinds, default=None,

@@ -42,7 +42,7 @@ from .utils import (
 #: estimator parameters that are MLEM options (validated by MLEMOptions).
 _OPTION_PARAMS = ("constraint", "interactions", "distance", "n_permutations", "max_steps",
                   "patience", "lr", "tol", "batch_size", "numeric_levels", "feature_kinds",
-                  "feature_groups", "missing_distance", "device", "random_state")
+                  "feature_groups", "missing_distance", "device", "backend", "random_state")
 
 
 @fill_doc
@@ -77,6 +77,7 @@ class MLEM(BaseEstimator):
     %(feature_groups)s
     %(missing_distance)s
     %(device)s
+    %(backend)s
     random_state : None | int | numpy Generator
         Seeds batch sampling (and default importance permutations).
     verbose : bool | str | int | None
@@ -110,7 +111,8 @@ class MLEM(BaseEstimator):
                  n_permutations=10, max_steps=1000, patience=50, lr=0.03, tol=1e-4,
                  batch_size="auto", numeric_levels="auto", feature_kinds=None,
                  feature_groups=None,
-                 missing_distance=0.0, device="cpu", random_state=None, verbose=None):
+                 missing_distance=0.0, device="cpu", backend="auto", random_state=None,
+                 verbose=None):
         self.constraint = constraint
         self.interactions = interactions
         self.distance = distance
@@ -125,6 +127,7 @@ class MLEM(BaseEstimator):
         self.feature_groups = feature_groups
         self.missing_distance = missing_distance
         self.device = device
+        self.backend = backend
         self.random_state = random_state
         self.verbose = verbose
 

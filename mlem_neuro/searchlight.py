@@ -215,7 +215,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
                      feature_kinds=None, feature_groups=None, missing_distance=0.0,
                      distance="euclidean", max_steps=1000, patience=50, lr=0.03, tol=1e-4,
                      batch_size="auto", numeric_levels="auto", chunk_size=None, n_jobs=None,
-                     device="cpu",
+                     device="cpu", backend="auto",
                      random_state=None, verbose=None):
     """Searchlight MLEM: importance maps of every feature.
 
@@ -260,6 +260,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     %(chunk_size_spheres)s
     %(n_jobs)s
     %(device)s
+    %(backend)s
     %(random_state)s
     %(verbose)s
 
@@ -346,7 +347,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=No
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
              missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50, lr=0.03,
              tol=1e-4, batch_size="auto", numeric_levels="auto", chunk_size=None, n_jobs=None,
-             device="cpu",
+             device="cpu", backend="auto",
              random_state=None, verbose=None):
     """ROI MLEM: one cross-validated model per region of an atlas.
 
@@ -395,6 +396,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=No
     %(chunk_size_spheres)s
     %(n_jobs)s
     %(device)s
+    %(backend)s
     %(random_state)s
     %(verbose)s
 

@@ -222,7 +222,7 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
               feature_kinds=None, feature_groups=None, missing_distance=0.0,
               distance="euclidean", max_steps=1000, patience=50, lr=0.03, tol=1e-4,
               batch_size="auto", numeric_levels="auto", chunk_size=None, n_jobs=None,
-              device="cpu", random_state=None, verbose=None):
+              device="cpu", backend="auto", random_state=None, verbose=None):
     """MLEM over source space and time: importance maps as source estimates.
 
     At every time point, the source estimates' patterns within a patch (a searchlight of
@@ -279,6 +279,7 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
         memory, and split over ``n_jobs``).  Results do not depend on it.
     %(n_jobs)s
     %(device)s
+    %(backend)s
     %(random_state)s
     %(verbose)s
 

@@ -159,7 +159,7 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
                missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
                lr=0.03, tol=1e-4, batch_size="auto", numeric_levels="auto",
                chunk_size=None, n_jobs=None,
-               device="cpu", random_state=None, verbose=None):
+               device="cpu", backend="auto", random_state=None, verbose=None):
     """Time-resolved MLEM on an array of trials (ECoG, intracranial, any sensor array).
 
     Parameters
@@ -206,6 +206,7 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     %(chunk_size_time)s
     %(n_jobs)s
     %(device)s
+    %(backend)s
     %(random_state)s
     %(verbose)s
 
@@ -282,7 +283,7 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
                 max_steps=1000, patience=50,
                 lr=0.03, tol=1e-4, batch_size="auto", numeric_levels="auto",
                 chunk_size=None, n_jobs=None,
-                device="cpu", random_state=None, verbose=None):
+                device="cpu", backend="auto", random_state=None, verbose=None):
     """Time-resolved MLEM on MEG/EEG epochs: feature-importance time courses.
 
     Each epoch is a stimulus (with ``items``, each item is: its epochs are averaged).  The
@@ -333,6 +334,7 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     %(chunk_size_time)s
     %(n_jobs)s
     %(device)s
+    %(backend)s
     %(random_state)s
     %(verbose)s
 

@@ -473,20 +473,57 @@ def fit_grouped(D_uniq, counts, target_sums, options=None, *, dtype=torch.float3
     return _train(data, D_uniq.shape[1], fit_kw, dev, dtype, history=False)
 
 
+#: what each backend is, as results record it (:mod:`mlem_neuro._provenance`)
+BACKEND_NAMES = {"compiled": "compiled loop (C)", "numpy": "numpy loop"}
+
+
+def choose_backend(data, m, dev, dtype, requested="auto"):
+    """The training path of ``data`` (a :class:`_StepTargets` or
+    :class:`GroupedTargets`) for models of ``m`` features: one decision, logged.
+
+    ``"auto"``: the compiled loop (grouped full batches or grid blocks on the CPU in
+    float32, the library built: :mod:`~mlem_neuro.core.ctrain`), else the numpy loop
+    (grouped designs on the CPU: :mod:`~mlem_neuro.core.numpy_train`), else torch (any
+    design, any device; the reference the others are tested against).  A named backend
+    that cannot train the design raises a ValueError saying why.
+    """
+    can = {"compiled": lambda: ctrain.available(data, m, dev, dtype),
+           "numpy": lambda: numpy_train.available(data, dev), "torch": lambda: True}
+    if requested == "auto":
+        choice = next(name for name in ("compiled", "numpy", "torch") if can[name]())
+    elif requested not in can:
+        raise ValueError(f"backend must be one of ['auto', {', '.join(map(repr, can))}]; "
+                         f"got {requested!r}.")
+    elif not can[requested]():
+        why = {"compiled": "it trains grouped designs (categorical features, or numeric "
+                           "ones on the grid) on the CPU in float32, and needs the "
+                           "package's compiled library (built at install; MLEM_NEURO_NO_C "
+                           "unset)",
+               "numpy": "it trains grouped designs (categorical features) on the CPU"}
+        raise ValueError(f"backend={requested!r} cannot train this design: {why[requested]}"
+                         f" (here: device {torch.device(dev).type}, "
+                         f"{'grouped' if getattr(data, 'grouped', False) else 'per-pair'} "
+                         "design). Use backend='auto' or 'torch'.")
+    else:
+        choice = requested
+    logger.debug("training backend: %s (asked: %s; %d models of %d features on %s)",
+                 choice, requested, data.M, m, torch.device(dev).type)
+    return choice
+
+
 def _train(data, m, fit_kw, dev, dtype, history=True):
     """The training loop of :func:`fit_stack` and :func:`fit_grouped` on ``data`` (a
-    :class:`_StepTargets` or :class:`GroupedTargets`) for models of ``m`` features."""
-    if ctrain.available(data, m, dev, dtype):
+    :class:`_StepTargets` or :class:`GroupedTargets`) for models of ``m`` features, on
+    the backend :func:`choose_backend` picks."""
+    backend = choose_backend(data, m, dev, dtype, fit_kw.get("backend", "auto"))
+    note_training(BACKEND_NAMES.get(backend, f"torch ({torch.device(dev).type})"))
+    if backend == "compiled":
         # grouped full batches or grid blocks on the CPU: each model to its own stop in C
-        # (core/ctrain.py)
-        note_training("compiled loop (C)")
         return ctrain.train(data, m, fit_kw, dev, dtype, history)
-    if numpy_train.available(data, dev):
+    if backend == "numpy":
         # grouped designs on the CPU: the same steps in numpy (a fraction of the fixed
-        # cost of the torch operations; core/numpy_train.py)
-        note_training("numpy loop")
+        # cost of the torch operations)
         return numpy_train.train(data, m, fit_kw, dev, dtype, history)
-    note_training(f"torch ({torch.device(dev).type})")
     constraint = fit_kw["constraint"]
     A = init_params(data.M, m, constraint, dev, dtype)
     adam = _MaskedAdamW(A, fit_kw["lr"])

@@ -28,6 +28,9 @@ LEVELS = ("term", "feature")
 NULLS = ("conditional", "marginal")
 #: which held-out pairs score a fold (:func:`mlem_neuro.crossval.held_out_columns`).
 HELD_OUT_PAIRS = ("auto", "all", "between_groups")
+#: the training paths (:func:`mlem_neuro.core.engine.choose_backend`); ``"auto"`` picks
+#: the fastest one that can train the design on its device
+BACKENDS = ("auto", "compiled", "numpy", "torch")
 
 
 def registered_distances():
@@ -219,6 +222,7 @@ def _n_repeats(name, value):
 
 #: one check per parameter name: ``check(name, value) -> normalised value``.
 CHECKS = {
+    "backend": _choice(BACKENDS),
     "batch_size": _batch_size,
     "chunk_size": _optional(_int_at_least(1, " (models per engine call; None sizes it from "
                                              "memory)")),
@@ -297,6 +301,7 @@ class MLEMOptions:
     chunk_size: object = None
     n_jobs: object = None
     device: str = "cpu"
+    backend: str = "auto"
     random_state: object = None
     allow_precomputed: bool = False
 
@@ -337,7 +342,7 @@ class MLEMOptions:
         return dict(constraint=self.constraint, interactions=self.model_interactions,
                     max_steps=self.max_steps, patience=self.patience, lr=self.lr,
                     tol=self.tol, batch_size=self.batch_size,
-                    numeric_levels=self.numeric_levels)
+                    numeric_levels=self.numeric_levels, backend=self.backend)
 
     def feature_space(self):
         """A new, unfitted :class:`~mlem_neuro.core.features.FeatureSpace`."""

@@ -76,6 +76,8 @@ def second_level_maps(results, term, mask_img=None, n_null=10000, two_sided_test
         With ``term="interactions"`` only: the same subjects in the same order, analysed
         like ``results`` but with ``constraint="diagonal"``, with the same ``cv`` and an int
         ``random_state`` (same folds; a warning says when they differ).
+    n_perm : int | None
+        Former name of ``n_null`` (deprecated; a FutureWarning).
     **kwargs
         Passed to ``non_parametric_inference`` (``smoothing_fwhm``, ``threshold``,
         ``tfce``...).

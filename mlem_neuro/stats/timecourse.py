@@ -248,8 +248,10 @@ def permutation_cluster_test(results, term=None, *, measure="importance", additi
     n_jobs : int | None
         Passed to MNE.
     %(verbose)s
-    n_permutations, seed
-        Former names of ``n_null`` and ``random_state`` (deprecated; a FutureWarning).
+    n_permutations : int | None
+        Former name of ``n_null`` (deprecated; a FutureWarning).
+    seed : None | int
+        Former name of ``random_state`` (deprecated; a FutureWarning).
 
     Returns
     -------
