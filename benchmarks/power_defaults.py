@@ -85,9 +85,11 @@ def run_one(size, a_B, seed, settings):
     return rows
 
 
-def report(out):
+def report(out, rst=False):
     files = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".csv")]
     frame = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+    if rst:
+        return report_rst(frame)
     for size, sub in frame.groupby("size"):
         print(f"\n{size} (stimuli x units), a_A = {SIZES[size][2]}: rate of p < {ALPHA} "
               "for B [Wilson 95 %], datasets; CPU s per dataset")
@@ -98,6 +100,25 @@ def report(out):
                 lo, hi = wilson(k, N)
                 cells.append(f"a_B={a_B:g}: {k / N:.2f} [{lo:.2f}, {hi:.2f}] n={N}")
             print(f"  {method:<18s} " + " | ".join(cells) + f" | {m.cpu.mean():.2f} s")
+
+
+def report_rst(frame):
+    """One reStructuredText table: rows size x method, columns a_B (rate [interval])."""
+    rows = []
+    for (size, method), m in frame.groupby(["size", "method"], sort=False):
+        cells = [f"{size}", method]
+        for a_B, g in m.groupby("a_B"):
+            k, N = int((g.p < ALPHA).sum()), len(g)
+            lo, hi = wilson(k, N)
+            cells.append(f"{k / N:.2f} ({lo:.2f}–{hi:.2f}) n={N}")
+        cells.append(f"{m.cpu.mean():.2f}")
+        rows.append(cells)
+    width = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
+    sep = "  ".join("=" * w for w in width)
+    print(sep)
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, width)).rstrip())
+    print(sep)
 
 
 def main():
@@ -111,9 +132,10 @@ def main():
     p.add_argument("--part", default="1/1", help="k/K: this process runs every K-th dataset")
     p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "power_defaults"))
     p.add_argument("--report", action="store_true")
+    p.add_argument("--rst", action="store_true", help="with --report: one RST table")
     args = p.parse_args()
     if args.report:
-        report(args.out)
+        report(args.out, args.rst)
         return
     torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)

@@ -345,3 +345,25 @@ def test_gpu_prefers_the_interval_table(monkeypatch):
     monkeypatch.setattr(tied, "_scipy_pav", lambda: None)          # scipy < 1.12
     assert tied._isotonic_method(256, 8496, 100, "cpu") == "expansion"
     assert tied._isotonic_method(32, 8496, 100, "cpu") == "table"
+
+
+@needs_cuda
+def test_backends_on_the_gpu_torch_trains_and_the_cpu_loops_say_why_not():
+    """On a GPU ``backend="auto"`` trains with torch (recorded as ``torch (cuda)``), the
+    same models as torch on the CPU; the compiled and numpy loops, CPU-only, refuse."""
+    import mlem_neuro
+
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({"a": np.tile(["x", "y"], 12), "b": np.repeat(["u", "v"], 12)})
+    data = rng.standard_normal((24, 6, 2))
+    kw = dict(cv=2, n_repeats=1, max_steps=60, patience=100, random_state=0,
+              verbose="ERROR")
+    gpu = mlem_neuro.mlem_array(data, table, device="cuda", **kw)
+    cpu = mlem_neuro.mlem_array(data, table, backend="torch", **kw)
+    assert gpu.provenance["training"] == ["torch (cuda)"]
+    print(f"MEASURED backend auto on cuda vs torch on cpu, W: max |cuda - cpu| = "
+          f"{np.abs(gpu.fold_weights - cpu.fold_weights).max():.3g}")
+    np.testing.assert_allclose(gpu.fold_weights, cpu.fold_weights, atol=6e-6)
+    for backend in ("compiled", "numpy"):
+        with pytest.raises(ValueError, match="cannot train this design"):
+            mlem_neuro.mlem_array(data, table, device="cuda", backend=backend, **kw)
