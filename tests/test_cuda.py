@@ -259,7 +259,7 @@ def test_null_models_relabelling_features():
     """The relabelled-feature null models (per-model counts, the interval table on the
     GPU) and the interaction test's shared-rank fits give the CPU's statistics."""
     from mlem_neuro.core.sources import DenseRDMSource
-    from mlem_neuro.crossval import run_cv
+    from mlem_neuro.inference import run_analysis
     X, y = _epochs()
     source = DenseRDMSource(np.ascontiguousarray(X.transpose(2, 0, 1)))
     out = {}
@@ -267,7 +267,7 @@ def test_null_models_relabelling_features():
         opts = MLEMOptions(cv=3, n_repeats=1, max_steps=40, patience=10_000, tol=0.0,
                            n_permutations=2,
                            n_null=3, random_state=0, device=dev)   # equal step counts
-        res = run_cv(source, y, opts)
+        res = run_analysis(source, y, opts)
         out[dev] = (res.fold_null, res.tests["interactions"][1])
     assert _report("null statistics", out["cuda"][0], out["cpu"][0]) < 1e-3
     assert _report("interaction nulls", out["cuda"][1], out["cpu"][1]) < 1e-3
