@@ -27,16 +27,16 @@ import torch
 from scipy.spatial.distance import pdist
 
 import mlem_neuro
+from mlem_neuro import rsa
 from mlem_neuro.simulation import simulate_epochs
 
 
 def plain_rsa(data, table):
-    models = {f: pdist(np.asarray(table[f].astype("category").cat.codes)[:, None],
-                       "hamming") for f in table.columns}
+    models = [rsa.model_rdm(table[f]) for f in table.columns]
     out = np.empty((data.shape[-1], len(models)))
     for t in range(data.shape[-1]):
         neural = pdist(data[:, :, t])
-        for j, m in enumerate(models.values()):
+        for j, m in enumerate(models):
             out[t, j] = scipy.stats.spearmanr(neural, m)[0]
     return out
 

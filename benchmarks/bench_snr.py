@@ -72,7 +72,9 @@ def it_units(n_groups, window=0.1, step=0.025):
     return binned, table, centres
 
 
-def eeglab_trials():
+def eeglab_epochs():
+    """The EEGLAB recording's 80 target trials (-0.2 to 0.6 s, baseline corrected), with
+    their metadata, or None."""
     folder = DATA / "eeglab_tutorial_eeg"
     if not folder.is_dir():
         return None
@@ -82,8 +84,15 @@ def eeglab_trials():
     events, event_id = mne.events_from_annotations(raw, verbose=False)
     squares = events[events[:, 2] == event_id["square"]]
     meta = pd.read_csv(folder / "square_trials.csv")
-    epochs = mne.Epochs(raw, squares, tmin=-0.2, tmax=0.6, baseline=(None, 0),
-                        metadata=meta, preload=True, verbose=False)
+    return mne.Epochs(raw, squares, tmin=-0.2, tmax=0.6, baseline=(None, 0),
+                      metadata=meta, preload=True, verbose=False)
+
+
+def eeglab_trials():
+    epochs = eeglab_epochs()
+    if epochs is None:
+        return None
+    meta = epochs.metadata
     x = epochs.get_data(copy=True)
     width, step = 8, 2                                  # 62.5 ms windows every 15.6 ms
     starts = np.arange(0, x.shape[-1] - width + 1, step)

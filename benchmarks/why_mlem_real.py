@@ -27,6 +27,7 @@ import time
 import warnings
 from pathlib import Path
 
+import bench_snr
 import numpy as np
 import pandas as pd
 import torch
@@ -39,27 +40,11 @@ MODELS = {"MLEM": "spd", "FR-RSA-I": "none", "FR-RSA": "diagonal"}
 
 
 def it_units():
-    import scipy.io
-
-    folder = DATA / "zhang_desimone_it_units_part1"
-    if not folder.is_dir():
+    rec = bench_snr.it_units(4, window=0.2, step=0.05)     # 200 ms windows every 50 ms
+    if rec is None:
         return None
-    units, conditions = [], None
-    for path in sorted((folder / "raster_mat").glob("*.mat")):
-        mat = scipy.io.loadmat(path, squeeze_me=True, struct_as_record=False)
-        rate = mat["raster_data"].astype(float)[:, 600:800].mean(axis=1) * 1000  # 100-300 ms
-        labels = np.asarray(mat["raster_labels"].combined_ID_position)
-        rows, conds = [], []
-        for condition in sorted(set(labels)):
-            for group in np.array_split(np.flatnonzero(labels == condition), 4):
-                rows.append(rate[group].mean())
-                conds.append(condition)
-        assert conditions is None or conds == conditions
-        conditions = conds
-        units.append(rows)
-    X = np.array(units).T                                   # (84 stimuli, 64 units)
-    table = pd.DataFrame([c.split("_") for c in conditions], columns=["object", "position"])
-    return X, table, None
+    data, table, centres = rec
+    return data[:, :, int(np.argmin(np.abs(centres - 0.2)))], table, None   # 100-300 ms
 
 
 def haxby_brain():
@@ -86,19 +71,11 @@ def haxby_brain():
 
 
 def eeglab():
-    folder = DATA / "eeglab_tutorial_eeg"
-    if not folder.is_dir():
+    epochs = bench_snr.eeglab_epochs()
+    if epochs is None:
         return None
-    import mne
-
-    raw = mne.io.read_raw_eeglab(folder / "test_raw.set", preload=True, verbose=False)
-    events, event_id = mne.events_from_annotations(raw, verbose=False)
-    squares = events[events[:, 2] == event_id["square"]]
-    meta = pd.read_csv(folder / "square_trials.csv")
-    epochs = mne.Epochs(raw, squares, tmin=-0.2, tmax=0.6, baseline=(None, 0),
-                        metadata=meta, preload=True, verbose=False)
     X = epochs.copy().crop(0.3, 0.5).get_data(copy=True).mean(axis=-1)
-    return X, pd.DataFrame({"position": meta["position"].astype(str)}), None
+    return X, pd.DataFrame({"position": epochs.metadata["position"].astype(str)}), None
 
 
 def compare(name, X, table, groups):

@@ -196,28 +196,29 @@ def _n_jobs(name, value):
     return int(value)
 
 
-def _numeric_levels(name, value):
-    if value is None or (isinstance(value, str) and value == "auto"):
-        return value
-    hint = (" It is the grid of numeric feature distances in training: 'auto' (default), "
-            "an int >= 2, or None for exact per-pair training.")
-    if not _is_int(value):
-        raise TypeError(f"{name} must be 'auto', None or an int >= 2; got {value!r}.{hint}")
-    if value < 2:
-        raise ValueError(f"{name} must be 'auto', None or an int >= 2; got {value}.{hint}")
-    return int(value)
+def _int_or(words, low, hint):
+    """A check accepting ``words`` (``None`` or strings) as they are, else an int >=
+    ``low`` (``numeric_levels``, ``n_repeats``)."""
+    allowed = f"{', '.join(repr(w) for w in words)} or an int >= {low}"
+
+    def check(name, value):
+        if any(value is w if w is None else (isinstance(value, str) and value == w)
+               for w in words):
+            return value
+        if not _is_int(value):
+            raise TypeError(f"{name} must be {allowed}; got {value!r}.{hint}")
+        if value < low:
+            raise ValueError(f"{name} must be {allowed}; got {value}.{hint}")
+        return int(value)
+    return check
 
 
-def _n_repeats(name, value):
-    if isinstance(value, str) and value == "auto":
-        return value
-    hint = (" (repetitions of an int cv with new random folds; 'auto' chooses them from "
-            "the number of stimuli)")
-    if not _is_int(value):
-        raise TypeError(f"{name} must be 'auto' or an int >= 1; got {value!r}.{hint}")
-    if value < 1:
-        raise ValueError(f"{name} must be 'auto' or an int >= 1; got {value}.{hint}")
-    return int(value)
+_numeric_levels = _int_or(("auto", None), 2, (
+    " It is the grid of numeric feature distances in training: 'auto' (default), an int "
+    ">= 2, or None for exact per-pair training."))
+_n_repeats = _int_or(("auto",), 1, (
+    " (repetitions of an int cv with new random folds; 'auto' chooses them from the number "
+    "of stimuli)"))
 
 
 #: one check per parameter name: ``check(name, value) -> normalised value``.
