@@ -91,3 +91,58 @@ def haxby_runs():
     bold = [HAXBY / f"BOLD/task001_run{r:03d}/bold_25mm.nii.gz" for r in range(1, 13)]
     events = [HAXBY / f"BOLD/task001_run{r:03d}/bold_events.tsv" for r in range(1, 13)]
     return bold, events, nib.load(HAXBY / "masks/25mm/brain.nii.gz")
+
+
+def scale_channels(data):
+    """Zero mean and unit variance per channel over trials and times (a flat channel is only
+    centred): the scaling ``mlem_epochs`` / ``mlem_array`` apply to ``(trials, channels,
+    times)`` data by default (``scale=True``), written here so that the benchmarks use no
+    private name of the package."""
+    data = np.asarray(data, dtype=float)
+    mean = data.mean(axis=(0, 2), keepdims=True)
+    std = data.std(axis=(0, 2), keepdims=True)
+    return (data - mean) / np.where(std > 0, std, 1.0)
+
+
+#: the environment variable of the package's thread policy (documented on the options page)
+THREADS_ENV = "MLEM_NEURO_NUM_THREADS"
+
+
+def available_cores():
+    """Cores this process may use: its CPU affinity (else ``os.cpu_count()``), capped by the
+    cgroup CPU quota (``cpu.max``, or cgroup v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``)
+    when there is one: the count the package's thread policy divides among workers."""
+    import math
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    root = Path("/sys/fs/cgroup")
+
+    def read(path):
+        try:
+            return path.read_text().strip()
+        except OSError:
+            return None
+
+    quota = period = None
+    text = read(root / "cpu.max")
+    if text is not None:
+        fields = text.split()
+        if len(fields) == 2 and fields[0] != "max":
+            quota, period = fields
+    else:
+        for sub in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+            q, p = read(root / sub / "cpu.cfs_quota_us"), read(root / sub / "cpu.cfs_period_us")
+            if q is not None and p is not None:
+                quota, period = q, p
+                break
+    try:
+        quota, period = int(quota), int(period)
+    except (TypeError, ValueError):
+        return max(1, cores)
+    if quota <= 0 or period <= 0:
+        return max(1, cores)
+    return max(1, min(cores, math.ceil(quota / period)))

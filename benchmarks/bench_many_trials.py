@@ -93,7 +93,6 @@ def install_timers():
 
     _wrap(sources.DenseRDMSource, "rdm", "rdm")
     _wrap(neural.NeuralTargets, "from_rdm", "targets")
-    _wrap(engine._StepTargets, "__init__", "step setup")
     if hasattr(engine, "PairSetup"):
         _wrap(engine.PairSetup, "__init__", "pair setup")
     _wrap(tied, "distinct_rows", "grouping")
@@ -103,7 +102,6 @@ def install_timers():
     _wrap(crossval, "feature_importance", "importance")
     _wrap(crossval, "term_importance", "importance")
     _wrap(importance, "distinct_rows", "importance: grouping")
-    _wrap(crossval, "_flat_features", "flat check")
 
 
 def run_one(n, seed=0, chunk_size=None):

@@ -26,6 +26,7 @@ sort, exact training) for a before/after ratio in the same run.
         [--features 4] [--repeats 2] [--datasets 1] [--before]
 """
 import argparse
+import math
 import time
 
 import numpy as np
@@ -62,9 +63,11 @@ def _torchsort_soft_spearman(pred, target_z, strength=1.0):
     """The per-pair soft Spearman before this benchmark's work: torchsort's own sort."""
     import torchsort
 
-    from mlem_neuro.core.spearman import _rank_scale, standardize
+    from mlem_neuro.core.spearman import standardize
 
-    r = torchsort.soft_rank(_rank_scale(pred), regularization_strength=strength)
+    n = pred.shape[-1]                 # predictions rescaled to the spread of the ranks 1..n
+    scaled = standardize(pred) * (math.sqrt(n) * n / math.sqrt(12.0))
+    r = torchsort.soft_rank(scaled, regularization_strength=strength)
     return (standardize(r) * target_z).sum(dim=-1)
 
 

@@ -37,10 +37,11 @@ import warnings
 
 import numpy as np
 import torch
+from _common import THREADS_ENV as ENV_VAR
+from _common import available_cores
 from bench_time import simulate
 
 import mlem_neuro
-from mlem_neuro._threads import ENV_VAR, available_cores
 from mlem_neuro.core.pairs import kfold_stimuli
 
 

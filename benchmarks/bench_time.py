@@ -28,12 +28,12 @@ import warnings
 
 import numpy as np
 from _common import add_device_argument, add_optimiser_arguments, clock, describe, warm_up
+from _common import scale_channels as _scale_channels
 
 import mlem_neuro
 from mlem_neuro import MLEM
 from mlem_neuro.core.pairs import kfold_stimuli
 from mlem_neuro.simulation import simulate_epochs
-from mlem_neuro.time_resolved import _scale_channels
 
 SFREQ = 100.0
 WINDOWS = {"A": (0.10, 0.25), "B": (0.35, 0.50)}

@@ -1,6 +1,6 @@
 """The non-additivity test (:mod:`mlem_neuro.core.additivity`) and its simulator.
 
-Calibration and power figures come from ``benchmarks/calib_interactions.py`` (recorded on
+Calibration and power figures come from ``validation/calib_interactions.py`` (recorded on
 the method page); the tests here are smaller versions with bounds chosen from measurement.
 """
 from __future__ import annotations
@@ -226,7 +226,7 @@ def test_blocks_of_null_datasets_do_not_change_the_test(numeric, monkeypatch):
 def test_errors():
     src, table = _stack(("binary", "binary"), 20, 1, 1.0, 0.0, seed=0)
     opts = MLEMOptions(cv=3, n_repeats=1, random_state=0)
-    with pytest.raises(ValueError, match="n_null must be >= 1"):
+    with pytest.raises(ValueError, match="n_null must be an int >= 1"):
         interaction_test(src, table, opts, n_null=0)
     with pytest.raises(TypeError, match="n_null must be an int"):
         interaction_test(src, table, opts, n_null=9.0)
@@ -251,7 +251,7 @@ def test_calibration_on_additive_codes():
     the statistic is often exactly 0 there, which makes the test conservative: 16 of the
     30 p-values are 1) and 0 of 10 numeric ones (smallest p 0.45 with the cubic main
     effects of numeric features, 0.55 with the linear code);
-    ``benchmarks/calib_interactions.py`` gives the rates over >= 200 datasets.  The bounds
+    ``validation/calib_interactions.py`` gives the rates over >= 200 datasets.  The bounds
     allow 4 of 30 and 2 of 10 (a test rejecting 30 % of additive datasets would most
     likely exceed them).
     """

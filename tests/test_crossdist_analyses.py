@@ -239,7 +239,7 @@ def test_permutation_tests_on_crossnobis_distances():
     the data; with amplitude 0.4 the score was significant at 1 of 2 time points in two
     datasets, at none in the third), and no test of
     interactions is run (it permutes patterns, which these distances do not keep).
-    Calibration on pure noise: benchmarks/calib_crossdist.py (method page)."""
+    Calibration on pure noise: validation/calib_crossdist.py (method page)."""
     data, table = simulate(0, T=2, amp=0.6)
     res = mlem_neuro.mlem_array(data, table.drop(columns="run"), items="item",
                                 distance="crossnobis", n_null=39, random_state=0, **FAST)

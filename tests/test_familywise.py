@@ -1,7 +1,7 @@
 """Family-wise error over models *and* tests: ``familywise_over_tests`` and the results'
 ``pvalues_fwe_tests`` / ``significant(corrected=...)``.
 
-The rate it gives on pure-noise analyses is measured by ``benchmarks/calib_familywise.py``
+The rate it gives on pure-noise analyses is measured by ``validation/calib_familywise.py``
 (the method page quotes it); here: the function on hand-made arrays, against the closed
 testing procedure it shortcuts, and on simulated p-values whose truth is known.
 """

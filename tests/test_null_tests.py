@@ -246,7 +246,7 @@ def test_interaction_test_blocks_show_progress_and_do_not_change_it(monkeypatch,
 def test_pure_noise_pvalues_are_uniform_and_fwe_is_controlled():
     """Pure noise, 2 binary features, 40 datasets x 6 time points, 19 nulls each.
 
-    Measured (benchmarks/calib_null.py, 100 datasets, 99 nulls): see doc/method.rst.  Here
+    Measured (validation/calib_null.py, 100 datasets, 99 nulls): see doc/method.rst.  Here
     the smallest p is 0.05, so the FWE test is at alpha = 0.1 (nominal rate <= 0.1: at
     most 1 of 19 null maxima reaches the observed one); a pointwise (uncorrected) rule
     over 6 time points would reject in ~40 % of datasets.
@@ -281,7 +281,7 @@ def _other_encoded(seed, n=24, C=4, T=4):
 
 def test_feature_null_holds_when_another_feature_is_encoded():
     """A is not encoded, B is: A's conditional null must stay calibrated (measured with
-    more datasets in benchmarks/calib_null.py, see doc/method.rst)."""
+    more datasets in validation/calib_null.py, see doc/method.rst)."""
     _check_a_calibrated_beside_encoded_b(_other_encoded, 200)
 
 
@@ -315,7 +315,7 @@ def _correlated_encoded(seed, n=24, C=4, T=4):
 def test_feature_null_holds_with_correlated_unbalanced_features():
     """A correlated with the encoded B (75 % agreement, B in 1/3 of trials): A's null,
     relabelling within B's levels, stays calibrated.  Measured with 300 datasets of 36
-    trials and 99 nulls (benchmarks/calib_null.py --only correlated): A's pointwise rate
+    trials and 99 nulls (validation/calib_null.py --only correlated): A's pointwise rate
     0.040, FWE 0.040 at nominal 0.04 (doc/method.rst).  Here (measured): rate of p <= 0.1
     0.15, KS p 0.031 on these 30 datasets; 0.096 and KS p 0.22 on 149 others (seeds
     1000-1149); a null relabelling every stimulus for A gives 0.075 and KS p 4e-6 here."""

@@ -177,7 +177,7 @@ def test_make_demo_can_run_twice_and_says_how_long_it_took(tmp_path, capsys):
 def test_the_demo_case_where_mlem_and_rsa_disagree():
     """Ground truth: A XOR B coded; each feature's own model RDM predicts nothing.  Over
     seeds 0-2 (measured): Mantel p 0.32-0.96, MLEM p 0.01 for both features and for the
-    interactions, with the defaults as with 2 x 20 before them (benchmarks/why_mlem.py: Mantel
+    interactions, with the defaults as with 2 x 20 before them (validation/why_mlem.py: Mantel
     1-3 %, MLEM 2x20 99-100 % of datasets)."""
     from mlem_neuro.demo import xor_comparison
 

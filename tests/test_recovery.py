@@ -193,7 +193,7 @@ def test_realisable_simulation_is_generated_from_w_true(feature_type):
 def test_paper_simulation_has_a_ceiling_the_realisable_one_does_not():
     """Without noise the paper's MDS embedding only approximates sqrt(dᵀ W_true d).
 
-    Measured (benchmarks/recovery.py, 10 seeds): Spearman 0.71-0.97 at n = 128, m = 8,
+    Measured (validation/recovery.py, 10 seeds): Spearman 0.71-0.97 at n = 128, m = 8,
     0.63-0.90 at n = 256, m = 16.  The realisable kind is exact (ρ = 1).
     """
     i, j = pair_indices(64)

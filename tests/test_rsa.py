@@ -29,7 +29,7 @@ def test_partial_mantel_does_not_credit_a_feature_that_only_tracks_the_encoded_o
     """B copies A on 80 % of stimuli and is not encoded: Mantel finds it, partial Mantel
     (A removed) mostly does not (ground truth; 20 datasets, p < 0.05 counts).  Measured
     over five blocks of 20 seeds: Mantel 20 of 20 in each, partial Mantel 0-5 (4 for
-    seeds 0-19; it is somewhat liberal, about 0.13 in benchmarks/why_mlem.py)."""
+    seeds 0-19; it is somewhat liberal, about 0.13 in validation/why_mlem.py)."""
     plain = partial = 0
     for seed in range(20):
         X, table = _data(seed, 1.0, correlated=True)

@@ -173,7 +173,7 @@ def test_null_importance_is_centred_on_zero_across_subjects():
     error 0.0011), while B's are far above it. This
     catches a gross bias (a leak of training pairs into the held-out score gives
     importances of several hundredths); the group test's measured rates are on the method
-    page (benchmarks/calib_group.py)."""
+    page (validation/calib_group.py)."""
     from scipy import stats
 
     from mlem_neuro.simulation import simulate_epochs
@@ -299,7 +299,7 @@ def test_group_interactions_found_only_where_the_code_interacts(interaction):
     coded window averages -0.007 (additive) and +0.104 (sub-additive); the cluster test
     finds the sub-additive code's window at p = 1/256 (every subject's gain positive) and
     nothing in the additive code.  The rates over many groups: method page
-    (benchmarks/calib_group_interactions.py)."""
+    (validation/calib_group_interactions.py)."""
     pairs = [_coded_subject(s, interaction) for s in range(8)]
     full, additive = [p[0] for p in pairs], [p[1] for p in pairs]
     st = permutation_cluster_test(full, measure="interactions", additive=additive, random_state=0)

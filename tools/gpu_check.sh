@@ -112,7 +112,7 @@ suite() {
 
 run_bench() {   # devices...: each benchmark on every device in turn (paired results)
     cd benchmarks || return 1
-    for spec in "bench_soft_rank.py $BENCH_SOFT" "bench_engine.py $BENCH_ENGINE" \
+    for spec in "internals/bench_soft_rank.py $BENCH_SOFT" "bench_engine.py $BENCH_ENGINE" \
                 "bench_time.py $BENCH_TIME" "bench_searchlight.py $BENCH_SL"; do
         for dev in "$@"; do
             echo "=== $dev: python benchmarks/$spec --device $dev"

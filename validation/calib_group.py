@@ -33,7 +33,7 @@ The runs on the method page (``--only other``; ``--only noise --groups 100``; ``
 power --groups 100 --amplitude 0.3`` and ``0.25``; ``--only maps --groups 100``; ``--only
 maps-power --groups 40``) took 85 min of CPU on one busy core::
 
-    OMP_NUM_THREADS=1 python benchmarks/calib_group.py [--groups 200] [--subjects 12]
+    OMP_NUM_THREADS=1 python validation/calib_group.py [--groups 200] [--subjects 12]
         [--only other|noise|power|maps|maps-power] [--amplitude 0.3]
 """
 import argparse

@@ -45,7 +45,7 @@ The runs on the method page: ``--only binary`` (200 groups); ``--only multi-leve
 maps --groups 100 --map-amplitude 4``; ``--only maps --groups 200 --map-amplitude 0`` (pure
 noise); ``--only maps-power --groups 40 --map-amplitude 4`` (and ``6``)::
 
-    OMP_NUM_THREADS=1 python benchmarks/calib_group_interactions.py --only binary
+    OMP_NUM_THREADS=1 python validation/calib_group_interactions.py --only binary
         [--groups 200] [--subjects 12] [--amplitude 3] [--interaction 0.8]
         [--map-subjects 10] [--map-amplitude 2]
 """

@@ -8,7 +8,7 @@ score (``n_null=200``) and a coarse searchlight (radius 30 mm, ``n_null=100``). 
 numbers are on the options page (``standardize``).  Needs the shared data
 (``../shared/data`` from the repository root); about 4 minutes on a busy 2-core machine.
 
-    python benchmarks/haxby_standardize.py
+    python validation/haxby_standardize.py
 """
 import time
 

@@ -20,7 +20,7 @@ test's null datasets (each is new response patterns, their RDM, one sort of its 
 the walks of every fold), the feature tests' grouped sums and the per-call costs.  The
 ratio target is 20x.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_null_floor.py [--n-null 20] [--n-times 100]
+    OMP_NUM_THREADS=1 python benchmarks/internals/bench_null_floor.py [--n-null 20] [--n-times 100]
 """
 import argparse
 import time

@@ -17,9 +17,9 @@ Rates at alpha = 0.05 with Wilson 95 % intervals; each dataset's p-values are sa
 they come (``--out``), so a run can be stopped, resumed, or split over processes
 (``--part k/K``); ``--report`` prints the tables.  One core per process::
 
-    OMP_NUM_THREADS=1 python benchmarks/power_defaults.py --part 1/2 &
-    OMP_NUM_THREADS=1 python benchmarks/power_defaults.py --part 2/2
-    python benchmarks/power_defaults.py --report
+    OMP_NUM_THREADS=1 python validation/power_defaults.py --part 1/2 &
+    OMP_NUM_THREADS=1 python validation/power_defaults.py --part 2/2
+    python validation/power_defaults.py --report
 """
 import argparse
 import os

@@ -20,13 +20,14 @@ of interactions; beside them, a Mantel and a partial Mantel test per feature (99
 permutations; with runs, the permutations are not restricted to runs: a plain RSA user's
 test).  CPU seconds per analysis.  One thread::
 
-    OMP_NUM_THREADS=1 python benchmarks/why_mlem_real.py
+    OMP_NUM_THREADS=1 python validation/why_mlem_real.py
 """
 import argparse
 import time
 import warnings
 from pathlib import Path
 
+import _common  # noqa: F401  (puts benchmarks/ on sys.path: bench_snr's loaders)
 import bench_snr
 import numpy as np
 import pandas as pd

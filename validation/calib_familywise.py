@@ -24,8 +24,8 @@ none can: use ``--n-null 199`` there.
 Run (one core: 1.4 s of CPU per dataset for the first, 5.6 s for the second; the
 method page quotes both, 1,000 and 300 datasets)::
 
-    OMP_NUM_THREADS=1 python benchmarks/calib_familywise.py --n-datasets 1000
-    OMP_NUM_THREADS=1 python benchmarks/calib_familywise.py --n-features 3 --n-null 199 \
+    OMP_NUM_THREADS=1 python validation/calib_familywise.py --n-datasets 1000
+    OMP_NUM_THREADS=1 python validation/calib_familywise.py --n-features 3 --n-null 199 \
         --n-datasets 300
 """
 import argparse

@@ -14,7 +14,7 @@ fits of :class:`mlem_neuro.MLEM` (``distance="precomputed"``, default options) a
 Printed per ``m``: the recovery error ``||W - W_true||_F`` of each fit, the distance of
 the grid fit and of the other-seed fit from the exact one, and held-out Spearman of each.
 
-    OMP_NUM_THREADS=1 python benchmarks/numeric_recovery.py [--n 200] [--m 2 3 4 5]
+    OMP_NUM_THREADS=1 python validation/numeric_recovery.py [--n 200] [--m 2 3 4 5]
         [--seeds 5] [--noise 1.0]
 """
 import argparse

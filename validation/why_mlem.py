@@ -38,8 +38,8 @@ Every rate comes with its Wilson 95 % interval.  Each dataset's results are save
 come (``--out``), so a run can be stopped and resumed; ``--report`` prints the tables.
 Run on one core::
 
-    OMP_NUM_THREADS=1 python benchmarks/why_mlem.py --datasets 60
-    python benchmarks/why_mlem.py --report
+    OMP_NUM_THREADS=1 python validation/why_mlem.py --datasets 60
+    python validation/why_mlem.py --report
 """
 import argparse
 import os

@@ -10,7 +10,7 @@
    error to ``W_true``, training steps, held-out Spearman, and the held-out Spearman of
    ``W_true`` itself.
 
-Run: ``.venv/bin/python benchmarks/recovery.py [--seeds 10] [--stimuli 128] [--features 8]
+Run: ``.venv/bin/python validation/recovery.py [--seeds 10] [--stimuli 128] [--features 8]
 [--feature-type numeric] [--kind realisable] [--ceiling-only]``
 """
 import argparse

@@ -13,7 +13,7 @@ respected runs).  ``--cv 2 --n-repeats 10``: repeated two-fold splits of the run
 power: with 4 folds the real labels' map had no FWE-significant sphere).  Needs the shared
 data (``../shared/data`` beside the repository).
 
-    OMP_NUM_THREADS=1 python benchmarks/haxby_shuffle.py --shuffles 6
+    OMP_NUM_THREADS=1 python validation/haxby_shuffle.py --shuffles 6
 """
 import argparse
 import time

@@ -11,7 +11,7 @@ rough guide), the pointwise rate of p < 0.05 and the family-wise rate (datasets 
 FWE p < 0.05 over the time points; binomial standard error about 0.015 at 200 datasets).
 With 99 nulls, p < 0.05 means p <= 0.04: the nominal rate is 0.04.
 
-    OMP_NUM_THREADS=1 python benchmarks/calib_crossdist.py [--datasets 200] [--n-null 99]
+    OMP_NUM_THREADS=1 python validation/calib_crossdist.py [--datasets 200] [--n-null 99]
 """
 import argparse
 import time

@@ -36,7 +36,7 @@ Simulated time-resolved data (trials x channels x time points) where the truth i
 
 Run (about 40 min on one busy core)::
 
-    OMP_NUM_THREADS=1 python benchmarks/calib_null.py --unconditional
+    OMP_NUM_THREADS=1 python validation/calib_null.py --unconditional
 
 The studies of correlated designs, items and the searchlight are run apart (``--only
 correlated``, ``--only levels-numeric``, ``--only items``, ``--only searchlight``;

@@ -21,7 +21,7 @@ stimulus permutations and folds, as the time points of one analysis do); numeric
 have one dataset each.  Test: ``MLEMOptions(cv=cv)`` (defaults otherwise: SPD with
 interactions vs diagonal), ``n_null = 99``; p = (1 + #null >= observed) / (1 + n_null).
 
-Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/calib_interactions.py [--scale 1]``
+Run: ``OMP_NUM_THREADS=1 .venv/bin/python validation/calib_interactions.py [--scale 1]``
 (``--scale 0.2`` for a quick look; ``--cost`` times the test against one ``run_cv``); seeds
 are fixed, the output is reproducible.
 """

@@ -21,16 +21,20 @@ then the fused pass on the CPU).  All give the same values and gradients
 
 ``--device cuda`` runs the three on the GPU (each timing waits for the GPU to finish).
 
-Run: ``.venv/bin/python benchmarks/bench_soft_rank.py [--models 100] [--repeats 10]
+Run: ``.venv/bin/python benchmarks/internals/bench_soft_rank.py [--models 100] [--repeats 10]
 [--device cpu]``
 """
 import argparse
+import sys
+from pathlib import Path
 
 import torch
-from _common import add_device_argument, clock, describe
 
-import mlem_neuro.core.tied as tied
-from mlem_neuro.core.spearman import soft_spearman
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/_common.py
+from _common import add_device_argument, clock, describe  # noqa: E402
+
+import mlem_neuro.core.tied as tied  # noqa: E402
+from mlem_neuro.core.spearman import soft_spearman  # noqa: E402
 
 
 def timed(fn, repeats, device):

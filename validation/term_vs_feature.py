@@ -8,7 +8,7 @@ prints the mean and the range over datasets of every term's and every feature's 
 importance.  With two-valued features the interaction terms are not identifiable
 (see the method page): whatever they show is not an interaction.
 
-    python benchmarks/term_vs_feature.py [--datasets 10]
+    python validation/term_vs_feature.py [--datasets 10]
 """
 from __future__ import annotations
 

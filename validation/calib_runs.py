@@ -30,7 +30,7 @@ the bias of the estimate).
 
 Run::
 
-    OMP_NUM_THREADS=1 python benchmarks/calib_runs.py --datasets 200
+    OMP_NUM_THREADS=1 python validation/calib_runs.py --datasets 200
 """
 import argparse
 import time

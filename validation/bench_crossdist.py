@@ -15,7 +15,7 @@ scaling) on three RDM sources over the same items: Euclidean distances between i
 Ledoit-Wolf shrinkage (:mod:`mlem_neuro.core.crossdist`; default partitions).  Prints the
 mean and standard deviation of the held-out ρ over ``--seeds`` datasets.
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_crossdist.py [--seeds 10]``
+Run: ``OMP_NUM_THREADS=1 python validation/bench_crossdist.py [--seeds 10]``
 """
 import argparse
 import warnings

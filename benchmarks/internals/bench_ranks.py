@@ -14,7 +14,7 @@ random rows of the sizes the analyses meet (held-out pairs of 80 stimuli, traini
 * ``score, torch``: ``standardize(rankdata(q)) · tz`` (the previous importance score);
 * ``score, compiled``: :func:`_score` as the analyses call it.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_ranks.py [--repeats 10]
+    OMP_NUM_THREADS=1 python benchmarks/internals/bench_ranks.py [--repeats 10]
 """
 import argparse
 import time

@@ -11,7 +11,7 @@ deviation, as in ``bench_snr.py``) of the library's curve, the fold mean and the
 curve.  Categorical features only (indicator distances); the neural distances are the
 analysis's own (its source, captured).
 
-    OMP_NUM_THREADS=1 python benchmarks/pooled_importance.py
+    OMP_NUM_THREADS=1 python validation/pooled_importance.py
 """
 import sys
 from pathlib import Path
@@ -20,11 +20,11 @@ import numpy as np
 import scipy.stats
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import bench_snr  # noqa: E402
 
 import mlem_neuro  # noqa: E402
-from mlem_neuro import time_resolved  # noqa: E402
+from mlem_neuro import inference  # noqa: E402
 from mlem_neuro.core.pairs import pair_indices  # noqa: E402
 
 #: the source and cross-validation output of the last analysis (see _spy)
@@ -95,7 +95,7 @@ def importances(data, table, times, cv, n_repeats, K=10, seed=0):
 
 def main():
     torch.set_num_threads(1)
-    time_resolved.run_cv = _spy(time_resolved.run_cv)
+    inference.run_cv = _spy(inference.run_cv)    # run_analysis calls it
     rec = bench_snr.it_units(4)
     if rec is None:
         print("IT units not found (../shared/data), skipped")

@@ -23,7 +23,7 @@ voxels, and the cost of the per-sphere noise covariances.
    on 10 regions of 2,000 voxels (more voxels than trials) against the dense function
    on one region; one thread, process CPU time.
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_crossnobis_searchlight.py [--seeds 8]``
+Run: ``OMP_NUM_THREADS=1 python validation/bench_crossnobis_searchlight.py [--seeds 8]``
 """
 import argparse
 import time

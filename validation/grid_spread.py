@@ -6,7 +6,7 @@ the grid fit against the exact fit (``numeric_levels=None``), the exact fit agai
 with the stimuli listed in another order (the float-order spread), and the exact fit
 against ``W_true`` (the estimation error); held-out rho differences on the last 20.
 
-Usage: ``python benchmarks/grid_spread.py [first_seed] [last_seed]`` (default 0 30).
+Usage: ``python validation/grid_spread.py [first_seed] [last_seed]`` (default 0 30).
 """
 import sys
 

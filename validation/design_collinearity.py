@@ -26,7 +26,7 @@ features (median of 7 calls).
 
 Run (about 35 min on one busy core; the numeric designs take the longest)::
 
-    OMP_NUM_THREADS=1 python benchmarks/design_collinearity.py --datasets 200
+    OMP_NUM_THREADS=1 python validation/design_collinearity.py --datasets 200
 """
 import argparse
 import time

@@ -1,6 +1,6 @@
 """Calibration and power of the single-subject permutation tests at the default settings.
 
-``benchmarks/calib_null.py`` measured the tests (``n_null``) with short fits (``cv=3,
+``validation/calib_null.py`` measured the tests (``n_null``) with short fits (``cv=3,
 max_steps=100, patience=20, n_permutations=2``). This script runs
 ``mlem_array(data, table, n_null=99, random_state=...)`` with every other option at its
 default (``cv=5, max_steps=1000, patience=50, lr=0.03, n_permutations=10``,
@@ -37,11 +37,11 @@ Each dataset's p-values are saved as they come (``--out``), so a run can be stop
 resumed; ``--report`` prints the tables from what was saved. The method page's run (one
 core, about 50 CPU-minutes; the second command adds 100 datasets to each noise design)::
 
-    OMP_NUM_THREADS=1 python benchmarks/calib_defaults.py --datasets 300 --power-datasets 150
+    OMP_NUM_THREADS=1 python validation/calib_defaults.py --datasets 300 --power-datasets 150
     for d in smooth unbalanced levels; do
-        OMP_NUM_THREADS=1 python benchmarks/calib_defaults.py --only $d --datasets 400
+        OMP_NUM_THREADS=1 python validation/calib_defaults.py --only $d --datasets 400
     done
-    python benchmarks/calib_defaults.py --report
+    python validation/calib_defaults.py --report
 """
 import argparse
 import os

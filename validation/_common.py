@@ -1,0 +1,19 @@
+"""Helpers of the validation scripts: those of ``benchmarks/_common.py``, re-exported.
+
+The scripts of this folder import ``_common`` as the benchmarks do (``from _common import
+wilson``); this module loads ``benchmarks/_common.py`` under another name and exposes its
+names here, and it puts ``benchmarks/`` on ``sys.path`` so that a validation script can
+reuse a benchmark's data loaders (``import bench_snr``).
+"""
+import importlib.util
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+if str(BENCHMARKS) not in sys.path:
+    sys.path.append(str(BENCHMARKS))
+
+_spec = importlib.util.spec_from_file_location("_benchmarks_common", BENCHMARKS / "_common.py")
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+globals().update({k: v for k, v in vars(_module).items() if not k.startswith("__")})
