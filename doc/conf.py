@@ -1,12 +1,16 @@
 """Sphinx configuration (sphinx + sphinx-gallery + numpydoc; built offline)."""
 import os
+import sys
 
 import mlem_neuro
+
+# doc/sphinxext: validation_page writes generated/validation_scripts.txt from validation/
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "sphinxext"))
 
 project = "mlem_neuro"
 release = version = mlem_neuro.__version__
 extensions = ["sphinx.ext.autodoc", "sphinx.ext.autosummary", "sphinx.ext.mathjax",
-              "numpydoc", "sphinx_gallery.gen_gallery"]
+              "numpydoc", "sphinx_gallery.gen_gallery", "validation_page"]
 autosummary_generate = True
 numpydoc_show_class_members = False
 sphinx_gallery_conf = {
