@@ -79,3 +79,27 @@ def test_results_without_their_script_fail_loudly(tmp_path):
     (folder / "results" / "calib_gone.rst").write_text("A table.\n")
     with pytest.raises(ValueError, match="calib_gone.rst: results without a script"):
         gen.render(folder)
+
+
+def _private_imports(path):
+    """``module.name`` of every private name ``path`` imports from the package."""
+    import ast
+
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mlem_neuro"):
+            if any(part.startswith("_") for part in node.module.split(".")):
+                bad.append(node.module)
+            bad += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+        elif isinstance(node, ast.Import):
+            bad += [a.name for a in node.names if a.name.startswith("mlem_neuro")
+                    and any(part.startswith("_") for part in a.name.split("."))]
+    return bad
+
+
+@pytest.mark.parametrize("folder", ["benchmarks", "validation"])
+def test_user_scripts_import_no_private_names(folder):
+    """What a user runs (``benchmarks/``, ``validation/``) imports only public names; the
+    micro-benchmarks on internals live in ``benchmarks/internals/``."""
+    found = {p.name: _private_imports(p) for p in sorted((ROOT / folder).glob("*.py"))}
+    assert not {k: v for k, v in found.items() if v}

@@ -190,7 +190,7 @@ pd.DataFrame(compare).round(3)
 # With raw betas the run-to-run shifts dominate the distances and the held-out Spearman
 # is close to 0 (-0.02 here); z-scored within run, the category structure shows (0.05
 # with these 4 folds).  Over 10 random
-# fold assignments (``benchmarks/haxby_standardize.py``), this region's held-out ρ is
+# fold assignments (``validation/haxby_standardize.py``), this region's held-out ρ is
 # -0.004 (sd 0.015) raw against 0.089 (sd 0.018) z-scored with 4 folds, and its
 # permutation test (``n_null=200``, 6 folds) gives p = 0.65 raw and p = 0.005
 # z-scored; the options page has the numbers for other regions.
@@ -281,7 +281,7 @@ fig.tight_layout()
 # %%
 # With the shared data the real labels give 28 of 129 spheres at p < 0.05 and 5
 # family-wise significant ones; over 6 within-run shuffles
-# (``benchmarks/haxby_shuffle.py``) the median importance stayed within ±0.006 and at most
+# (``validation/haxby_shuffle.py``) the median importance stayed within ±0.006 and at most
 # 5.4 % of spheres reached p < 0.05 (one shuffle had one family-wise significant sphere),
 # as a calibrated test should.  Without ``groups``
 # (nulls across runs) the same folds put 27.9 % of the spheres of the real labels below

@@ -10,8 +10,8 @@ feature by what it adds on held-out stimuli.
 
 This tutorial runs both on simulated designs where the truth is known, one dataset each,
 so that the disagreements can be seen and explained; the rates over many datasets, which
-are the evidence, come from ``benchmarks/why_mlem.py`` and
-``benchmarks/power_defaults.py`` (method page, "Why MLEM: side by side with RSA" and
+are the evidence, come from ``validation/why_mlem.py`` and
+``validation/power_defaults.py`` (method page, "Why MLEM: side by side with RSA" and
 "Defaults chosen for power") and are drawn at the end.  The tutorial "MLEM and RSA side
 by side" does the same on real recordings (macaque IT units).
 """
