@@ -469,7 +469,9 @@ pvalues_fwe_tests : ndarray (n_models, n_tests) | None
 docdict["radius"] = """
 radius : float
     Sphere radius in mm (world coordinates); a sphere holds every in-mask voxel
-    within ``radius`` of its centre (nilearn's searchlight neighbourhoods).
+    within ``radius`` of its centre (nilearn's searchlight neighbourhoods).  Images take
+    ``radius`` in millimetres, as nilearn; sensors and source spaces take
+    ``spatial_radius`` in metres, as MNE (one name per unit).
 """
 
 docdict["random_state"] = """
@@ -496,7 +498,8 @@ settings : dict | None
 
 docdict["spatial_radius_sensors"] = """
 spatial_radius : float | None
-    A sensor searchlight: radius in metres (e.g. ``0.04``) of the neighbourhood centred
+    A sensor searchlight: radius in metres (e.g. ``0.04``; MNE's unit, unlike the images'
+    ``radius`` in mm) of the neighbourhood centred
     on every analysed channel, from MNE's channel positions (a montage for EEG).  One
     model per (time point, neighbourhood), and the result is a
     :class:`~mlem_neuro.results.SensorMapResult` (importance topographies over time)
@@ -508,7 +511,8 @@ spatial_radius : float | None
 
 docdict["spatial_radius_src"] = """
 spatial_radius : float | None
-    Searchlight patch radius in metres (e.g. ``0.01``): a patch holds every source
+    Searchlight patch radius in metres (e.g. ``0.01``; MNE's unit, unlike the images'
+    ``radius`` in mm): a patch holds every source
     within ``spatial_radius`` of its centre, along the cortical surface for surface
     source spaces (MNE's geodesic distances ``src[h]["dist"]``, computed with
     :func:`mne.add_source_space_distances` when ``src`` lacks them up to the radius;

@@ -8,6 +8,9 @@ import warnings
 
 from joblib import effective_n_jobs
 
+from .core.constants import (  # noqa: F401  (tuning constants, defined there once)
+    LONG_RUN_SECONDS,
+)
 from .utils import logger
 
 
@@ -31,10 +34,6 @@ def timed(results, n_total, workers, desc):
             else:
                 logger.info(message)
         yield result
-
-
-#: projected run times (s) above which an analysis with tests warns before going on.
-LONG_RUN_SECONDS = 600
 
 
 def run_jobs(Parallel, jobs, n_total, n_jobs, desc, show=None, estimate=False):

@@ -21,10 +21,11 @@ import functools
 import math
 import os
 
+from .core.constants import (  # noqa: F401  (tuning constants, defined there once)
+    DEFAULT_THREADS,
+)
+
 ENV_VAR = "MLEM_NEURO_NUM_THREADS"
-#: intra-op threads per worker when ``MLEM_NEURO_NUM_THREADS`` is not set (measured: see
-#: the performance page).
-DEFAULT_THREADS = 1
 #: where the cgroup CPU quota is read (v2 ``cpu.max``; v1 ``cpu.cfs_quota_us`` and
 #: ``cpu.cfs_period_us`` under ``cpu/`` or ``cpu,cpuacct/``).
 CGROUP_ROOT = "/sys/fs/cgroup"

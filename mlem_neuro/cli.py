@@ -36,13 +36,19 @@ import numpy as np
 
 from ._docs import short_doc
 from ._provenance import describe as describe_provenance
-from .core.options import (
+from .core.checks import (
     BACKENDS,
+    CONSTRAINTS,
     CROSSVALIDATED_DISTANCES,
+    FEATURE_KINDS,
+    FMRI_MODELS,
     HELD_OUT_PAIRS,
+    LEVELS,
     NULLS,
-    MLEMOptions,
+    argparse_type,
+    registered_distances,
 )
+from .core.options import MLEMOptions
 from .demo import DEMO_OUTPUTS, run_demo
 
 EXIT_USAGE = 2
@@ -277,15 +283,15 @@ def _check_options(args):
 
 
 def _feature_kinds(text):
-    """``COLUMN=KIND,...`` as a dict (the analyses' ``feature_kinds``)."""
-    kinds = ("categorical", "ordinal", "numeric")
+    """``COLUMN=KIND,...`` as a dict (the analyses' ``feature_kinds``; the kinds are
+    checked by the ``feature_kinds`` check)."""
     out = {}
     for part in text.split(","):
         col, sep, kind = (x.strip() for x in part.partition("="))
-        if not sep or not col or kind not in kinds:
+        if not sep or not col or not kind:
             raise argparse.ArgumentTypeError(
                 f"expected COLUMN=KIND pairs separated by commas, KIND one of "
-                f"{', '.join(kinds)} (e.g. condition=categorical); got {part!r}")
+                f"{', '.join(FEATURE_KINDS)} (e.g. condition=categorical); got {part!r}")
         out[col] = kind
     return out
 
@@ -326,21 +332,42 @@ def _missing_distance(text):
     return out
 
 
-def _batch_size(text):
-    return text if text in ("auto", "full") else int(text)
+def _word_or_int(*words):
+    """Parse ``words`` as they are (``"none"`` as None), anything else as an int."""
+    def parse(text):
+        if text in words:
+            return None if text == "none" else text
+        return int(text)
+    return parse
 
 
-def _n_repeats(text):
-    return "auto" if text == "auto" else _positive_int(text)
+#: each analysis flag's parameter, and how its text is read before the parameter's check
+#: (:data:`mlem_neuro.core.checks.CHECKS`, the same as the API's)
+FLAG_PARAMS = {
+    "--cv": ("cv", int), "--n-permutations": ("n_permutations", int),
+    "--null": ("null", str), "--held-out-pairs": ("held_out_pairs", str),
+    "--level": ("level", str), "--constraint": ("constraint", str),
+    "--n-jobs": ("n_jobs", int), "--device": ("device", str), "--backend": ("backend", str),
+    "--random-state": ("random_state", int), "--feature-kinds": ("feature_kinds", None),
+    "--feature-groups": ("feature_groups", None),
+    "--missing-distance": ("missing_distance", None), "--lr": ("lr", float),
+    "--max-steps": ("max_steps", int), "--patience": ("patience", int),
+    "--tol": ("tol", float), "--batch-size": ("batch_size", _word_or_int("auto", "full")),
+    "--numeric-levels": ("numeric_levels", _word_or_int("auto", "none")),
+    "--chunk-size": ("chunk_size", int), "--n-null": ("n_null", int),
+    "--n-repeats": ("n_repeats", _word_or_int("auto")),
+    "--distance": ("distance", str), "--radius": ("radius", float),
+    "--model": ("model", str),
+}
 
 
-def _numeric_levels(text):
-    if text in ("auto", "none"):
-        return None if text == "none" else text
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or an int >= 2; got "
-                                         f"{text!r}")
-    return int(text)
+def _flag_type(flag):
+    """The argparse ``type=`` of an analysis flag: its parameter's check."""
+    name, parse = FLAG_PARAMS[flag]
+    parse = parse or {"--feature-kinds": _feature_kinds, "--feature-groups": _feature_groups,
+                      "--missing-distance": _missing_distance}[flag]
+    return argparse_type(name, parse, as_value=(lambda v: None if v == 0 else v)
+                         if flag == "--cv" else None)
 
 
 def _one_line_warning(message, category, filename, lineno, line=None):
@@ -701,78 +728,74 @@ def _positive_int(text):
     return v
 
 
-def _non_negative_int(text):
-    v = int(text)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
-
-
-def _cv_folds(text):
-    v = int(text)
-    if v == 1 or v < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 (no cross-validation) or a number of "
-                                         f"folds >= 2, got {v}")
-    return v
+def _choices(words):
+    """The metavar listing a flag's words, as argparse's ``choices`` shows them."""
+    return "{" + ",".join(words) + "}"
 
 
 def _add_analysis_options(p, what):
     d = MLEMOptions()           # the defaults, defined once
-    p.add_argument("--cv", type=_cv_folds, default=d.cv,
+    p.add_argument("--cv", type=_flag_type("--cv"), default=d.cv,
                    help=f"cross-validation folds over {what}; 0: none, the score is then "
                         "in-sample (optimistic)")
-    p.add_argument("--n-permutations", type=_positive_int, default=d.n_permutations,
+    p.add_argument("--n-permutations", type=_flag_type("--n-permutations"),
+                   default=d.n_permutations,
                    help="permutations per term for the permutation importance")
-    p.add_argument("--null", choices=NULLS, default=d.null,
+    p.add_argument("--null", type=_flag_type("--null"), metavar=_choices(NULLS),
+                   default=d.null,
                    help="the question of each feature's permutation test (--n-null): "
                         "conditional (does it matter given the other features?) or "
                         "marginal (does it matter at all?)")
-    p.add_argument("--held-out-pairs", choices=HELD_OUT_PAIRS, default=d.held_out_pairs,
+    p.add_argument("--held-out-pairs", type=_flag_type("--held-out-pairs"),
+                   metavar=_choices(HELD_OUT_PAIRS), default=d.held_out_pairs,
                    help="held-out pairs that score each fold: auto (pairs between runs "
                         "when the runs are groups), all, between_groups")
-    p.add_argument("--level", choices=("feature", "term"), default=d.level,
+    p.add_argument("--level", type=_flag_type("--level"), metavar=_choices(LEVELS),
+                   default=d.level,
                    help="importance per feature (total effect, identifiable) or per term "
                         "(f and f:g; not identifiable when every feature is categorical)")
-    p.add_argument("--constraint", choices=("spd", "diagonal", "none"), default=d.constraint,
+    p.add_argument("--constraint", type=_flag_type("--constraint"),
+                   metavar=_choices(CONSTRAINTS), default=d.constraint,
                    help="metric W: spd (MLEM), diagonal (FR-RSA), none (FR-RSA-I)")
     p.add_argument("--no-interactions", action="store_true",
                    help="report main effects only (no feature:feature interaction terms)")
-    p.add_argument("--n-jobs", type=int, default=None,
+    p.add_argument("--n-jobs", type=_flag_type("--n-jobs"), default=None,
                    help="parallel jobs (joblib; -1: every core) (default: one job)")
-    p.add_argument("--device", default=d.device, help="torch device, e.g. cpu or cuda")
-    p.add_argument("--backend", choices=BACKENDS, default=d.backend,
+    p.add_argument("--device", type=_flag_type("--device"), default=d.device,
+                   help="torch device, e.g. cpu or cuda")
+    p.add_argument("--backend", type=_flag_type("--backend"), metavar=_choices(BACKENDS),
+                   default=d.backend,
                    help="training path: auto (the fastest that can train the design), "
                         "compiled, numpy or torch")
-    p.add_argument("--seed", type=int, default=0,
-                   help="random seed (folds, training batches, permutations)")
-    p.add_argument("--feature-kinds", type=_feature_kinds, default=None,
+    p.add_argument("--random-state", "--seed", dest="seed",
+                   type=_flag_type("--random-state"), default=0,
+                   help="random seed (folds, training batches, permutations); --seed is "
+                        "its former name")
+    p.add_argument("--feature-kinds", type=_flag_type("--feature-kinds"), default=None,
                    metavar="COLUMN=KIND,...",
                    help="how features are compared, overriding the inferred kinds: "
                         "categorical (same or different), ordinal (levels in order) or "
                         "numeric (absolute difference); e.g. condition=categorical for "
                         "conditions coded 1, 2, 3, which are numeric otherwise (default: "
                         "inferred from the values)")
-    p.add_argument("--feature-groups", type=_feature_groups, default=None,
+    p.add_argument("--feature-groups", type=_flag_type("--feature-groups"), default=None,
                    metavar="NAME=COLUMN+COLUMN,...",
                    help="columns compared together as one feature, by the Euclidean "
                         "distance of their values (e.g. position=x+y for a 2-D position; "
                         "the columns must be among the features) (default: every column "
                         "is its own feature)")
-    p.add_argument("--missing-distance", type=_missing_distance, default=0.0,
+    p.add_argument("--missing-distance", type=_flag_type("--missing-distance"), default=0.0,
                    metavar="NUMBER | FEATURE=NUMBER,...",
                    help="feature distance of a pair in which either stimulus lacks the "
                         "value (empty or NaN in the table): one number for every feature, "
                         "or per feature (default: 0, the paper's choice)")
     chunk_key = "chunk_size_time" if what == "trials" else "chunk_size_spheres"
     # help: the first sentence of the API's docdict entry
-    for flag, key, kind in (("--lr", "lr", float), ("--max-steps", "max_steps", int),
-                            ("--patience", "patience", int), ("--tol", "tol", float),
-                            ("--batch-size", "batch_size", _batch_size),
-                            ("--numeric-levels", "numeric_levels", _numeric_levels),
-                            ("--chunk-size", chunk_key, int), ("--n-null", "n_null", int),
-                            ("--n-repeats", "n_repeats", _n_repeats)):
-        default = getattr(d, "chunk_size" if key == chunk_key else key)
-        p.add_argument(flag, type=kind, default=default, help=short_doc(key))
+    for flag in ("--lr", "--max-steps", "--patience", "--tol", "--batch-size",
+                 "--numeric-levels", "--chunk-size", "--n-null", "--n-repeats"):
+        name = FLAG_PARAMS[flag][0]
+        p.add_argument(flag, type=_flag_type(flag), default=getattr(d, name),
+                       help=short_doc(chunk_key if name == "chunk_size" else name))
     p.add_argument("--out", required=True, help="output folder (created if needed)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the results already in --out (mlem.npz, importance.*, "
@@ -791,7 +814,9 @@ def _add_demo_parser(sub, kw):
                    help="the paper's own simulation instead (MDS embedding, 256 stimuli, "
                         "16 binary features, 768 units; slower, and its W_true is not "
                         "reachable)")
-    d.add_argument("--seed", type=_non_negative_int, default=0, help="first simulation seed")
+    d.add_argument("--random-state", "--seed", dest="seed",
+                   type=argparse_type("random_state", int), default=0,
+                   help="first simulation seed (--seed is its former name)")
     d.add_argument("--seeds", type=_positive_int, default=10,
                    help="simulations per noise level (seeds --seed, --seed + 1, ...)")
     d.add_argument("--overwrite", action="store_true",
@@ -819,9 +844,8 @@ def _add_epochs_parser(sub, kw):
                    help="metadata column naming the stimulus (item) of each trial: the "
                         "trials of an item are averaged into one stimulus, folds and pairs "
                         "are over items (default: every trial is a stimulus)")
-    e.add_argument("--distance", default="euclidean",
-                   choices=["euclidean", "correlation", "cosine", "crossnobis",
-                            "cv_euclidean"],
+    e.add_argument("--distance", default="euclidean", type=_flag_type("--distance"),
+                   metavar=_choices(registered_distances() + CROSSVALIDATED_DISTANCES),
                    help="neural distance between trials (items); crossnobis and "
                         "cv_euclidean are cross-validated over partitions of each item's "
                         "trials and need --items")
@@ -852,8 +876,10 @@ def _add_searchlight_parser(sub, kw):
     s.add_argument("--events", nargs="+", required=True, help="BIDS events.tsv, one per run")
     s.add_argument("--mask", required=True, help="brain mask image")
     s.add_argument("--t-r", type=float, required=True, help="repetition time (s)")
-    s.add_argument("--radius", type=float, default=6.0, help="sphere radius in mm")
-    s.add_argument("--model", choices=("trial", "condition"), default="trial",
+    s.add_argument("--radius", type=_flag_type("--radius"), default=6.0,
+                   help="sphere radius in mm (world coordinates, as nilearn's)")
+    s.add_argument("--model", type=_flag_type("--model"), metavar=_choices(FMRI_MODELS),
+                   default="trial",
                    help="one beta image per trial (row of the events) or per condition "
                         "(trial_type)")
     s.add_argument("--features",
@@ -871,9 +897,8 @@ def _add_searchlight_parser(sub, kw):
                         "--cv below the number of runs when each condition occurs once "
                         "per run (a fold holding out one run has no pair of the same "
                         "condition)")
-    s.add_argument("--distance", default="euclidean",
-                   choices=["euclidean", "correlation", "cosine", "cv_euclidean",
-                            "crossnobis"],
+    s.add_argument("--distance", default="euclidean", type=_flag_type("--distance"),
+                   metavar=_choices(registered_distances() + CROSSVALIDATED_DISTANCES),
                    help="neural distance between beta images (items) within a sphere; "
                         "cv_euclidean and crossnobis are cross-validated across runs (the "
                         "partitions) and need --items with --model trial")

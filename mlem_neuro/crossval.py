@@ -34,6 +34,22 @@ from ._jobs import run_jobs as _run_jobs
 from ._provenance import recording
 from ._threads import call_with_threads, torch_threads, worker_threads
 from .core import fastnull
+from .core.checks import check
+from .core.constants import (  # noqa: F401  (tuning constants, defined there once)
+    AUTO_FOLDS,
+    AUTO_REFERENCE_FOLDS,
+    AUTO_REFERENCE_MODELS,
+    AUTO_REFERENCE_STIMULI,
+    CHUNK_BYTES,
+    MAX_CHUNK_MODELS,
+    MAX_SPLIT_DRAWS,
+)
+from .core.constants import (
+    FAST_NULL_ARRAYS as _FAST_NULL_ARRAYS,
+)
+from .core.constants import (
+    NULL_COLUMNS_BYTES as _COLUMNS_BYTES,
+)
 from .core.design import diagnose_design, warn_design
 from .core.engine import PairSetup, fit_stack
 from .core.features import as_feature_table
@@ -52,15 +68,6 @@ from .core.pairs import kfold_stimuli, n_pairs, pair_indices
 from .core.sources import DenseRDMSource, RDMSource, SphereRDMSource  # noqa: F401
 from .core.spearman import SubsetRanks, constant_rows, rankdata
 from .utils import check_device, check_random_state, logger
-
-#: bytes of training-pair distances (float64) allowed in one chunk of models (at most a
-#: sixteenth of the memory budget: a chunk holds several arrays of that size).
-CHUNK_BYTES = 256 * 2**20
-#: models per chunk by default: a stack's per-step arrays (models x groups) then stay in
-#: the CPU's caches.  Measured on 4,000 whole-brain spheres (one process, 2,926 training
-#: pairs, 256 groups): chunks of 1,000 took 80.9 s, of 500 83.2 s, one chunk of 4,000
-#: 95.7 s.
-MAX_CHUNK_MODELS = 1000
 
 
 @dataclass
@@ -209,24 +216,10 @@ def _group_kfold(n_splits, groups, rng, repeated=False):
     return splitter.split(np.zeros((len(groups), 1)), groups=groups)
 
 
-#: random K-fold splits drawn at most per repeat until every fold can be used
-#: (:func:`check_cv`'s ``usable``); past it the first draw is kept, and its folds' own
-#: errors say what is wrong.
-MAX_SPLIT_DRAWS = 100
-
-
 def _int_cv(cv):
     """Whether ``cv`` is a number of folds (K-fold splits drawn here)."""
     return isinstance(cv, (numbers.Integral, np.integer)) and not isinstance(cv, bool)
 
-
-#: ``n_repeats="auto"``: the least and the most folds (``cv x n_repeats``) it gives
-AUTO_FOLDS = (12, 100)
-#: ... and its reference: :data:`AUTO_REFERENCE_FOLDS` folds for an analysis of
-#: ``AUTO_REFERENCE_STIMULI`` stimuli and ``AUTO_REFERENCE_MODELS`` models (time points,
-#: spheres); the training cost, about ``folds x stimuli**2 x models``, is kept at the
-#: reference's (measured: ``benchmarks/power_defaults.py``, ``bench_defaults_cost.py``)
-AUTO_REFERENCE_FOLDS, AUTO_REFERENCE_STIMULI, AUTO_REFERENCE_MODELS = 20, 200, 100
 
 
 def resolve_n_repeats(n_repeats, cv, n, n_models=1):
@@ -264,6 +257,7 @@ def check_cv(cv, n, rng, groups=None, n_repeats=1, usable=None, n_models=1):
     split that works is the one that would have been drawn anyway.  ``n_repeats="auto"``
     is resolved by :func:`resolve_n_repeats`.
     """
+    cv = check("cv", cv)                 # explicit folds become a list
     groups = check_groups(groups, n)
     n_repeats = resolve_n_repeats(n_repeats, cv, n, n_models)
     if cv is None:
@@ -279,11 +273,7 @@ def check_cv(cv, n, rng, groups=None, n_repeats=1, usable=None, n_models=1):
     elif hasattr(cv, "split"):
         folds = cv.split(np.zeros((n, 1)), None, groups)
     else:
-        try:
-            folds = list(cv)
-        except TypeError:
-            raise TypeError("cv must be None, an int, a scikit-learn splitter or an iterable "
-                            f"of (train, test) index arrays; got {cv!r}") from None
+        folds = cv
     out = []
     for k, fold in enumerate(folds):
         try:
@@ -459,8 +449,6 @@ def _observed(values, W):
 #: the pair columns of the last relabellings asked for: every chunk of a fold asks for the
 #: same ones (with many nulls, chunks hold a few models each), so they are kept
 _COLUMNS = {}
-#: the most bytes of pair columns kept
-_COLUMNS_BYTES = 512 * 2**20
 #: chunks may run in threads of one process (joblib's threading backend, a dask worker):
 #: the kept columns are read and changed under this lock
 _COLUMNS_LOCK = threading.Lock()
@@ -734,11 +722,6 @@ def _null_plans(layout, table, opts, null):
         if universe is not None:
             plans[f] = _NullPlan(universe, setup)
     return plans
-
-
-#: float64 arrays of (null models x distance rows) that training the relabelled-feature
-#: null models holds at once (counts, rank sums, the soft rank's work arrays).
-_FAST_NULL_ARRAYS = 32
 
 
 def _null_rows(null, plan, n_train):

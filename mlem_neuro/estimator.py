@@ -11,7 +11,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._docs import fill_doc
 from ._threads import limit_threads
-from .core.distances import get_metric
+from .core.checks import check
+from .core.distances import get_distance
 from .core.engine import fit_stack
 from .core.features import as_feature_table
 from .core.importance import (
@@ -30,13 +31,12 @@ from .core.pairs import linear_to_pair, n_pairs, pair_indices
 from .core.spearman import constant_rows
 from .utils import (
     check_device,
-    check_int,
-    check_option,
     check_random_state,
     check_real,
     logger,
     normalise_magnitude,
     use_log_level,
+    warn_user,
 )
 
 #: estimator parameters that are MLEM options (validated by MLEMOptions).
@@ -336,7 +336,7 @@ class MLEM(BaseEstimator):
             for sl in pair_blocks(P, 32):
                 out[sl] = X[linear_to_pair(np.arange(sl.start, sl.stop), n)]
             return out
-        metric = get_metric(self.distance)
+        metric = get_distance(self.distance)
         Z = preprocess_rows(torch.as_tensor(X[None], device=dev), metric)
         gram = 8 * n * n <= memory_budget() // 4      # same values as the all-pairs path
         if gram:
@@ -408,15 +408,17 @@ class MLEM(BaseEstimator):
         -------
         DataFrame
             Indexed by term (name ``"term"``), with columns ``importance`` (mean drop of
-            Spearman ρ), ``std_permutations`` (its spread across permutations: how
-            much the shuffles disagree, not a standard error of the importance) and
+            Spearman ρ), ``importance_perm_std`` (its spread across permutations: how
+            much the shuffles disagree, not a standard error of the importance; named as
+            the analyses' ``importance_fold_std``, the spread across folds) and
             ``kind`` (``"feature"`` or ``"interaction"``); ``attrs["baseline_score"]``
-            holds the unpermuted score.
+            holds the unpermuted score.  ``df["std_permutations"]``, the column's
+            former name, still reads it (deprecated; a FutureWarning).
         """
         with use_log_level(self.verbose):
             n_perm = self.n_permutations if n_permutations is None else n_permutations
-            n_perm = check_int("n_permutations", n_perm, 1)
-            check_option("level", level, ("term", "feature"))
+            n_perm = check("n_permutations", n_perm)
+            check("level", level)
             rng = check_random_state(self.random_state if random_state is None
                                      else random_state)
             enc_t, pairs, target = self._eval_data(X, y)
@@ -436,13 +438,43 @@ class MLEM(BaseEstimator):
             d = drops[0].cpu().numpy()
             if _undefined(target, "permutation importance"):
                 d, base = np.full_like(d, np.nan), np.full(1, np.nan)
-            df = pd.DataFrame({"importance": d.mean(axis=1),
-                               "std_permutations": (d.std(axis=1, ddof=1) if n_perm > 1
-                                                    else np.zeros(len(d))),
-                               "kind": kinds},
-                              index=pd.Index(index, name="term"))
+            df = _ImportanceFrame({"importance": d.mean(axis=1),
+                                   "importance_perm_std": (d.std(axis=1, ddof=1)
+                                                           if n_perm > 1
+                                                           else np.zeros(len(d))),
+                                   "kind": kinds},
+                                  index=pd.Index(index, name="term"))
             df.attrs.update(baseline_score=float(base[0]), n_permutations=n_perm, level=level)
             return df
+
+
+class _ImportanceFrame(pd.DataFrame):
+    """The table of :meth:`MLEM.permutation_importance`: a DataFrame whose renamed column
+    still reads under its former name for a release (with a FutureWarning); anything
+    derived from it is a plain DataFrame."""
+
+    _RENAMED = {"std_permutations": "importance_perm_std"}
+
+    @property
+    def _constructor(self):
+        return pd.DataFrame
+
+    def _renamed(self, key):
+        if isinstance(key, str) and key in self._RENAMED and key not in self.columns:
+            new = self._RENAMED[key]
+            warn_user(f"permutation_importance: the column {key!r} is renamed {new!r} "
+                      f"(one name for the spread across permutations); {key!r} will be "
+                      "removed in a future release.", FutureWarning)
+            return new
+        return key
+
+    def __getitem__(self, key):
+        return super().__getitem__(self._renamed(key))
+
+    def __getattr__(self, name):
+        if name in _ImportanceFrame._RENAMED:
+            return self[name]
+        return super().__getattr__(name)
 
 
 def _undefined(target, what):

@@ -12,7 +12,14 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from .utils import check_option, logger, verbose
+from .core.checks import check
+from .core.constants import (  # noqa: F401  (tuning constants, defined there once)
+    NULL_REGRESSOR as _NULL_REGRESSOR,
+)
+from .core.constants import (
+    TWIN_REGRESSORS as _TWIN_REGRESSORS,
+)
+from .utils import logger, verbose
 
 __all__ = ["trial_images"]
 
@@ -371,11 +378,6 @@ def _zscore_img(imgs, runs):
     return nib.Nifti1Image(Z.T.reshape(data.shape).astype(dtype), imgs.affine, imgs.header)
 
 
-#: a regressor whose largest |value| is below this fraction of the run's largest regressor
-#: of interest is refused (measured: a 0 s event beside a 30 s block is at 0.008)
-_NULL_REGRESSOR = 1e-4
-
-
 def _check_regressors(glm, nl_events, n_scans, labels):
     """Refuse a regressor of interest that is (numerically) zero in its run's design.
 
@@ -409,10 +411,6 @@ def _check_regressors(glm, nl_events, n_scans, labels):
                 f"largest regressor): its response falls outside the {n} scans, so its beta "
                 "would be meaningless. Check the onsets (seconds from the first scan) and "
                 "t_r, or drop the event.")
-
-
-#: correlation above which two regressors of interest cannot be told apart
-_TWIN_REGRESSORS = 0.999
 
 
 def _check_distinct(design, names, labels, r):
@@ -560,7 +558,7 @@ def trial_images(bold_imgs, events, t_r, mask_img=None, *, model="trial",
     from nilearn.glm.first_level import FirstLevelModel
     from nilearn.image import concat_imgs
 
-    check_option("model", model, ("trial", "condition"))
+    check("model", model)
     if isinstance(standardize, (bool, np.bool_)):      # FirstLevelModel's, as before
         glm_kwargs["standardize"] = bool(standardize)
     standardize = _trial_standardize(standardize, model)

@@ -14,7 +14,8 @@ import pandas as pd
 from scipy import stats
 from scipy.spatial.distance import pdist, squareform
 
-from .utils import check_random_state
+from .core.checks import check
+from .utils import check_random_state, renamed
 
 __all__ = ["mantel_tests", "model_rdm"]
 
@@ -45,7 +46,7 @@ def _z(a):
     return a / np.linalg.norm(a, axis=-1, keepdims=True)
 
 
-def mantel_tests(X, table, n_permutations=999, random_state=None):
+def mantel_tests(X, table, n_null=999, random_state=None, *, n_permutations=None):
     """Mantel and partial Mantel p-values of every feature of ``table``.
 
     Parameters
@@ -54,10 +55,14 @@ def mantel_tests(X, table, n_permutations=999, random_state=None):
         Patterns; the neural RDM is their Euclidean distances.
     table : DataFrame
         One column per feature, one row per stimulus.
-    n_permutations : int
-        Permutations of the stimuli (the same ones for every feature).
+    n_null : int
+        Null permutations of the stimuli (the same ones for every feature), named as
+        the analyses' null counts.
     random_state : None | int | numpy Generator
         Seeds the permutations.
+    n_permutations : int | None
+        Former name of ``n_null`` (deprecated; a FutureWarning).  In the analyses
+        ``n_permutations`` counts the shuffles of the permutation *importance*.
 
     Returns
     -------
@@ -66,6 +71,8 @@ def mantel_tests(X, table, n_permutations=999, random_state=None):
         (Mantel, one-sided: greater) and ``p_partial`` (partial Mantel, the other
         features' model RDMs removed; equal to ``p`` with one feature).
     """
+    n_permutations = check("n_null", renamed("mantel_tests", "n_permutations", "n_null",
+                                             n_permutations, n_null), low=1)
     X = np.asarray(X, dtype=float)
     n = X.shape[0]
     rng = check_random_state(random_state)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ._docs import fill_doc
 from .adapters.epochs import epochs_data, epochs_feature_table, per_epoch
+from .core.checks import check
 from .core.features import as_feature_table
 from .core.options import CROSSVALIDATED_DISTANCES, MLEMOptions
 from .core.sources import CondensedRDMSource, DenseRDMSource
@@ -25,7 +26,7 @@ from .inference import run_analysis
 from .items import check_items, check_partitions, trial_partitions
 from .results.timecourse import TimeCourseResult
 from .times import check_window, time_mask, window_average
-from .utils import check_float, check_real, logger, normalise_magnitude, verbose
+from .utils import check_real, logger, normalise_magnitude, verbose
 
 
 def _check_data(data):
@@ -52,7 +53,7 @@ def _check_data(data):
 
 def _check_times(times, sfreq, n_times):
     if sfreq is not None:
-        sfreq = check_float("sfreq", sfreq)
+        sfreq = check("sfreq", sfreq)
     if times is None:
         if sfreq is None:
             return np.arange(n_times, dtype=float), None
@@ -356,9 +357,7 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     """
     options = MLEMOptions.from_call(locals())
     if spatial_radius is not None:
-        from .adapters.stcs import check_spatial_radius
-
-        spatial_radius = check_spatial_radius(spatial_radius)
+        spatial_radius = check("spatial_radius", spatial_radius)
     data, times, ch_names, work = epochs_data(epochs, picks=picks, tmin=tmin, tmax=tmax,
                                               decim=decim, window=window)
     table = epochs_feature_table(work, features)

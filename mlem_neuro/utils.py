@@ -75,37 +75,26 @@ def verbose(function):
 
 
 def check_random_state(random_state):
-    """Return a :class:`numpy.random.Generator` from None, an int or a Generator."""
+    """Return a :class:`numpy.random.Generator` from None, an int or a Generator (checked
+    by :data:`mlem_neuro.core.checks.CHECKS` ``["random_state"]``)."""
+    from .core.checks import check
+
+    random_state = check("random_state", random_state)
     if random_state is None or isinstance(random_state, (numbers.Integral, np.integer)):
         return np.random.default_rng(random_state)
     if isinstance(random_state, np.random.Generator):
         return random_state
-    if isinstance(random_state, np.random.RandomState):
-        return np.random.default_rng(random_state.randint(0, 2**31 - 1))
-    raise TypeError("random_state must be None, an int, a numpy Generator or RandomState; "
-                    f"got {type(random_state).__name__}")
+    return np.random.default_rng(random_state.randint(0, 2**31 - 1))
 
 
 def check_device(device):
-    """Return a :class:`torch.device`, with a clear error when CUDA is asked for but absent."""
+    """Return a :class:`torch.device`, with a clear error when CUDA is asked for but absent
+    (checked by :data:`mlem_neuro.core.checks.CHECKS` ``["device"]``)."""
     import torch
 
-    if isinstance(device, torch.device):
-        dev = device
-    elif isinstance(device, str):
-        try:
-            dev = torch.device(device)
-        except RuntimeError:
-            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {device!r}") from None
-    else:
-        raise TypeError(f"device must be a str or torch.device; got {type(device).__name__}")
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or 'cuda'; got {device!r}")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' was requested but torch sees no CUDA GPU "
-                         f"(torch {torch.__version__}, built with CUDA {torch.version.cuda}); "
-                         "use device='cpu' or install a CUDA build of torch.")
-    return dev
+    from .core.checks import check
+
+    return torch.device(check("device", device))
 
 
 def renamed(func, old, new, old_value, new_value):
@@ -115,38 +104,9 @@ def renamed(func, old, new, old_value, new_value):
     (``n_null`` for null permutations, ``random_state`` for seeds)."""
     if old_value is None:
         return new_value
-    import warnings
-
-    warnings.warn(f"{func}: {old}= is renamed {new}= (one name across the package); "
-                  f"{old}= will be removed in a future release.", FutureWarning,
-                  stacklevel=4)
+    warn_user(f"{func}: {old}= is renamed {new}= (one name across the package); "
+              f"{old}= will be removed in a future release.", FutureWarning)
     return old_value
-
-
-def check_option(name, value, allowed):
-    """Raise a ValueError naming the allowed values when ``value`` is not one of them."""
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {list(allowed)}; got {value!r}")
-    return value
-
-
-def check_int(name, value, low):
-    """An int ``>= low`` (bools rejected), else TypeError / ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
-        raise TypeError(f"{name} must be an int; got {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}; got {value}")
-    return int(value)
-
-
-def check_float(name, value, low=0.0, strict=True):
-    """A finite number ``> low`` (``>= low`` when not strict), else a clear error."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number; got {value!r}")
-    if not np.isfinite(value) or value < low or (strict and value == low):
-        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low}; "
-                         f"got {value}")
-    return float(value)
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))

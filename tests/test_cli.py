@@ -445,8 +445,8 @@ def test_cv_must_be_zero_or_at_least_two(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["epochs", "x-epo.fif", "--cv", "1", "--out", "o"])
     assert exc.value.code == 2
-    assert "must be 0 (no cross-validation) or a number of folds >= 2, got 1" in \
-        capsys.readouterr().err
+    assert ("argument --cv: must be >= 2 folds (or None for no cross-validation; 0 on the "
+            "command line); got 1") in capsys.readouterr().err
 
 
 # ------------------------------------------------------------ --picks, --groups, features
@@ -909,7 +909,8 @@ def test_demo_seed_must_be_non_negative(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["demo", "--seed", "-1", "--out", str(tmp_path / "demo")])
     assert exc.value.code == 2
-    assert "argument --seed: must be >= 0, got -1" in capsys.readouterr().err
+    assert "argument --random-state/--seed: must be None or an int >= 0; got -1" in \
+        capsys.readouterr().err
     assert not (tmp_path / "demo").exists()
 
 

@@ -169,7 +169,7 @@ def test_mlem_fit_score_importance(kind, batch_size):
                                        random_state=1)
         assert a.index.equals(b.index)
         assert a["importance"].abs().max() > 1e-3
-        cols = ["importance", "std_permutations"]
+        cols = ["importance", "importance_perm_std"]
         assert _report(f"{level} importance, same W ({name})", a[cols], b[cols]) < 1e-12
         assert a.attrs["baseline_score"] == pytest.approx(b.attrs["baseline_score"],
                                                           abs=1e-12)

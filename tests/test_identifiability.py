@@ -138,10 +138,10 @@ def test_permutation_spread_is_named_as_such():
     X, y = _categorical()
     est = MLEM(**FAST).fit(X, y)
     imp = est.permutation_importance(X, y, n_permutations=4, random_state=0)
-    assert list(imp.columns) == ["importance", "std_permutations", "kind"]
-    assert (imp["std_permutations"] > 0).all()
+    assert list(imp.columns) == ["importance", "importance_perm_std", "kind"]
+    assert (imp["importance_perm_std"] > 0).all()
     one = est.permutation_importance(X, y, n_permutations=1, random_state=0)
-    assert (one["std_permutations"] == 0).all()
+    assert (one["importance_perm_std"] == 0).all()
 
 
 def test_fold_spread_renamed_with_deprecated_alias():

@@ -165,12 +165,13 @@ def test_mixed_design_keeps_categorical_distances_exact():
 def test_command_line_parses_numeric_levels():
     import argparse
 
-    from mlem_neuro.cli import _numeric_levels
+    from mlem_neuro.cli import _flag_type
 
+    _numeric_levels = _flag_type("--numeric-levels")     # the API's check, after parsing
     assert _numeric_levels("auto") == "auto"
     assert _numeric_levels("none") is None
     assert _numeric_levels("8") == 8
-    with pytest.raises(argparse.ArgumentTypeError, match="'auto', 'none' or an int"):
+    with pytest.raises(argparse.ArgumentTypeError, match="'auto', None or an int >= 2"):
         _numeric_levels("fine")
 
 

@@ -97,11 +97,121 @@ def test_every_entry_point_refuses_bad_options_before_reading_data(entry, param,
 
 def test_the_table_covers_every_option_and_every_check():
     """Each option of MLEMOptions has a check, and the bad-value table exercises most."""
-    assert set(MLEMOptions.names()) == set(CHECKS)
+    assert set(MLEMOptions.names()) <= set(CHECKS)
     tried = {p for p, *_ in BAD}
-    assert set(CHECKS) <= tried                           # every option is tried
+    assert set(MLEMOptions.names()) <= tried              # every option is tried
     counts = {e: sum(c.values[0] == e for c in CASES) for e in ENTRY_POINTS}
     assert min(counts.values()) >= 20, counts
+
+
+# ------------------------------------------------------- one validation vocabulary
+#: raises about a registered parameter outside the registry, each with its reason
+RAISES_ELSEWHERE = {
+    # the backends a design can use on its device: narrower than the registry's list
+    ("core/engine.py", "backend"),
+}
+
+
+def test_no_module_but_the_registry_raises_about_a_registered_parameter():
+    """Each parameter of :data:`mlem_neuro.core.checks.CHECKS` is refused by one function:
+    no other module raises ``"<name> must ..."`` for it."""
+    import re
+    from pathlib import Path
+
+    root = Path(mlem_neuro.__file__).parent
+    names = "|".join(sorted(CHECKS, key=len, reverse=True))
+    pattern = re.compile(r"(?:ValueError|TypeError)\(\s*f?[\"'](" + names + r") must")
+    found = set()
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).as_posix()
+        if rel == "core/checks.py":
+            continue
+        found |= {(rel, m.group(1)) for m in pattern.finditer(path.read_text())}
+    assert found <= RAISES_ELSEWHERE, sorted(found - RAISES_ELSEWHERE)
+
+
+#: the parameters checked outside MLEMOptions: (parameter, call with a bad value)
+def _cluster(**kw):
+    mlem_neuro.stats.permutation_cluster_test([GARBAGE], "a", **kw)
+
+
+OTHER_ENTRIES = [
+    ("measure", "weights", lambda: _cluster(measure="weights")),
+    ("tail", 2, lambda: _cluster(tail=2)),
+    ("n_null", 0, lambda: _cluster(n_null=0)),
+    ("random_state", -1, lambda: _cluster(random_state=-1)),
+    ("model", "block", lambda: mlem_neuro.fmri.trial_images([], [], t_r=2.0, model="block")),
+    ("sfreq", -1.0, lambda: mlem_neuro.mlem_array(np.zeros((6, 2, 3)), pd.DataFrame(
+        {"a": list("xyxyxy")}), sfreq=-1.0)),
+    ("radius", 0, lambda: _searchlight(radius=0)),
+    ("spatial_radius", 10.0, lambda: mlem_neuro.mlem_epochs(GARBAGE, spatial_radius=10.0)),
+    ("spatial_radius", 10.0, lambda: mlem_neuro.mlem_stcs(GARBAGE, GARBAGE,
+                                                          spatial_radius=10.0)),
+    ("n_permutations", 0, lambda: MLEM().permutation_importance(GARBAGE, GARBAGE,
+                                                                n_permutations=0)),
+    ("level", "pair", lambda: MLEM().permutation_importance(GARBAGE, GARBAGE, level="pair")),
+    ("cv", 1, lambda: check_cv(1, 30, np.random.default_rng(0))),
+    ("cv", "folds", lambda: check_cv("folds", 30, np.random.default_rng(0))),
+    ("constraint", "psd", lambda: __import__("mlem_neuro.core.metric").core.metric.make_W(
+        __import__("torch").zeros(1, 2, 2), "psd")),
+    ("device", "tpu", lambda: mlem_neuro.utils.check_device("tpu")),
+    ("random_state", "x", lambda: mlem_neuro.utils.check_random_state("x")),
+    ("distance", "manhattan", lambda: __import__(
+        "mlem_neuro.core.distances").core.distances.get_metric("manhattan")),
+]
+#: narrower checks of the same name where a function needs them
+NARROWER = {"n_null": dict(low=1),                    # the cluster test needs one at least
+            "distance": dict(allowed=("euclidean", "correlation", "cosine"))}
+
+
+@pytest.mark.parametrize("name, value, call", OTHER_ENTRIES,
+                         ids=[f"{n}={v!r}" for n, v, _ in OTHER_ENTRIES])
+def test_functions_outside_the_options_refuse_with_the_registry_message(name, value, call):
+    """What a function refuses is what the registry's check of that name refuses, with the
+    same exception and message."""
+    from mlem_neuro.core.checks import check
+
+    with pytest.raises((TypeError, ValueError)) as want:
+        check(name, value, **NARROWER.get(name, {}))
+    with pytest.raises(want.type) as got:
+        call()
+    # the same sentence (a function may add a hint after it)
+    assert str(got.value).split(";")[0] == str(want.value).split(";")[0]
+
+
+def test_every_cli_flag_of_a_parameter_uses_the_registry_check(capsys):
+    """The command line's analysis flags are typed by the same checks: a bad value gets
+    the registry's message (after argparse's "argument --flag:")."""
+    import argparse
+
+    from mlem_neuro.cli import FLAG_PARAMS, build_parser, main
+    from mlem_neuro.core.checks import check
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for command in ("epochs", "searchlight"):
+        actions = {s: a for a in sub.choices[command]._actions for s in a.option_strings}
+        for flag, (name, _) in FLAG_PARAMS.items():
+            if flag in ("--distance", "--radius", "--model") and flag not in actions:
+                continue
+            assert name in CHECKS and actions[flag].type.__name__ == name, (command, flag)
+        # only --standardize ("auto", "run", "none": the command line's own words)
+        assert {a.dest for a in actions.values() if a.choices} <= {"standardize"}
+    for flag, text, value in [("--cv", "1", 1), ("--n-null", "-1", -1),
+                              ("--level", "terms", "terms"), ("--lr", "0", 0.0),
+                              ("--constraint", "psd", "psd"), ("--n-jobs", "0", 0),
+                              ("--random-state", "-2", -2), ("--batch-size", "1", 1),
+                              ("--numeric-levels", "1", 1), ("--n-repeats", "0", 0),
+                              ("--distance", "manhattan", "manhattan"),
+                              ("--feature-kinds", "a=nominal", {"a": "nominal"})]:
+        name = FLAG_PARAMS[flag][0]
+        with pytest.raises((TypeError, ValueError)) as want:
+            check(name, value)
+        with pytest.raises(SystemExit):
+            main(["epochs", "x-epo.fif", flag, text, "--out", "o"])
+        err = str(want.value)
+        err = err[len(name) + 1:] if err.startswith(name + " ") else err
+        assert err in capsys.readouterr().err, flag
 
 
 def test_check_params_checks_only_the_names_given_and_refuses_unknown_ones():
@@ -259,14 +369,14 @@ def test_colon_in_feature_names_is_refused():
 CLI_FLAGS = {"lr": "--lr", "patience": "--patience", "tol": "--tol",
              "chunk_size": "--chunk-size", "max_steps": "--max-steps",
              "batch_size": "--batch-size", "n_jobs": "--n-jobs", "device": "--device",
-             "random_state": "--seed", "n_permutations": "--n-permutations",
+             "random_state": "--random-state", "n_permutations": "--n-permutations",
              "n_null": "--n-null"}
 
 
 def _reaches_the_options(param, value):
-    """Values that argparse's type parses, so the options object must refuse them (a
-    float patience or a word for lr is refused by argparse itself, in test_cli.py)."""
-    if param not in CLI_FLAGS or param == "n_permutations" or isinstance(value, bool):
+    """Values that the command line can spell (a float patience or a word for lr cannot
+    be read as the flag's number, in test_cli.py)."""
+    if param not in CLI_FLAGS or isinstance(value, bool):
         return False
     return param == "device" or isinstance(value, int) or (
         param in ("lr", "tol") and isinstance(value, float))
@@ -280,19 +390,21 @@ CLI_CASES = [pytest.param(cmd, p, v, msg, id=f"cli-{cmd}-{p}={v!r}")
 @pytest.mark.parametrize("cmd, param, value, match", CLI_CASES)
 def test_command_line_refuses_the_same_values_before_reading_files(cmd, param, value, match,
                                                                    tmp_path, capsys):
-    """The inputs do not exist: the option error must come first, as in the API."""
+    """The inputs do not exist: the option error must come first, as in the API, from the
+    same check (the flag's argparse type), named by argparse."""
     from mlem_neuro.cli import main
 
     inputs = (["missing-epo.fif"] if cmd == "epochs" else
               ["--imgs", "run1.nii.gz", "--events", "run1.tsv", "--mask", "mask.nii.gz",
                "--t-r", "2.0"])
-    rc = main([cmd, *inputs, "--out", str(tmp_path / "out"), CLI_FLAGS[param], str(value)])
+    with pytest.raises(SystemExit) as exc:
+        main([cmd, *inputs, "--out", str(tmp_path / "out"), CLI_FLAGS[param], str(value)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1
-    assert err[0].startswith(f"mlem-neuro {cmd}: error: ")
+    assert exc.value.code == 2
+    assert err[-1].startswith(f"mlem-neuro {cmd}: error: argument {CLI_FLAGS[param]}")
     import re
 
-    assert re.search(match, err[0])
+    assert re.search(match.removeprefix(param + " "), err[-1])
     assert not (tmp_path / "out").exists()
 
 

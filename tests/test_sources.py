@@ -14,9 +14,9 @@ from mlem_neuro.core import distances, sources
 from mlem_neuro.core.distances import (
     METRICS,
     REGISTRY,
-    NeuralMetric,
-    get_metric,
-    register_metric,
+    NeuralDistance,
+    get_distance,
+    register_distance,
 )
 from mlem_neuro.core.neural import NeuralTargets, rdm_from_rows
 from mlem_neuro.core.options import MLEMOptions
@@ -38,7 +38,7 @@ def random_membership(rng, n_models, n_units, size=(2, 9)):
 def test_registry_lists_every_metric_once():
     assert list(METRICS) == ALL
     assert all(REGISTRY[name].name == name for name in ALL)
-    assert all(isinstance(m, NeuralMetric) for m in REGISTRY.values())
+    assert all(isinstance(m, NeuralDistance) for m in REGISTRY.values())
 
 
 @pytest.mark.parametrize("metric", ALL)
@@ -87,17 +87,17 @@ def test_gather_path_matches_scipy(metric, monkeypatch):
 def test_finish_is_the_same_on_numpy_and_torch_and_clamps_negatives():
     d2 = np.array([[4.0, -1e-17, 2.25, 0.0]])
     for name in ALL:
-        metric = get_metric(name)
+        metric = get_distance(name)
         a = metric.finish(d2.copy())
         b = metric.finish(torch.as_tensor(d2.copy())).numpy()
         np.testing.assert_array_equal(a, b)
         assert (a >= 0).all()
-    np.testing.assert_array_equal(get_metric("euclidean").finish(d2.copy()), [[2, 0, 1.5, 0]])
-    np.testing.assert_array_equal(get_metric("cosine").finish(d2.copy()),
+    np.testing.assert_array_equal(get_distance("euclidean").finish(d2.copy()), [[2, 0, 1.5, 0]])
+    np.testing.assert_array_equal(get_distance("cosine").finish(d2.copy()),
                                   [[2, 0, 1.125, 0]])
 
 
-class SqEuclidean(NeuralMetric):
+class SqEuclidean(NeuralDistance):
     """A test metric: squared Euclidean distance, defined as one small class."""
 
     name = "sqeuclidean"
@@ -136,7 +136,7 @@ def test_register_metric_refuses_a_taken_or_empty_name():
 
     for cls in (Again, Nameless):
         with pytest.raises(ValueError, match="new, non-empty name"):
-            register_metric(cls)
+            register_distance(cls)
     assert type(REGISTRY["euclidean"]).__name__ == "Euclidean"
 
 
@@ -153,7 +153,7 @@ def test_unknown_metric_names_the_choices():
 
 def test_metrics_pickle_as_the_registered_instance():
     for name in ALL:
-        assert pickle.loads(pickle.dumps(get_metric(name))) is get_metric(name)
+        assert pickle.loads(pickle.dumps(get_distance(name))) is get_distance(name)
     # an unregistered metric instance is accepted by a source and pickles with it
     rng = np.random.default_rng(8)
     src = pickle.loads(pickle.dumps(DenseRDMSource(rng.standard_normal((1, 6, 3)),

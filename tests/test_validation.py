@@ -175,7 +175,7 @@ class TestBadInput:
 
     def test_importance_bad_n_permutations(self, fitted, sim):
         X, y = sim
-        with pytest.raises(ValueError, match="n_permutations must be >= 1"):
+        with pytest.raises(ValueError, match="n_permutations must be an int >= 1"):
             fitted.permutation_importance(X, y, n_permutations=0)
 
     def test_feature_kinds_unknown_column(self, sim):
@@ -403,7 +403,7 @@ def test_n_permutations_one(sim):
         imp = est.permutation_importance(X, y, level=level, random_state=0)
         assert imp.attrs["n_permutations"] == 1
         assert imp.shape == (rows, 3)
-        assert (imp["std_permutations"] == 0).all()
+        assert (imp["importance_perm_std"] == 0).all()
         assert np.isfinite(imp["importance"]).all()
     # an explicit argument overrides the estimator's default
     imp = MLEM(n_permutations=5, **FAST).fit(X, y).permutation_importance(

@@ -76,7 +76,7 @@ fig.tight_layout()
 # ``size`` are graded.
 imp = est.permutation_importance(X_test, stimuli.iloc[test], level="term", random_state=0)
 fig, ax = plt.subplots(figsize=(5, 3))
-ax.barh(imp.index, imp["importance"], xerr=imp["std_permutations"],
+ax.barh(imp.index, imp["importance"], xerr=imp["importance_perm_std"],
         color=["C0" if k == "feature" else "C1" for k in imp["kind"]])
 ax.invert_yaxis()
 ax.set(xlabel="drop of Spearman ρ when permuted", title="term importance")

@@ -21,7 +21,6 @@ neural RDMs of every sphere at once, as :func:`mlem_neuro.crossval.run_cv` expec
 """
 from __future__ import annotations
 
-import numbers
 import os
 import zlib
 from pathlib import Path
@@ -229,13 +228,11 @@ def mask_coords(mask, affine):
 
 # ----------------------------------------------------------------------- memberships
 def check_radius(radius):
-    """``radius`` as a float, refusing non-numbers and non-positive or non-finite values."""
-    if isinstance(radius, bool) or not isinstance(radius, numbers.Real):
-        raise TypeError(f"radius must be a number of millimetres; got {radius!r}")
-    if not np.isfinite(radius) or radius <= 0:
-        raise ValueError(f"radius must be a positive number of millimetres (world "
-                         f"coordinates), e.g. radius=6.0; got {radius}")
-    return float(radius)
+    """``radius`` (millimetres, world coordinates) as a float, refusing non-numbers and
+    non-positive or non-finite values (:data:`mlem_neuro.core.checks.CHECKS`)."""
+    from ..core.checks import check
+
+    return check("radius", radius)
 
 
 def _check_sphere_memory(n_spheres, n_voxels, affine, radius):

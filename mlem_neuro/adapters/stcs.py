@@ -16,8 +16,6 @@ follow the estimates' vertices (hemisphere by hemisphere), ready for
 """
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 import scipy.sparse as sp
 
@@ -28,19 +26,11 @@ __all__ = ["check_spatial_radius", "check_stcs", "label_neighbourhoods",
 
 
 def check_spatial_radius(radius, name="spatial_radius"):
-    """``radius`` (metres) as a float; refuses non-numbers and non-positive values."""
-    if isinstance(radius, (bool, np.bool_)) or not isinstance(radius, (numbers.Real,
-                                                                       np.floating)):
-        raise TypeError(f"{name} must be a number of metres (e.g. 0.01 for 1 cm); got "
-                        f"{radius!r}.")
-    radius = float(radius)
-    if not np.isfinite(radius) or radius <= 0:
-        raise ValueError(f"{name} must be a positive, finite number of metres (e.g. 0.01 "
-                         f"for 1 cm); got {radius}.")
-    if radius > 1.0:
-        raise ValueError(f"{name}={radius} m is larger than a head: MNE positions are in "
-                         "metres, so give e.g. 0.01 for 1 cm (not 10).")
-    return radius
+    """``radius`` (metres) as a float; refuses non-numbers and non-positive values
+    (:data:`mlem_neuro.core.checks.CHECKS`)."""
+    from ..core.checks import CHECKS
+
+    return CHECKS["spatial_radius"](name, radius)
 
 
 def _stc_kind(stc):

@@ -55,22 +55,16 @@ import torch
 
 from ..utils import check_random_state, logger
 from . import fastnull
+from .checks import check
+from .constants import (  # noqa: F401  (tuning constants, defined there once)
+    NUMERIC_DEGREE,
+)
 from .features import as_feature_table
 from .nulls import exchange_units
 from .options import MLEMOptions, _is_int
 from .sources import DenseRDMSource, RankedRDMSource, SphereRDMSource
 
 __all__ = ["interaction_test", "main_effects_design", "residual_basis"]
-
-
-#: degree of the polynomial by which a numeric or ordinal feature enters the null's main
-#: effects (capped at its number of distinct values − 1, so that a feature of 4 values or
-#: fewer enters with one free effect per value).  Degree 1 (the linear code the model
-#: sees) put a numeric feature's non-linear main effect into the shuffled residuals: 0.111
-#: of pure-main-effect datasets rejected at 0.05 with a saturating code beside a correlated
-#: categorical feature; degree 3: 0.045 (``benchmarks/calib_null.py --only
-#: levels-numeric``, 300 datasets; method page).
-NUMERIC_DEGREE = 3
 
 
 def main_effects_design(space, table):
@@ -254,8 +248,8 @@ def _patterns(source):
 def _replicate(base, fitted, Qb, Z, models):
     """The source of ``models`` of ``base`` with patterns ``fitted + Qb Z``."""
     if isinstance(base, DenseRDMSource):
-        return DenseRDMSource(fitted[models] + Qb @ Z[models], base.metric)
-    return SphereRDMSource(fitted + Qb @ Z, base.A, base.metric).subset(models)
+        return DenseRDMSource(fitted[models] + Qb @ Z[models], base.distance)
+    return SphereRDMSource(fitted + Qb @ Z, base.A, base.distance).subset(models)
 
 
 def _check_inputs(source, table, options, n_null):
@@ -267,11 +261,8 @@ def _check_inputs(source, table, options, n_null):
     if not isinstance(options, MLEMOptions):
         raise TypeError("options must be an MLEMOptions (mlem_neuro.core.options); got "
                         f"{type(options).__name__}.")
-    if not _is_int(n_null):
-        raise TypeError(f"n_null must be an int >= 1 (null permutations); got {n_null!r}.")
-    if n_null < 1:
-        raise ValueError(f"n_null must be >= 1 null permutations (99 or more for a test at "
-                         f"0.05 with some power); got {n_null}.")
+    n_null = check("n_null", n_null, low=1, hint=" (null permutations; 99 or more for a "
+                                                 "test at 0.05 with some power)")
     if len(table) != source.n_stimuli:
         raise ValueError(f"the feature table has {len(table)} rows but the data have "
                          f"{source.n_stimuli} stimuli; they must match one-to-one.")

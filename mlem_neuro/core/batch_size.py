@@ -14,14 +14,23 @@ import warnings
 import torch
 
 from ..utils import logger
+from .constants import (  # noqa: F401  (tuning constants, defined there once)
+    BATCH_CAP as CAP,
+)
+from .constants import (
+    BATCH_DRAWS as N_BATCHES,
+)
+from .constants import (
+    BATCH_GROWTH as GROWTH,
+)
+from .constants import (
+    BATCH_START as START,
+)
+from .constants import (
+    BATCH_THRESHOLD as THRESHOLD,
+)
 from .pairs import n_pairs, sample_pairs
 from .spearman import standardize
-
-START = 4096
-N_BATCHES = 64
-THRESHOLD = 0.01
-GROWTH = 1.2
-CAP = 2**18
 
 
 def _grouped_correlation(rows, counts):

@@ -1,4 +1,9 @@
-"""Numerical constants that several training paths share: defined here once.
+"""The package's tuning numbers, defined here once, grouped by what they tune.
+
+Each says what it tunes and why it has its value (measured where it says so).  The modules
+that use one import it under the name they always used (``crossval.CHUNK_BYTES`` is
+:data:`CHUNK_BYTES`), so a test may still set it on that module.  ``tests/test_constants.py``
+checks that no other module defines an ALL-CAPS number.
 
 The compiled loop (``_ctrain.c``) still spells the AdamW constants as literals (until
 it is ported to numba); ``tests/test_constants.py`` checks they equal these.
@@ -10,3 +15,133 @@ SOFT_RANK_STRENGTH = 1.0
 
 #: AdamW's moment decays and denominator offset (torch's defaults; no weight decay)
 ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 0.9, 0.999, 1e-8
+
+
+# ---- Memory: block and chunk sizes (speed and peak memory only; results do not depend on them)
+#: memory budget when MLEM_NEURO_MEMORY is not set (4 GiB: a laptop's share, not the machine's)
+MEMORY_BYTES = 4 * 2**30
+#: bytes of training-pair distances (float64) allowed in one chunk of models (at most a
+#: sixteenth of the memory budget: a chunk holds several arrays of that size).
+CHUNK_BYTES = 256 * 2**20
+#: models per chunk by default: a stack's per-step arrays (models x groups) then stay in
+#: the CPU's caches.  Measured on 4,000 whole-brain spheres (one process, 2,926 training
+#: pairs, 256 groups): chunks of 1,000 took 80.9 s, of 500 83.2 s, one chunk of 4,000
+#: 95.7 s.
+MAX_CHUNK_MODELS = 1000
+#: the most bytes of relabelled pair columns that the null's chunks keep to share them
+NULL_COLUMNS_BYTES = 512 * 2**20
+#: float64 arrays of (null models x distance rows) that training the relabelled-feature
+#: null models holds at once (counts, rank sums, the soft rank's work arrays).
+FAST_NULL_ARRAYS = 32
+#: bytes allowed for one chunk of partition means / Gram matrices.
+CROSSDIST_CHUNK_BYTES = 256 * 2**20
+#: bytes allowed for one chunk of Gram matrices / gathered rows.
+NEURAL_CHUNK_BYTES = 512 * 2**20
+#: elements (M * n_pairs) above which full neural RDMs are not kept in memory.
+MAX_FULL_ELEMENTS = 2 * 10**8
+#: bytes of one block of per-pair unit products (units × pairs, float64) in
+#: :meth:`mlem_neuro.core.sources.SphereRDMSource.rdm`.
+SPHERE_BLOCK_BYTES = 32 * 2**20
+#: elements (models x pairs) of one block of rank_sums' sorted walks.
+RANK_WALK_ELEMENTS = 2**22
+#: bytes of all-pairs distances (float64) of one block of the interaction test's models.
+INTERACTION_BLOCK_BYTES = 256 * 2**20
+#: float64 arrays of (models x distance rows) that a training stack holds at once; one
+#: stack of the interaction test takes up to a quarter of the memory budget with them.
+#: Every fold's models train together, so the steps' fixed cost is paid once per stack
+#: (with a stack per fold and block of models it was most of the test's time).
+STACK_ARRAYS = 32
+#: elements (models × groups²) allowed for the interval table of one call.
+MAX_TABLE_ELEMENTS = 3 * 10**7
+#: rows solved by one call of scipy's solver (bounds the shift that keeps rows apart,
+#: hence its rounding: about 1e-16 x rows x spread).
+PAV_ROWS = 1024
+#: smallest block of pairs walked at once (keeps tiny test budgets from crawling).
+MIN_BLOCK_PAIRS = 64
+
+
+# ---- Fast paths: when grouping and grids are used (exact paths otherwise)
+#: largest number of distinct term rows for which the grouped path is used.
+MAX_GROUPS = 4096
+#: most distinct feature rows of the stimuli for which a universe is built.
+MAX_STIMULUS_CODES = 256
+#: most feature rows in the universe (stimuli's rows and the rows importance creates).
+MAX_CODES = 2048
+#: most grid levels per numeric feature chosen by ``numeric_levels="auto"``.
+MAX_LEVELS = 16
+#: fewest levels ``"auto"`` accepts; below it training stays pair by pair (exact).
+MIN_LEVELS = 4
+#: grid cells (distinct term rows) ``"auto"`` aims at: the most levels within it.
+TARGET_CELLS = 256
+#: most grid cells ``"auto"`` accepts (reached with :data:`MIN_LEVELS` levels only).
+MAX_CELLS = 1024
+#: blocks of pairs whose unions form the mini-batches of grid training.
+N_BLOCKS = 32
+#: values of a column looked at first when counting its distinct values up to a cap.
+DISTINCT_SAMPLE = 512
+#: numeric and ordinal distances (in units of the training range) are rounded to
+#: multiples of ``1 / DISTANCE_GRID`` (about 1e-9), so that gaps equal up to rounding tie
+#: exactly: ``0.3 - 0.2`` and ``0.2 - 0.1`` differ in their last bits, and exact
+#: Spearman ranked such pairs apart by rounding noise.
+DISTANCE_GRID = 2.0 ** 30
+
+
+# ---- Numerical floors
+#: floor of a norm or standard deviation below which a vector counts as constant (far
+#: below any data's spread, far above float64 rounding of 0)
+NORM_EPS = 1e-12
+
+
+# ---- Statistics, training and design checks (these change results; each was measured)
+#: batch size selection (paper appendix): the first batch size tried
+BATCH_START = 4096
+#: ... the batches drawn per size (64, the paper's)
+BATCH_DRAWS = 64
+#: ... the std of feature-distance correlations across batches below which a size is
+#: kept (0.01, the paper's)
+BATCH_THRESHOLD = 0.01
+#: ... the factor by which a size grows when it is not (1.2, the paper's)
+BATCH_GROWTH = 1.2
+#: ... the largest size tried (2**18 pairs: the memory of one step stays small)
+BATCH_CAP = 2**18
+#: random K-fold splits drawn at most per repeat until every fold can be used
+#: (:func:`mlem_neuro.crossval.check_cv`'s ``usable``); past it the first draw is kept,
+#: and its folds' own errors say what is wrong.
+MAX_SPLIT_DRAWS = 100
+#: ``n_repeats="auto"``: the least and the most folds (``cv x n_repeats``) it gives
+AUTO_FOLDS = (12, 100)
+#: ... and its reference: :data:`AUTO_REFERENCE_FOLDS` folds for an analysis of
+#: ``AUTO_REFERENCE_STIMULI`` stimuli and ``AUTO_REFERENCE_MODELS`` models (time points,
+#: spheres); the training cost, about ``folds x stimuli**2 x models``, is kept at the
+#: reference's (measured: ``validation/power_defaults.py``, ``bench_defaults_cost.py``)
+AUTO_REFERENCE_FOLDS, AUTO_REFERENCE_STIMULI, AUTO_REFERENCE_MODELS = 20, 200, 100
+#: quantile bins of a numeric feature when it defines the strata of another feature's null.
+NULL_BINS = 5
+#: degree of the polynomial by which a numeric or ordinal feature enters the null's main
+#: effects (capped at its number of distinct values − 1, so that a feature of 4 values or
+#: fewer enters with one free effect per value).  Degree 1 (the linear code the model
+#: sees) put a numeric feature's non-linear main effect into the shuffled residuals: 0.111
+#: of pure-main-effect datasets rejected at 0.05 with a saturating code beside a correlated
+#: categorical feature; degree 3: 0.045 (``validation/calib_null.py --only
+#: levels-numeric``, 300 datasets; method page).
+NUMERIC_DEGREE = 3
+#: absolute Spearman correlation of two features' pair distances from which they are
+#: reported as ``"correlated"`` (measured, see the module notes: from 0.6 on every
+#: simulated design had lost power, 13-72 % of it).
+CORRELATION_THRESHOLD = 0.6
+#: pairs used for the correlations: all of them up to this many, else this many drawn
+#: with :data:`mlem_neuro.core.design.PAIR_SEED`.
+DESIGN_MAX_PAIRS = 50_000
+#: a regressor whose largest |value| is below this fraction of the run's largest regressor
+#: of interest is refused (measured: a 0 s event beside a 30 s block is at 0.008)
+NULL_REGRESSOR = 1e-4
+#: correlation above which two regressors of interest cannot be told apart
+TWIN_REGRESSORS = 0.999
+
+
+# ---- Running: threads and warnings about long runs
+#: projected run times (s) above which an analysis with tests warns before going on.
+LONG_RUN_SECONDS = 600
+#: intra-op threads per worker when ``MLEM_NEURO_NUM_THREADS`` is not set (measured: see
+#: the performance page).
+DEFAULT_THREADS = 1

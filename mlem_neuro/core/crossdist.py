@@ -37,14 +37,14 @@ import numbers
 import numpy as np
 import torch
 
+from .constants import (  # noqa: F401  (tuning constants, defined there once)
+    CROSSDIST_CHUNK_BYTES as CHUNK_BYTES,
+)
 from .pairs import pair_indices
 
 __all__ = ["crossnobis_membership", "crossval_sq_distances",
            "crossval_sq_distances_membership", "default_partitions", "noise_whitener",
            "partition_means", "shrinkage_covariance"]
-
-#: bytes allowed for one chunk of partition means / Gram matrices.
-CHUNK_BYTES = 256 * 2**20
 
 
 def _codes(labels, name):

@@ -75,20 +75,18 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .constants import (  # noqa: F401  (tuning constants, defined there once)
+    CORRELATION_THRESHOLD,
+)
+from .constants import (
+    DESIGN_MAX_PAIRS as MAX_PAIRS,
+)
 from .nulls import NULL_BINS, _feature_codes, exchange_units
 from .pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
 
 #: the kinds of :class:`DesignFinding`, in the order :func:`diagnose_design` reports them.
 FINDING_KINDS = ("duplicate", "nested", "correlated", "constant_within_groups")
 
-#: absolute Spearman correlation of two features' pair distances from which they are
-#: reported as ``"correlated"`` (measured, see the module notes: from 0.6 on every
-#: simulated design had lost power, 13-72 % of it).
-CORRELATION_THRESHOLD = 0.6
-
-#: pairs used for the correlations: all of them up to this many, else this many drawn
-#: with :data:`PAIR_SEED`.
-MAX_PAIRS = 50_000
 
 #: seed of the pairs drawn when a design has more than :data:`MAX_PAIRS` pairs.
 PAIR_SEED = 0

@@ -1,4 +1,9 @@
-"""Neural distance metrics: one class per metric, registered in one table.
+"""Neural distances: one class per distance, registered in one table.
+
+("Metric" in this package means the learnt ``W`` only; the distance between neural
+patterns is a *distance*: ``distance="correlation"``.  The former names
+``NeuralMetric``, ``register_metric`` and ``get_metric`` still work for a release, with a
+FutureWarning.)
 
 Every metric is a squared Euclidean distance between *preprocessed* rows, followed by a
 monotone finishing map:
@@ -12,16 +17,16 @@ monotone finishing map:
 A metric serves the two ways neural data reach the package
 (:mod:`mlem_neuro.core.sources`):
 
-* dense stacks ``Y`` ``(M, n_stimuli, n_units)``: :meth:`NeuralMetric.preprocess` returns
+* dense stacks ``Y`` ``(M, n_stimuli, n_units)``: :meth:`NeuralDistance.preprocess` returns
   the rows ``Z`` whose squared Euclidean distances ``d²`` the callers compute (from Gram
-  products or row differences), then :meth:`NeuralMetric.finish` maps ``d²`` to distances;
+  products or row differences), then :meth:`NeuralDistance.finish` maps ``d²`` to distances;
 * sparse memberships (spheres or regions ``A`` ``(n_models, n_units)`` over one data
-  matrix ``X`` ``(n_stimuli, n_units)``): :meth:`NeuralMetric.membership_sq` returns the
+  matrix ``X`` ``(n_stimuli, n_units)``): :meth:`NeuralDistance.membership_sq` returns the
   same ``d²`` for every model and a block of pairs from sparse products, without cutting
-  each model's rows out, and :meth:`NeuralMetric.finish` is applied as for dense data.
+  each model's rows out, and :meth:`NeuralDistance.finish` is applied as for dense data.
 
-Adding a metric is one subclass of :class:`NeuralMetric` decorated with
-:func:`register_metric`; both sources then accept its name.  The analyses also check
+Adding a metric is one subclass of :class:`NeuralDistance` decorated with
+:func:`register_distance`; both sources then accept its name.  The analyses also check
 ``distance`` against this registry (:func:`mlem_neuro.core.options.registered_distances`).
 """
 from __future__ import annotations
@@ -29,31 +34,45 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-#: name -> metric instance (filled by :func:`register_metric`).
-REGISTRY = {}
+from .checks import DISTANCE_REGISTRY, check
+
+#: name -> distance instance (filled by :func:`register_distance`); the dict the checks
+#: read (:data:`mlem_neuro.core.checks.DISTANCE_REGISTRY`).
+REGISTRY = DISTANCE_REGISTRY
 
 
-def register_metric(cls):
-    """Class decorator: add one instance of ``cls`` to :data:`REGISTRY` under ``cls.name``."""
+def register_distance(distance_class):
+    """Class decorator: add one instance of a distance class to :data:`REGISTRY`.
+
+    It is registered under its ``name``.
+
+    Parameters
+    ----------
+    distance_class : type
+        A subclass of :class:`NeuralDistance` with a new, non-empty ``name``.
+
+    Returns
+    -------
+    type
+        ``distance_class`` itself; its name is then accepted as ``distance=`` everywhere.
+    """
+    cls = distance_class
     if not cls.name or cls.name in REGISTRY:
-        raise ValueError(f"a metric needs a new, non-empty name; got {cls.name!r}")
+        raise ValueError(f"a distance needs a new, non-empty name; got {cls.name!r}")
     REGISTRY[cls.name] = cls()
     return cls
 
 
-def get_metric(name, *, extra=(), where=""):
-    """The registered metric called ``name`` (a :class:`NeuralMetric` is returned as is).
+def get_distance(name, *, extra=(), where=""):
+    """The registered distance called ``name`` (a :class:`NeuralDistance` is returned as is).
 
     ``extra`` lists further names the caller accepts (shown in the error), ``where`` says
     where the distance is used (appended to the list of choices in the error).
     """
-    if isinstance(name, NeuralMetric):
+    if isinstance(name, NeuralDistance):
         return name
-    metric = REGISTRY.get(name) if isinstance(name, str) else None
-    if metric is None:
-        raise ValueError(f"distance must be one of {list(REGISTRY) + list(extra)}{where}; "
-                         f"got {name!r}")
-    return metric
+    check("distance", name, allowed=(*REGISTRY, *extra), where=where)
+    return REGISTRY[name]
 
 
 def _clamp0_(x):
@@ -76,7 +95,7 @@ def _halve_(x):
     return x.mul_(0.5) if torch.is_tensor(x) else np.multiply(x, 0.5, out=x)
 
 
-class NeuralMetric:
+class NeuralDistance:
     """A neural distance, computed as ``finish(squared distance between rows)``.
 
     Subclasses set ``name`` and implement :meth:`preprocess`, :meth:`finish` and
@@ -114,12 +133,12 @@ class NeuralMetric:
 
     def __reduce__(self):       # a registered metric pickles as the registered instance
         if REGISTRY.get(self.name) is self:
-            return get_metric, (self.name,)
+            return get_distance, (self.name,)
         return type(self), ()
 
 
-@register_metric
-class Euclidean(NeuralMetric):
+@register_distance
+class Euclidean(NeuralDistance):
     """``||y_i - y_j||_2``."""
 
     name = "euclidean"
@@ -136,7 +155,7 @@ class Euclidean(NeuralMetric):
         return A @ (d * d)
 
 
-class _UnitNormMetric(NeuralMetric):
+class _UnitNormDistance(NeuralDistance):
     """``1 - cos`` of rows (optionally centred over units first): half the squared distance
     of the unit-norm rows.  Not registered itself; see :class:`Correlation`, :class:`Cosine`.
     """
@@ -180,16 +199,16 @@ class _UnitNormMetric(NeuralMetric):
         return (s2 <= 1e-12 * scale[:, None]).any(axis=1)
 
 
-@register_metric
-class Correlation(_UnitNormMetric):
+@register_distance
+class Correlation(_UnitNormDistance):
     """``1 - r(y_i, y_j)``: the cosine distance of rows centred over units."""
 
     name = "correlation"
     centre_units = True
 
 
-@register_metric
-class Cosine(_UnitNormMetric):
+@register_distance
+class Cosine(_UnitNormDistance):
     """``1 - cos(y_i, y_j)``."""
 
     name = "cosine"
@@ -197,3 +216,19 @@ class Cosine(_UnitNormMetric):
 
 #: names of the registered metrics, in registration order.
 METRICS = tuple(REGISTRY)
+
+
+#: former names (one release, with a FutureWarning): "metric" now means W only
+_RENAMED = {"NeuralMetric": "NeuralDistance", "register_metric": "register_distance",
+            "get_metric": "get_distance"}
+
+
+def __getattr__(name):
+    if name in _RENAMED:
+        from ..utils import warn_user
+
+        warn_user(f"mlem_neuro.core.distances.{name} is renamed {_RENAMED[name]} (a neural "
+                  f"distance is a distance; 'metric' means W); {name} will be removed in a "
+                  "future release.", FutureWarning)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -36,6 +36,13 @@ from joblib import Parallel, delayed, effective_n_jobs
 
 from .._threads import call_with_threads, worker_threads
 from . import ctrain
+from .constants import (
+    INTERACTION_BLOCK_BYTES,  # noqa: F401
+    MAX_CODES,  # noqa: F401
+    MAX_STIMULUS_CODES,  # noqa: F401
+    RANK_WALK_ELEMENTS,  # noqa: F401
+    STACK_ARRAYS,  # noqa: F401
+)
 from .engine import fit_grouped
 from .importance import _fold
 from .memory import memory_budget
@@ -43,13 +50,6 @@ from .metric import term_index, term_weights
 from .pairs import n_pairs, pair_indices
 from .spearman import _EPS, rankdata, sort_with_ties, standardize
 from .tied import MAX_GROUPS, grouped_spearman
-
-#: most distinct feature rows of the stimuli for which a universe is built.
-MAX_STIMULUS_CODES = 256
-#: most feature rows in the universe (stimuli's rows and the rows importance creates).
-MAX_CODES = 2048
-#: elements (models x pairs) of one block of rank_sums' sorted walks.
-RANK_WALK_ELEMENTS = 2**22
 
 
 class CodeUniverse:
@@ -286,15 +286,6 @@ def _fit_null_models(D_uniq, counts, sums, options):
                           sums[:, rel][:, :, rows].reshape(-1, Uk), options)
         W[:, rel] = torch.as_tensor(fit.W, dtype=torch.float64).reshape(M, len(rel), m, m)
     return W
-
-
-#: bytes of all-pairs distances (float64) of one block of the interaction test's models.
-INTERACTION_BLOCK_BYTES = 256 * 2**20
-#: float64 arrays of (models x distance rows) that a training stack holds at once; one
-#: stack of the interaction test takes up to a quarter of the memory budget with them.
-#: Every fold's models train together, so the steps' fixed cost is paid once per stack
-#: (with a stack per fold and block of models it was most of the test's time).
-STACK_ARRAYS = 32
 
 
 def rank_sums(D, sets, U):

@@ -29,13 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-KINDS = ("categorical", "ordinal", "numeric")
-
-#: numeric and ordinal distances (in units of the training range) are rounded to
-#: multiples of ``1 / DISTANCE_GRID`` (about 1e-9), so that gaps equal up to rounding tie
-#: exactly: ``0.3 - 0.2`` and ``0.2 - 0.1`` differ in their last bits, and exact
-#: Spearman ranked such pairs apart by rounding noise.
-DISTANCE_GRID = 2.0 ** 30
+from .checks import FEATURE_KINDS as KINDS
+from .constants import DISTANCE_GRID
 
 
 def check_row_order(table, name="features"):
@@ -433,13 +428,13 @@ def _feature_order(table, groups):
 def _missing_value(name, missing):
     """The checked missing distance of feature ``name``."""
     miss = missing.get(name, missing.get(None, 0.0))
+    from .checks import check
+
     try:
         miss = float(miss)
     except (TypeError, ValueError):
-        raise TypeError(f"missing_distance must be a number; got {miss!r}") from None
-    if not np.isfinite(miss) or miss < 0:
-        raise ValueError(f"missing_distance must be finite and >= 0; got {miss}")
-    return miss
+        pass                                 # refused by the check, as not a number
+    return check("missing_distance", miss)
 
 
 def _warn_numbers_as_text(name, col):

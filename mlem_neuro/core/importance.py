@@ -32,6 +32,9 @@ import numpy as np
 import torch
 
 from ..utils import warn_user
+from .constants import (  # noqa: F401  (tuning constants, defined there once)
+    MIN_BLOCK_PAIRS,
+)
 from .memory import check_memory, memory_budget
 from .metric import term_index, term_weights
 from .neural import CHUNK_BYTES
@@ -39,9 +42,6 @@ from .pairs import linear_to_pair
 from .pairs import n_pairs as count_pairs
 from .spearman import rankdata, sort_with_ties, standardize
 from .tied import MAX_GROUPS, PairCodes, distinct_rows, grouped_spearman
-
-#: smallest block of pairs walked at once (keeps tiny test budgets from crawling).
-MIN_BLOCK_PAIRS = 64
 
 
 def warn_unidentifiable_terms(enc, interactions):

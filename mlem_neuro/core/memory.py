@@ -12,8 +12,11 @@ import math
 import os
 import re
 
+from .constants import (  # noqa: F401  (tuning constants, defined there once)
+    MEMORY_BYTES as DEFAULT_BYTES,
+)
+
 ENV_VAR = "MLEM_NEURO_MEMORY"
-DEFAULT_BYTES = 4 * 2**30
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
           "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
           "tib": 2**40}

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-CONSTRAINTS = ("spd", "diagonal", "none")
+from .checks import CONSTRAINTS, check  # noqa: F401  (CONSTRAINTS: defined there once)
+
 _SOFTPLUS_INV_1 = math.log(math.e - 1.0)
 
 
@@ -71,7 +72,7 @@ def make_W(A, constraint):
     elif constraint == "none":
         W = 0.5 * (A + A.transpose(-1, -2))
     else:
-        raise ValueError(f"constraint must be one of {list(CONSTRAINTS)}; got {constraint!r}")
+        check("constraint", constraint)         # raises: not a constraint
     norm = torch.linalg.matrix_norm(W, ord="fro", keepdim=True)
     return W / norm.clamp_min(1e-12)
 

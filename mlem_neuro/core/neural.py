@@ -15,20 +15,21 @@ import numpy as np
 import torch
 
 from . import ctrain
-from .distances import METRICS, get_metric
+from .constants import (  # noqa: F401  (tuning constants, defined there once)
+    MAX_FULL_ELEMENTS,
+)
+from .constants import (
+    NEURAL_CHUNK_BYTES as CHUNK_BYTES,
+)
+from .distances import METRICS, get_distance
 from .memory import memory_budget
 
 __all__ = ["CHUNK_BYTES", "MAX_FULL_ELEMENTS", "METRICS", "NeuralTargets", "preprocess_rows",
            "rdm_all_pairs", "rdm_from_rows", "rdm_gather"]
 
-#: bytes allowed for one chunk of Gram matrices / gathered rows.
-CHUNK_BYTES = 512 * 2**20
-#: elements (M * n_pairs) above which full neural RDMs are not kept in memory.
-MAX_FULL_ELEMENTS = 2 * 10**8
-
 
 def _metric(metric):
-    return get_metric(metric, extra=("precomputed",))
+    return get_distance(metric, extra=("precomputed",))
 
 
 def preprocess_rows(Y, metric):
@@ -111,7 +112,7 @@ def rdm_gather(Z, i, j, metric):
 
 def _read_only_tensor(Y, device):
     """``Y`` as a tensor without copying; the data are only read (every metric's
-    :meth:`~mlem_neuro.core.distances.NeuralMetric.preprocess` returns new rows or leaves
+    :meth:`~mlem_neuro.core.distances.NeuralDistance.preprocess` returns new rows or leaves
     them untouched), so a read-only array (e.g. a pandas view) needs no copy."""
     if torch.is_tensor(Y):
         return Y.to(device)

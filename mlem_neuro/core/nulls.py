@@ -42,10 +42,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from .constants import (  # noqa: F401  (tuning constants, defined there once)
+    NULL_BINS,
+)
 from .pairs import pair_indices
-
-#: quantile bins of a numeric feature when it defines the strata of another feature's null.
-NULL_BINS = 5
 
 
 def _feature_codes(enc, k, kind, n_bins):

@@ -8,9 +8,10 @@ bad value is refused identically everywhere and nothing is computed first.  The 
 (:func:`mlem_neuro.crossval.run_cv`, :func:`mlem_neuro.core.engine.fit_stack`) take the
 object; every result records :meth:`MLEMOptions.to_settings`.
 
-The checks live in one table, :data:`CHECKS`, keyed by parameter name (the idea of
-nilearn's ``check_params``): :func:`check_params` runs the check of every name it is given,
-so a function that takes only some of the options can validate exactly those.
+The checks live in one table keyed by parameter name, :data:`mlem_neuro.core.checks.CHECKS`
+(the idea of nilearn's ``check_params``), shared with every function and the command
+line: :func:`check_params` runs the check of every name it is given, so a function that
+takes only some of the options can validate exactly those.
 """
 from __future__ import annotations
 
@@ -19,254 +20,21 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-CONSTRAINTS = ("spd", "diagonal", "none")
-#: neural distances computed from the trials of each item in independent partitions
-#: (:mod:`mlem_neuro.core.crossdist`): time-resolved analyses with ``items`` only.
-CROSSVALIDATED_DISTANCES = ("crossnobis", "cv_euclidean")
-LEVELS = ("term", "feature")
-#: the question a feature's permutation test asks (:mod:`mlem_neuro.core.nulls`).
-NULLS = ("conditional", "marginal")
-#: which held-out pairs score a fold (:func:`mlem_neuro.crossval.held_out_columns`).
-HELD_OUT_PAIRS = ("auto", "all", "between_groups")
-#: the training paths (:func:`mlem_neuro.core.engine.choose_backend`); ``"auto"`` picks
-#: the fastest one that can train the design on its device
-BACKENDS = ("auto", "compiled", "numpy", "torch")
-
-
-def registered_distances():
-    """Every neural metric registered in :mod:`mlem_neuro.core.distances` (read at check
-    time, so a metric registered by a user is accepted everywhere)."""
-    from .distances import REGISTRY
-
-    return tuple(REGISTRY)
-FEATURE_KINDS = ("categorical", "ordinal", "numeric")
-
-
-# ------------------------------------------------------------------------- checkers
-def _is_int(value):
-    return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(
-        value, (bool, np.bool_))
-
-
-def _choice(allowed):
-    def check(name, value):
-        if not isinstance(value, str) or value not in allowed:
-            raise ValueError(f"{name} must be one of {list(allowed)}; got {value!r}.")
-        return value
-    return check
-
-
-def _bool(name, value):
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False; got {value!r}.")
-    return bool(value)
-
-
-def _int_at_least(low, hint=""):
-    def check(name, value):
-        if not _is_int(value):
-            raise TypeError(f"{name} must be an int >= {low}; got {value!r}.{hint}")
-        if value < low:
-            raise ValueError(f"{name} must be an int >= {low}; got {value}.{hint}")
-        return int(value)
-    return check
-
-
-def _optional(check):
-    def wrapped(name, value):
-        return None if value is None else check(name, value)
-    return wrapped
-
-
-def _real(name, value, strict, hint=""):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating)):
-        raise TypeError(f"{name} must be a number; got {value!r}.{hint}")
-    value = float(value)
-    if not np.isfinite(value) or value < 0 or (strict and value == 0):
-        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} 0; got "
-                         f"{value}.{hint}")
-    return value
-
-
-def _lr(name, value):
-    return _real(name, value, strict=True,
-                 hint=" It is AdamW's learning rate (default 0.03); with 0 every model keeps "
-                      "its starting metric.")
-
-
-def _tol(name, value):
-    return _real(name, value, strict=False,
-                 hint=" It is the training improvement that resets patience (default 1e-4).")
-
-
-def _batch_size(name, value):
-    if isinstance(value, str):
-        if value in ("auto", "full"):
-            return value
-        raise ValueError(f"{name} must be 'auto', 'full' or an int >= 2; got {value!r}.")
-    if not _is_int(value):
-        raise TypeError(f"{name} must be 'auto', 'full' or an int >= 2; got {value!r}.")
-    if value < 2:
-        raise ValueError(f"{name} must be 'auto', 'full' or an int >= 2 (pairs per step); "
-                         f"got {value}.")
-    return int(value)
-
-
-def _feature_kinds(name, value):
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise TypeError(f"{name} must be None or a dict {{column: kind}}; got "
-                        f"{type(value).__name__}.")
-    out = {}
-    for col, kind in value.items():
-        if kind not in FEATURE_KINDS:
-            raise ValueError(f"{name}[{col!r}] must be one of {list(FEATURE_KINDS)}; got "
-                             f"{kind!r}.")
-        out[str(col)] = kind
-    return out
-
-
-def _feature_groups(name, value):
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise TypeError(f"{name} must be None or a dict {{name: [columns]}}; got "
-                        f"{type(value).__name__}.")
-    out = {}
-    for group, cols in value.items():
-        if isinstance(cols, str) or not hasattr(cols, "__iter__"):
-            raise TypeError(f"{name}[{group!r}] must be a list of column names; got "
-                            f"{cols!r}.")
-        cols = [str(c) for c in cols]
-        if not cols:
-            raise ValueError(f"{name}[{group!r}] names no column.")
-        out[str(group)] = cols
-    return out
-
-
-def _missing_distance(name, value):
-    if isinstance(value, dict):
-        return {str(k): _real(f"{name}[{k!r}]", v, strict=False) for k, v in value.items()}
-    return _real(name, value, strict=False, hint=" (or a dict {feature: distance})")
-
-
-def _device(name, value):
-    from ..utils import check_device
-
-    check_device(value)
-    return str(value)
-
-
-def _random_state(name, value):
-    if value is None:
-        return None
-    if _is_int(value):
-        if value < 0:
-            raise ValueError(f"{name} must be None or an int >= 0; got {value}.")
-        return int(value)
-    if isinstance(value, (np.random.Generator, np.random.RandomState)):
-        return value
-    raise TypeError(f"{name} must be None, an int >= 0, a numpy Generator or RandomState; "
-                    f"got {value!r}.")
-
-
-def _cv(name, value):
-    if value is None or hasattr(value, "split"):
-        return value
-    if _is_int(value):
-        if value < 2:
-            raise ValueError(f"{name} must be >= 2 folds (or None for no cross-validation); "
-                             f"got {value}.")
-        return int(value)
-    if isinstance(value, (str, bytes, float, bool, dict)) or not hasattr(value, "__iter__"):
-        raise TypeError(f"{name} must be None, an int >= 2, a scikit-learn splitter or an "
-                        f"iterable of (train, test) index arrays; got {value!r}.")
-    return list(value)     # a generator is consumed once: keep its folds
-
-
-def _n_jobs(name, value):
-    if value is None:
-        return None
-    if not _is_int(value):
-        raise TypeError(f"{name} must be None or an int (joblib semantics); got {value!r}.")
-    if value == 0:
-        raise ValueError(f"{name} must be None, a positive int or a negative int (joblib "
-                         "semantics: -1 uses every core); got 0.")
-    return int(value)
-
-
-def _int_or(words, low, hint):
-    """A check accepting ``words`` (``None`` or strings) as they are, else an int >=
-    ``low`` (``numeric_levels``, ``n_repeats``)."""
-    allowed = f"{', '.join(repr(w) for w in words)} or an int >= {low}"
-
-    def check(name, value):
-        if any(value is w if w is None else (isinstance(value, str) and value == w)
-               for w in words):
-            return value
-        if not _is_int(value):
-            raise TypeError(f"{name} must be {allowed}; got {value!r}.{hint}")
-        if value < low:
-            raise ValueError(f"{name} must be {allowed}; got {value}.{hint}")
-        return int(value)
-    return check
-
-
-_numeric_levels = _int_or(("auto", None), 2, (
-    " It is the grid of numeric feature distances in training: 'auto' (default), an int "
-    ">= 2, or None for exact per-pair training."))
-_n_repeats = _int_or(("auto",), 1, (
-    " (repetitions of an int cv with new random folds; 'auto' chooses them from the number "
-    "of stimuli)"))
-
-
-#: one check per parameter name: ``check(name, value) -> normalised value``.
-CHECKS = {
-    "backend": _choice(BACKENDS),
-    "batch_size": _batch_size,
-    "chunk_size": _optional(_int_at_least(1, " (models per engine call; None sizes it from "
-                                             "memory)")),
-    "constraint": _choice(CONSTRAINTS),
-    "cv": _cv,
-    "device": _device,
-    "distance": lambda name, value: _choice(registered_distances()
-                                            + CROSSVALIDATED_DISTANCES)(name, value),
-    "feature_groups": _feature_groups,
-    "feature_kinds": _feature_kinds,
-    "held_out_pairs": _choice(HELD_OUT_PAIRS),
-    "interactions": _bool,
-    "level": _choice(LEVELS),
-    "lr": _lr,
-    "max_steps": _int_at_least(1),
-    "missing_distance": _missing_distance,
-    "n_jobs": _n_jobs,
-    "n_null": _int_at_least(0, " (null permutations for the single-subject tests; 0 runs "
-                               "none)"),
-    "n_permutations": _int_at_least(1),
-    "null": _choice(NULLS),
-    "n_repeats": _n_repeats,
-    "numeric_levels": _numeric_levels,
-    "patience": _int_at_least(1),
-    "random_state": _random_state,
-    "tol": _tol,
-}
-
-
-def check_params(params, *, distances=None):
-    """Validate ``params`` (a dict name -> value) and return the normalised values.
-
-    Only the names present are checked; unknown names raise a TypeError.  ``distances``
-    widens the accepted neural distances (the estimator also takes ``"precomputed"``).
-    """
-    out = {}
-    for name, value in params.items():
-        if name not in CHECKS:
-            raise TypeError(f"unknown option {name!r}; options are {sorted(CHECKS)}.")
-        check = (_choice(distances) if name == "distance" and distances is not None
-                 else CHECKS[name])
-        out[name] = check(name, value)
-    return out
+from .checks import (  # noqa: F401  (the vocabulary, re-exported where it was)
+    BACKENDS,
+    CHECKS,
+    CONSTRAINTS,
+    CROSSVALIDATED_DISTANCES,
+    FEATURE_KINDS,
+    HELD_OUT_PAIRS,
+    LEVELS,
+    NULLS,
+    check_params,
+    registered_distances,
+)
+from .checks import (
+    is_int as _is_int,
+)
 
 
 # --------------------------------------------------------------------------- object

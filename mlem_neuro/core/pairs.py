@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import check
+
 
 def n_pairs(n):
     """Number of distinct unordered pairs of ``n`` stimuli."""
@@ -69,8 +71,7 @@ def sample_pairs(rng, n_total, size):
 
 def kfold_stimuli(n, cv, rng):
     """Split stimuli into ``cv`` shuffled folds: list of ``(train_idx, test_idx)``."""
-    if cv < 2:
-        raise ValueError(f"cv must be >= 2 folds; got {cv}")
+    cv = check("cv", cv)
     if n < 3 * cv:
         raise ValueError(f"{n} stimuli cannot be split into {cv} folds with at least 3 "
                          "held-out stimuli each (a held-out set needs pairs); lower cv.")

@@ -35,24 +35,19 @@ import numpy as np
 import torch
 
 from . import batch_size, ctrain, tied
+from .constants import (
+    DISTINCT_SAMPLE as _SAMPLE,
+)
+from .constants import (
+    MAX_CELLS,  # noqa: F401
+    MAX_LEVELS,  # noqa: F401
+    MIN_LEVELS,  # noqa: F401
+    N_BLOCKS,  # noqa: F401
+    TARGET_CELLS,  # noqa: F401
+)
 from .metric import term_matrix
 from .pairs import pair_indices
 from .spearman import rankdata
-
-#: most grid levels per numeric feature chosen by ``numeric_levels="auto"``.
-MAX_LEVELS = 16
-#: fewest levels ``"auto"`` accepts; below it training stays pair by pair (exact).
-MIN_LEVELS = 4
-#: grid cells (distinct term rows) ``"auto"`` aims at: the most levels within it.
-TARGET_CELLS = 256
-#: most grid cells ``"auto"`` accepts (reached with :data:`MIN_LEVELS` levels only).
-MAX_CELLS = 1024
-#: blocks of pairs whose unions form the mini-batches of grid training.
-N_BLOCKS = 32
-
-
-#: values of a column looked at first when counting its distinct values up to a cap.
-_SAMPLE = 512
 
 
 def _distinct(col, cap=None):

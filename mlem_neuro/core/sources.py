@@ -15,7 +15,7 @@ contract; two sources implement it:
   (searchlight spheres, atlas regions); distances of every model from sparse products,
   with no loop over models.
 
-Both take the neural distance by name; each metric is one class of
+Both take the neural distance by name; each distance is one class of
 :mod:`mlem_neuro.core.distances`, used by both sources.  Two more serve distances computed
 elsewhere: :class:`CondensedRDMSource` (one condensed RDM per model) and
 :class:`RankedRDMSource`, which serves the ranks of those distances within any subset of
@@ -69,16 +69,15 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .distances import get_metric
+from .constants import (  # noqa: F401  (tuning constants, defined there once)
+    SPHERE_BLOCK_BYTES as BLOCK_BYTES,
+)
+from .distances import get_distance
 from .neural import rdm_all_pairs
 from .pairs import pair_indices
 
 __all__ = ["BLOCK_BYTES", "CondensedRDMSource", "DenseRDMSource", "RDMSource",
            "SphereRDMSource"]
-
-#: bytes of one block of per-pair unit products (units × pairs, float64) in
-#: :meth:`SphereRDMSource.rdm`.
-BLOCK_BYTES = 32 * 2**20
 
 
 @runtime_checkable
@@ -117,24 +116,46 @@ class RDMSource(Protocol):
         """
 
 
-class DenseRDMSource:
+def _distance_arg(cls, distance, metric):
+    """``distance``, or the former ``metric=`` (with a FutureWarning)."""
+    from ..utils import renamed
+
+    return renamed(cls, "metric", "distance", metric, distance)
+
+
+class _MetricAlias:
+    """``.metric``: the former name of ``.distance`` (one release, a FutureWarning)."""
+
+    @property
+    def metric(self):
+        from ..utils import warn_user
+
+        warn_user(f"{type(self).__name__}.metric is renamed .distance ('metric' means W); "
+                  ".metric will be removed in a future release.", FutureWarning)
+        return self.distance
+
+
+class DenseRDMSource(_MetricAlias):
     """Distances of ``M`` models with dense data ``Y`` ``(M, n_stimuli, n_units)``.
 
     Parameters
     ----------
     Y : ndarray, shape (n_models, n_stimuli, n_units)
         Each model's stimulus × unit data (e.g. one time point per model).
-    metric : str
+    distance : str
         Neural distance, a name of :data:`mlem_neuro.core.distances.REGISTRY`.
+    metric : str | None
+        Former name of ``distance`` (deprecated; a FutureWarning).
     """
 
     #: it holds the response patterns, whose residuals the test of interactions permutes
     supports_interaction_test = True
 
-    def __init__(self, Y, metric="euclidean"):
-        get_metric(metric)
+    def __init__(self, Y, distance="euclidean", *, metric=None):
+        distance = _distance_arg("DenseRDMSource", distance, metric)
+        get_distance(distance)
         self.Y = Y
-        self.metric = metric
+        self.distance = distance
 
     @property
     def n_models(self):
@@ -146,15 +167,15 @@ class DenseRDMSource:
 
     def subset(self, models):
         """The source of ``models`` only."""
-        return DenseRDMSource(self.Y[models], self.metric)
+        return DenseRDMSource(self.Y[models], self.distance)
 
     def rdm(self, stimuli, device="cpu"):
         """Distances ``(n_models, n_pairs)`` between ``stimuli`` (see :class:`RDMSource`)."""
         Y = torch.as_tensor(np.ascontiguousarray(self.Y[:, stimuli]), device=device)
-        return rdm_all_pairs(Y, self.metric)
+        return rdm_all_pairs(Y, self.distance)
 
 
-class SphereRDMSource:
+class SphereRDMSource(_MetricAlias):
     """Neural RDMs of many spheres (or regions) at once, from a sparse membership product.
 
     For stimuli ``i, j`` and sphere ``s`` the squared Euclidean distance is
@@ -173,29 +194,33 @@ class SphereRDMSource:
 
     ``"correlation"`` and ``"cosine"`` (``1 − r`` of the sphere's patterns, as for dense
     data) use the Gram form, with per-sphere sums ``A @ x`` and ``A @ x²`` for centring
-    and norms.  Each metric's sparse form lives with the metric
-    (:meth:`mlem_neuro.core.distances.NeuralMetric.membership_sq`).
+    and norms.  Each distance's sparse form lives with it
+    (:meth:`mlem_neuro.core.distances.NeuralDistance.membership_sq`).
 
     Parameters
     ----------
     X : ndarray (n_stimuli, n_voxels)
     A : scipy.sparse matrix (n_models, n_voxels)
         0/1 membership.
-    metric : {"euclidean", "correlation", "cosine"}
+    distance : {"euclidean", "correlation", "cosine"}
+        Neural distance.
+    metric : str | None
+        Former name of ``distance`` (deprecated; a FutureWarning).
     """
 
     #: it holds the response patterns, whose residuals the test of interactions permutes
     supports_interaction_test = True
 
-    def __init__(self, X, A, metric="euclidean"):
-        get_metric(metric, where=" for searchlight and ROI analyses")
+    def __init__(self, X, A, distance="euclidean", *, metric=None):
+        distance = _distance_arg("SphereRDMSource", distance, metric)
+        get_distance(distance, where=" for searchlight and ROI analyses")
         self.X = np.asarray(X, dtype=np.float64)
         self.A = sp.csr_matrix(A, dtype=np.float64)
         self.A.sort_indices()
         if self.A.shape[1] != self.X.shape[1]:
             raise ValueError(f"membership has {self.A.shape[1]} voxel columns but the data "
                              f"have {self.X.shape[1]} voxels")
-        self.metric = metric
+        self.distance = distance
 
     @property
     def n_models(self):
@@ -216,33 +241,33 @@ class SphereRDMSource:
         touched = np.unique(A.indices)
         A = sp.csr_matrix((A.data, np.searchsorted(touched, A.indices), A.indptr),
                           shape=(A.shape[0], len(touched)))
-        return SphereRDMSource(self.X[:, touched], A, self.metric)
+        return SphereRDMSource(self.X[:, touched], A, self.distance)
 
     def rdm(self, stimuli, device="cpu"):
         """Distances ``(n_models, n_pairs)`` (torch float64 on ``device``) between
         ``stimuli``, pairs in :func:`~mlem_neuro.core.pairs.pair_indices` order."""
-        metric = get_metric(self.metric)
+        dist = get_distance(self.distance)
         stimuli = np.asarray(stimuli)
         XT = np.ascontiguousarray(self.X[stimuli].T)          # (V, n)
         i, j = pair_indices(len(stimuli))
         sizes = self.sizes
-        stats = metric.membership_stats(self.A, XT, sizes)
+        stats = dist.membership_stats(self.A, XT, sizes)
         out = np.empty((self.n_models, len(i)))
         step = max(1, int(BLOCK_BYTES // (8 * max(XT.shape[0], 1))))
         for s in range(0, len(i), step):
-            out[:, s:s + step] = metric.membership_sq(self.A, XT, i[s:s + step],
+            out[:, s:s + step] = dist.membership_sq(self.A, XT, i[s:s + step],
                                                       j[s:s + step], sizes, stats)
-        return torch.as_tensor(metric.finish(out), dtype=torch.float64, device=device)
+        return torch.as_tensor(dist.finish(out), dtype=torch.float64, device=device)
 
     def check_patterns(self):
         """Raise when the metric is undefined for some model (e.g. a constant pattern for
         ``correlation`` / ``cosine``)."""
-        metric = get_metric(self.metric)
-        bad = metric.membership_undefined(self.A, np.ascontiguousarray(self.X.T),
+        dist = get_distance(self.distance)
+        bad = dist.membership_undefined(self.A, np.ascontiguousarray(self.X.T),
                                           self.sizes)
         if bad is not None and bad.any():
             raise ValueError(
-                f"distance={self.metric!r} is undefined for {int(bad.sum())} of "
+                f"distance={self.distance!r} is undefined for {int(bad.sum())} of "
                 f"{self.n_models} spheres/regions: their pattern is constant across their "
                 f"voxels in some image (e.g. one-voxel spheres; smallest size "
                 f"{int(self.sizes.min())} voxel(s)). Increase radius, restrict the "

@@ -32,8 +32,10 @@ class SpaceTimeRDMSource(SphereRDMSource):
         Stimulus × time × location data (source points or channels).
     neighbourhoods : scipy.sparse matrix (n_neighbourhoods, n_locations)
         0/1 membership: row ``s`` marks the locations of neighbourhood ``s``.
-    metric : {"euclidean", "correlation", "cosine"}
+    distance : {"euclidean", "correlation", "cosine"}
         Neural distance between the patterns of a neighbourhood at one time point.
+    metric : str | None
+        Former name of ``distance`` (deprecated; a FutureWarning).
 
     Notes
     -----
@@ -45,10 +47,12 @@ class SpaceTimeRDMSource(SphereRDMSource):
     analyses only ever use :meth:`subset` and :meth:`rdm`.
     """
 
-    def __init__(self, data, neighbourhoods, metric="euclidean"):
-        from .distances import get_metric
+    def __init__(self, data, neighbourhoods, distance="euclidean", *, metric=None):
+        from .distances import get_distance
+        from .sources import _distance_arg
 
-        get_metric(metric, where=" for searchlight and ROI analyses")
+        distance = _distance_arg("SpaceTimeRDMSource", distance, metric)
+        get_distance(distance, where=" for searchlight and ROI analyses")
         data = np.asarray(data, dtype=np.float64)
         if data.ndim != 3:
             raise ValueError("data must be 3-D (n_stimuli, n_times, n_locations); got shape "
@@ -60,7 +64,7 @@ class SpaceTimeRDMSource(SphereRDMSource):
                              f"data have {data.shape[2]} locations")
         self.data = np.ascontiguousarray(data)
         self.neighbourhoods = A
-        self.metric = metric
+        self.distance = distance
 
     @property
     def n_times(self):
@@ -122,7 +126,7 @@ class SpaceTimeRDMSource(SphereRDMSource):
         touched, local = np.unique(cells, return_inverse=True)
         A = sp.csr_matrix((rows.data, local.ravel(), rows.indptr),
                           shape=(len(models), len(touched)))
-        return SphereRDMSource(self.X[:, touched], A, self.metric)
+        return SphereRDMSource(self.X[:, touched], A, self.distance)
 
     def rdm(self, stimuli, device="cpu"):
         """Distances between ``stimuli`` for every model at once.

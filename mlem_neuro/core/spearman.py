@@ -27,9 +27,8 @@ import math
 import numpy as np
 import torch
 
+from .constants import NORM_EPS as _EPS  # noqa: F401
 from .constants import SOFT_RANK_STRENGTH  # noqa: F401  (re-exported: where it is used)
-
-_EPS = 1e-12
 
 
 def sort_order(x, descending=False):

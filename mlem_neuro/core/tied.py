@@ -32,14 +32,16 @@ import math
 import numpy as np
 import torch
 
+from .constants import (
+    MAX_GROUPS,  # noqa: F401
+    MAX_TABLE_ELEMENTS,  # noqa: F401
+    PAV_ROWS,  # noqa: F401
+)
+from .constants import (
+    NORM_EPS as _EPS,
+)
 from .memory import memory_budget
 from .spearman import inverse_order, sort_order
-
-#: largest number of distinct term rows for which the grouped path is used.
-MAX_GROUPS = 4096
-#: elements (models × groups²) allowed for the interval table of one call.
-MAX_TABLE_ELEMENTS = 3 * 10**7
-_EPS = 1e-12
 
 
 def distinct_rows(P, codes=None):
@@ -231,11 +233,6 @@ def _scipy_pav():
     except ImportError:
         return None
     return isotonic_regression
-
-
-#: rows solved by one call of scipy's solver (bounds the shift that keeps rows apart,
-#: hence its rounding: about 1e-16 x rows x spread).
-PAV_ROWS = 1024
 
 
 def _pav_rows(y, c):

@@ -8,7 +8,6 @@ points, max cluster-mass statistic).
 """
 from __future__ import annotations
 
-import numbers
 import warnings
 from dataclasses import dataclass, field
 
@@ -16,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from .._docs import fill_doc
-from ..utils import check_option, logger, renamed, verbose
+from ..core.checks import check
+from ..utils import logger, renamed, verbose
 from ._additive import NO_ADDITIVE, check_pairs
 
 
@@ -284,15 +284,15 @@ def permutation_cluster_test(results, term=None, *, measure="importance", additi
     n_null = renamed("permutation_cluster_test", "n_permutations", "n_null", n_permutations,
                      n_null)
     seed = renamed("permutation_cluster_test", "seed", "random_state", seed, random_state)
-    check_option("measure", measure, ("importance", "score", "interactions"))
-    check_option("tail", tail, (1, 0, -1))
+    check("measure", measure)
+    check("tail", tail)
     if measure == "interactions" and tail != 1:
         raise ValueError(f"measure='interactions' is tested with tail=1 (models with "
                          f"interactions predicting better than additive ones); got "
                          f"tail={tail}")
-    if isinstance(n_null, bool) or not isinstance(n_null, (numbers.Integral, np.integer)) \
-            or n_null < 1:
-        raise ValueError(f"n_null must be an int >= 1; got {n_null!r}")
+    n_null = check("n_null", n_null, low=1, hint=" (sign-flip permutations of the cluster "
+                                                 "test)")
+    seed = check("random_state", seed)
     results, name, X = _check_results(results, term, measure, additive)
     if not np.isfinite(X).all():
         raise ValueError(f"the time courses of {name!r} hold NaN or infinite values.")
