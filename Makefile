@@ -1,6 +1,6 @@
 # Every target sets up .venv first (tools/setup_env.sh): torch (reused or torch==2.13.0),
 # torchsort built against it, and this package with all its extras (MEG/EEG, fMRI,
-# figures) plus the test and doc tools, with its compiled training loop (setup.py).
+# figures) plus the test and doc tools (numba compiles the CPU kernels on first use).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.mlem_neuro_installed
 
 .PHONY: install test lint bench demo doc clean
 
-$(STAMP): setup.cfg setup.py pyproject.toml tools/setup_env.sh mlem_neuro/core/_ctrain.c
+$(STAMP): setup.cfg pyproject.toml tools/setup_env.sh
 	PYTHON=$(PYTHON) bash tools/setup_env.sh $(VENV)
 	touch $(STAMP)
 
@@ -29,7 +29,7 @@ doc: $(STAMP)
 	@echo "Documentation: doc/_build/html/index.html"
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache mlem_neuro/core/_ctrain*.so
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache
 
 demo: $(STAMP)
 	$(VENV)/bin/mlem-neuro demo --out mlem_demo --overwrite

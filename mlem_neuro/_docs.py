@@ -26,13 +26,14 @@ docdict: dict[str, str] = {}
 
 # --------------------------------------------------------------------------------- B
 docdict["backend"] = """
-backend : "auto" | "compiled" | "numpy" | "torch"
-    Which training path trains the models.  ``"auto"`` (default) picks the fastest one
-    that can train the design on its device: the compiled loop (categorical features,
-    or numeric ones on the grid, on the CPU), else the numpy loop (categorical features
-    on the CPU), else torch (any design and device; the reference the others are tested
-    against).  A named backend that cannot train the design raises an error.  The paths
-    used are recorded in ``res.provenance["training"]``.
+backend : "auto" | "compiled" | "torch" | "reference"
+    Which training path trains the models.  ``"auto"`` (default) picks the compiled loop
+    (numba) where it applies (categorical features, or numeric ones on the grid, on the
+    CPU, at most 64 features), else torch (any design and device).  ``"reference"`` is
+    the training written for clarity (torch autograd, :func:`torchsort.soft_rank`,
+    :class:`torch.optim.AdamW`, one model at a time) that the others are tested against:
+    slow, for checks.  A named backend that cannot train the design raises an error.
+    The paths used are recorded in ``res.provenance["training"]``.
 """
 
 docdict["batch_size"] = """

@@ -16,8 +16,8 @@ import sys
 from importlib import metadata
 
 #: distributions whose version a result records (``None`` when not installed).
-PACKAGES = ("mlem_neuro", "numpy", "scipy", "torch", "torchsort", "pandas", "scikit-learn",
-            "joblib", "mne", "nilearn", "nibabel")
+PACKAGES = ("mlem_neuro", "numpy", "scipy", "torch", "torchsort", "numba", "pandas",
+            "scikit-learn", "joblib", "mne", "nilearn", "nibabel")
 
 
 #: import names of the distributions whose names differ
@@ -71,12 +71,12 @@ def collect(device=None, training=None):
     Keys: ``versions`` (each of :data:`PACKAGES`), ``python``, ``platform``, ``machine``,
     ``device`` (as the analysis was asked to run), ``torch_cuda`` (the CUDA version torch
     was built with, ``None`` for a CPU build), ``compiled_training`` (whether the
-    package's compiled training loop was installed, which the CPU uses for grouped
-    designs; otherwise torch or numpy train) and ``training`` (the training paths that
-    actually trained the analysis's models, e.g. ``["compiled loop (C)", "torch
-    (cpu)"]``; ``None`` when not recorded).
+    package's compiled kernels, numba, were switched on; ``MLEM_NEURO_NO_COMPILED``
+    switches them off) and ``training`` (the training paths that actually trained the
+    analysis's models, e.g. ``["compiled loop (numba)", "torch (cpu)"]``; ``None`` when
+    not recorded).
     """
-    from .core import ctrain
+    from .core import compiled
 
     torch_cuda = None
     if "torch" in sys.modules:
@@ -85,7 +85,7 @@ def collect(device=None, training=None):
                 python=platform.python_version(), platform=platform.platform(),
                 machine=platform.machine(),
                 device=None if device is None else str(device), torch_cuda=torch_cuda,
-                compiled_training=bool(ctrain.built()),
+                compiled_training=bool(compiled.built()),
                 training=None if training is None else sorted(training))
 
 

@@ -15,20 +15,20 @@ import pytest  # noqa: E402
 
 @pytest.fixture
 def watch_compiled(monkeypatch):
-    """``watch(name, compiled=None)``: record what ``mlem_neuro.core.ctrain.<name>``
+    """``watch(name, compiled=None)``: record what ``mlem_neuro.core.compiled.<name>``
     returns (``None`` where the compiled library was not used) in the list it returns;
     with ``compiled`` given, switch the compiled paths on or off first (skipping the test
     when they are asked for and not built)."""
-    from mlem_neuro.core import ctrain
+    from mlem_neuro.core import compiled as kernels
 
     def watch(name, compiled=None):
         if compiled is not None:
-            if compiled and not ctrain.built():
+            if compiled and not kernels.built():
                 pytest.skip("the compiled library is not built")
-            monkeypatch.setattr(ctrain, "USE_C", compiled)
+            monkeypatch.setattr(kernels, "USE_COMPILED", compiled)
         seen = []
-        real = getattr(ctrain, name)
-        monkeypatch.setattr(ctrain, name, lambda *a: seen.append(real(*a)) or seen[-1])
+        real = getattr(kernels, name)
+        monkeypatch.setattr(kernels, name, lambda *a: seen.append(real(*a)) or seen[-1])
         return seen
 
     return watch

@@ -438,11 +438,11 @@ def test_ranks_of_many_subsets_equal_rankdata(compiled, monkeypatch):
     """Ranks of many column subsets at once (the null rows of permutation tests), in the
     compiled pass and in torch, with and without ties, after keeping some rows; written
     into a view when one is given."""
-    from mlem_neuro.core import ctrain
+    from mlem_neuro.core import compiled as kernels
     from mlem_neuro.core.spearman import SubsetRanks
-    if compiled and not ctrain.built():
+    if compiled and not kernels.built():
         pytest.skip("the compiled library is not built")
-    monkeypatch.setattr(ctrain, "USE_C", compiled)
+    monkeypatch.setattr(kernels, "USE_COMPILED", compiled)
     g = torch.Generator().manual_seed(5)
     for ties in (False, True):
         v = torch.rand(6, 500, dtype=torch.float64, generator=g)

@@ -29,7 +29,7 @@ import torch
 from fake_cuda import CpuTensor, CudaTensor, DeviceMismatch
 
 import mlem_neuro
-from mlem_neuro.core import numpy_train
+from mlem_neuro.core import compiled
 from mlem_neuro.simulation import simulate_epochs, simulate_item_trials
 
 HERE = Path(__file__).parent
@@ -189,9 +189,9 @@ def test_analysis_on_emulated_cuda_equals_cpu(name, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cpu = _numbers(run("cpu"))
-        used_numpy_loop = []
-        train = numpy_train.train
-        monkeypatch.setattr(numpy_train, "train",
+        used_numpy_loop = []            # the compiled CPU loop must not train on cuda
+        train = compiled.train
+        monkeypatch.setattr(compiled, "train",
                             lambda *a, **k: used_numpy_loop.append(1) or train(*a, **k))
         before = fake_cuda.CUDA_OPS[0]
         with fake_cuda.fake_cuda():

@@ -98,10 +98,10 @@ def test_compiled_rank_walk_sums_ranks_within_each_set(U):
     """Sets that share no pair share a channel; one-byte labels (up to 255 labels a
     channel) and four-byte ones give the sums of ranking each set on its own; a row with a
     tie, or with values too close for the packed keys, is marked for the caller."""
-    from mlem_neuro.core import ctrain
+    from mlem_neuro.core import compiled as kernels
     from mlem_neuro.core.spearman import rankdata
 
-    if not ctrain.built():
+    if not kernels.built():
         pytest.skip("the compiled library is not built")
     rng = np.random.default_rng(4)
     D = rng.random((5, 500))
@@ -115,7 +115,7 @@ def test_compiled_rank_walk_sums_ranks_within_each_set(U):
             for lin in lins]
     labels, J, where = fastnull._walk_plan(sets, 500, U)
     assert where == [(0, 0), (0, 1), (1, 0)] and J == 2 and labels.shape == (2, 500)
-    acc, redo = ctrain.rank_walk(D, labels, J, U)
+    acc, redo = kernels.rank_walk(D, labels, J, U)
     np.testing.assert_array_equal(redo, [False, True, False, True, False])
     for (lin, g), (c, j) in zip(sets, where):
         expected = torch.zeros(5, U, dtype=torch.float64).index_add_(
@@ -129,7 +129,7 @@ def test_rank_sums_on_random_designs(monkeypatch):
     sets; up to 300 distance rows, so one- and four-byte labels), rows with ties or an
     infinite distance (the compiled walk declines, torch walks) and blocks of rows, both
     paths give the sums of ranking each set on its own."""
-    from mlem_neuro.core import ctrain
+    from mlem_neuro.core import compiled as kernels
     from mlem_neuro.core.spearman import rankdata, standardize
 
     rng = np.random.default_rng(5)
@@ -150,8 +150,8 @@ def test_rank_sums_on_random_designs(monkeypatch):
                 lin = np.sort(rng.choice(P, int(rng.integers(1, P + 1)), replace=False))
             sets.append((torch.as_tensor(lin), torch.as_tensor(rng.integers(0, U, len(lin)))))
         monkeypatch.setattr(fastnull, "RANK_WALK_ELEMENTS", int(rng.integers(1, 4)) * P)
-        for compiled in ([True, False] if ctrain.built() else [False]):
-            monkeypatch.setattr(ctrain, "USE_C", compiled)
+        for compiled in ([True, False] if kernels.built() else [False]):
+            monkeypatch.setattr(kernels, "USE_COMPILED", compiled)
             for (lin, g), got in zip(sets, fastnull.rank_sums(D, sets, U)):
                 expected = torch.zeros(M, U, dtype=torch.float64).index_add_(
                     1, g, standardize(rankdata(D[:, lin])))

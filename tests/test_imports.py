@@ -96,8 +96,8 @@ def test_no_import_circles():
     ("mlem_neuro.core.engine", "mlem_neuro.crossval"),
     ("mlem_neuro.core.fastnull", "mlem_neuro.crossval"),
     ("mlem_neuro.crossval", "mlem_neuro.inference"),
-    ("mlem_neuro.core.ctrain", "mlem_neuro.core.engine"),
-    ("mlem_neuro.core.numpy_train", "mlem_neuro.core.engine"),
+    ("mlem_neuro.core.compiled", "mlem_neuro.core.engine"),
+    ("mlem_neuro.core.reference", "mlem_neuro.core.engine"),
 ])
 def test_lower_layers_do_not_import_upper_ones(lower, upper):
     assert upper not in import_graph()[lower]

@@ -28,7 +28,7 @@ BAD = [
     ("held_out_pairs", "within", ValueError, r"held_out_pairs must be one of \['auto'"),
     ("null", "partial", ValueError, r"null must be one of \['conditional', 'marginal'\]"),
     ("backend", "cuda", ValueError, r"backend must be one of \[.auto., .compiled., "
-                                    r".numpy., .torch.\]"),
+                                    r".torch., .reference.\]"),
     ("n_repeats", 0, ValueError, r"n_repeats must be .auto. or an int >= 1; got 0"),
     ("max_steps", 0, ValueError, r"max_steps must be an int >= 1; got 0"),
     ("max_steps", True, TypeError, r"max_steps must be an int >= 1; got True"),

@@ -80,11 +80,11 @@ def test_versions_are_those_that_run_not_those_installed(monkeypatch):
 
 
 def test_results_record_the_training_paths_that_trained_them(monkeypatch):
-    """Which loop trained the models: the compiled loop when it is built (categorical
-    designs on the CPU), torch when it is switched off; saved in the settings and
-    shown in the summary line."""
+    """Which loop trained the models: the compiled loop (categorical designs on the
+    CPU), torch when it is switched off; saved in the settings and shown in the summary
+    line."""
     from mlem_neuro import _provenance
-    from mlem_neuro.core import ctrain, numpy_train
+    from mlem_neuro.core import compiled
 
     rng = np.random.default_rng(0)
     table = pd.DataFrame({"a": np.tile([True, False], 10)})
@@ -92,11 +92,10 @@ def test_results_record_the_training_paths_that_trained_them(monkeypatch):
     res = mlem_neuro.mlem_array(rng.standard_normal((20, 3, 2)), table, **kw)
     used = res.provenance["training"]
     assert used and used == res.settings["training_used"]
-    if ctrain.built():
-        assert used == ["compiled loop (C)"]
+    assert used == ["compiled loop (numba)"]
+    assert res.provenance["versions"]["numba"] == compiled.numba.__version__
     assert "trained by" in _provenance.describe(res.provenance)
-    monkeypatch.setattr(ctrain, "USE_C", False)
-    monkeypatch.setattr(numpy_train, "available", lambda *a, **k: False)
+    monkeypatch.setattr(compiled, "USE_COMPILED", False)
     res = mlem_neuro.mlem_array(rng.standard_normal((20, 3, 2)), table, **kw)
     assert res.provenance["training"] == ["torch (cpu)"]
     # outside an analysis nothing is recorded

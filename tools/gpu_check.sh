@@ -54,7 +54,7 @@ setup() {
     fi
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site2 \
         "$wheel" || return 1
-    build_ctrain
+    check_compiled
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     $PY - <<'EOF'
 import torch, torchsort, mlem_neuro
@@ -68,16 +68,10 @@ assert tied._pav_kernel("cuda") is not None
 EOF
 }
 
-# the compiled training loop and exact scores (mlem_neuro/core/_ctrain.c): built in place,
-# since the working tree that reaches the GPU machine does not hold build outputs; without
-# it the CPU runs of the benchmarks would take the numpy loop
-build_ctrain() {
-    local inc suffix
-    inc=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-    suffix=$($PY -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-    gcc -O3 -fwrapv -fPIC -shared -I"$inc" mlem_neuro/core/_ctrain.c \
-        -o "mlem_neuro/core/_ctrain$suffix" || return 1
-    $PY -c 'from mlem_neuro.core import ctrain; assert ctrain.built(); print("compiled loop built")'
+# the compiled CPU kernels (mlem_neuro/core/compiled.py) are numba's: its wheels (numba,
+# llvmlite) come with the others in $WHL; the first analysis compiles them (seconds)
+check_compiled() {
+    $PY -c 'import numba; from mlem_neuro.core import compiled; assert compiled.built(); print("numba", numba.__version__)'
 }
 
 tests() {

@@ -36,7 +36,7 @@ NULLS = ("conditional", "marginal")
 HELD_OUT_PAIRS = ("auto", "all", "between_groups")
 #: the training paths (:func:`mlem_neuro.core.engine.choose_backend`); ``"auto"`` picks
 #: the fastest one that can train the design on its device
-BACKENDS = ("auto", "compiled", "numpy", "torch")
+BACKENDS = ("auto", "compiled", "torch", "reference")
 FEATURE_KINDS = ("categorical", "ordinal", "numeric")
 #: what :func:`mlem_neuro.stats.permutation_cluster_test` tests
 MEASURES = ("importance", "score", "interactions")

@@ -5,8 +5,8 @@ that use one import it under the name they always used (``crossval.CHUNK_BYTES``
 :data:`CHUNK_BYTES`), so a test may still set it on that module.  ``tests/test_constants.py``
 checks that no other module defines an ALL-CAPS number.
 
-The compiled loop (``_ctrain.c``) still spells the AdamW constants as literals (until
-it is ported to numba); ``tests/test_constants.py`` checks they equal these.
+The compiled loop (:mod:`mlem_neuro.core.compiled`, numba) holds float32 copies of the
+AdamW constants; ``tests/test_constants.py`` checks they are these.
 """
 
 #: strength of torchsort's soft rank in the soft Spearman that training maximises
@@ -90,6 +90,29 @@ DISTANCE_GRID = 2.0 ** 30
 #: floor of a norm or standard deviation below which a vector counts as constant (far
 #: below any data's spread, far above float64 rounding of 0)
 NORM_EPS = 1e-12
+#: floor of the quadratic form under the square root of a prediction (sqrt(q) has an
+#: infinite slope at 0; the floor keeps the gradient finite)
+PREDICT_EPS = 1e-12
+#: floor of the variance of a mini-batch's target ranks (grid blocks)
+BLOCK_VAR_EPS = 1e-24
+
+
+# ---- Training paths (speed only; every path trains the same models)
+#: elements (n_pairs * n_terms) up to which the pair term matrix is built once and gathered.
+MAX_TERM_ELEMENTS = 5 * 10**7
+#: elements (models * pairs) up to which target ranks come from one global sort per model.
+MAX_RANKER_ELEMENTS = 2 * 10**7
+#: training pairs up to which ``batch_size="auto"`` trains grouped designs on every pair
+#: (the cap of the paper's selection).  Above it, ranking all pairs once per model costs
+#: more than the steps save: at 6,400 trials (13 million training pairs per fold) full
+#: batches took 134 s (94 s of it ranking) against 49.5 s with the selected mini-batches.
+FULL_BATCH_PAIRS = 2**18
+#: the most features the compiled loop trains (W at most 64 x 64): the grid's block
+#: masks are one 64-bit word, and beyond it torch's batched algebra is as fast
+COMPILED_MAX_FEATURES = 64
+#: float64 values of the grid's per-step counts the compiled loop keeps (64 MiB):
+#: computed once per step for all models; beyond it, once per model and step
+COMPILED_COUNT_CACHE = 2**23
 
 
 # ---- Statistics, training and design checks (these change results; each was measured)

@@ -11,12 +11,12 @@ When the pairs' term rows take few distinct values (categorical designs), soft r
 computed on groups of identical pairs (:mod:`mlem_neuro.core.tied`), and mini-batch target
 ranks come from one sort of all pairs per model (:class:`~mlem_neuro.core.spearman.
 SubsetRanks`): no step sorts the batch.  Both give the same numbers as the per-pair path.
-On the CPU the steps of such grouped designs run with the gradient by hand: on full
-batches and the grid's mini-batches of blocks in C, each model to its own stop
-(:mod:`mlem_neuro.core.ctrain`, when the package's compiled loop is built), else in numpy
-(:mod:`mlem_neuro.core.numpy_train`);
-both are the torch steps to float32 rounding at a fraction of their fixed cost.  On a GPU,
-and for per-pair designs, the steps run in torch.
+On the CPU the steps of such grouped designs (full batches and the grid's mini-batches
+of blocks) run compiled with the gradient by hand, each model to its own stop
+(:mod:`mlem_neuro.core.compiled`, numba): the torch steps to float32 rounding at a
+fraction of their fixed cost.  On a GPU, and for per-pair designs, the steps run in torch.
+Every backend is tested against :mod:`mlem_neuro.core.reference`, the training written
+for clarity (torch autograd, :func:`torchsort.soft_rank`, :class:`torch.optim.AdamW`).
 """
 from __future__ import annotations
 
@@ -25,11 +25,12 @@ import torch
 
 from .._provenance import note_training
 from ..utils import check_device, check_random_state, logger
-from . import ctrain, numpy_train, quantise, tied
+from . import compiled, quantise, reference, tied
 from .batch_size import select_batch_size
 from .constants import ADAM_BETA1 as _BETA1
 from .constants import ADAM_BETA2 as _BETA2
 from .constants import ADAM_EPS as _ADAM_EPS
+from .constants import FULL_BATCH_PAIRS, MAX_RANKER_ELEMENTS, MAX_TERM_ELEMENTS
 from .memory import memory_budget
 from .metric import (
     init_params,
@@ -44,11 +45,6 @@ from .options import MLEMOptions
 from .pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
 from .spearman import SOFT_RANK_STRENGTH, SubsetRanks, rankdata, soft_spearman, standardize
 from .stackfit import StackFit
-
-#: elements (n_pairs * n_terms) up to which the pair term matrix is built once and gathered.
-MAX_TERM_ELEMENTS = 5 * 10**7
-#: elements (models * pairs) up to which target ranks come from one global sort per model.
-MAX_RANKER_ELEMENTS = 2 * 10**7
 
 
 class PairTerms:
@@ -93,11 +89,6 @@ class PairTerms:
         return self._compute(i, j)
 
 
-#: training pairs up to which ``batch_size="auto"`` trains grouped designs on every pair
-#: (the cap of the paper's selection).  Above it, ranking all pairs once per model costs
-#: more than the steps save: at 6,400 trials (13 million training pairs per fold) full
-#: batches took 134 s (94 s of it ranking) against 49.5 s with the selected mini-batches.
-FULL_BATCH_PAIRS = 2**18
 
 
 def resolve_batch_size(batch_size, terms, n, rng, groups=None):
@@ -292,7 +283,7 @@ class _StepTargets:
         return self.P_uniq[present], self.counts[present], self.t_active[:, present]
 
     def numpy_batch(self):
-        """:meth:`_grouped_batch` in numpy float64 (for :mod:`numpy_train`)."""
+        """:meth:`_grouped_batch` in numpy float64 (for :mod:`compiled`)."""
         P, counts, t = self._grouped_batch()
         return P.numpy(), counts.double().numpy(), t.double().numpy()
 
@@ -473,37 +464,39 @@ def fit_grouped(D_uniq, counts, target_sums, options=None, *, dtype=torch.float3
     return _train(data, D_uniq.shape[1], fit_kw, dev, dtype, history=False)
 
 
-#: what each backend is, as results record it (:mod:`mlem_neuro._provenance`)
-BACKEND_NAMES = {"compiled": "compiled loop (C)", "numpy": "numpy loop"}
+#: what each backend is, as results record it (:mod:`mlem_neuro._provenance`); torch is
+#: recorded with its device, e.g. ``"torch (cuda)"``.
+BACKEND_NAMES = {"compiled": "compiled loop (numba)",
+                 "reference": "reference (torch autograd, torchsort.soft_rank, AdamW)"}
+#: why a named backend cannot train a design
+_CANNOT = {"compiled": "it trains grouped designs (categorical features, or numeric ones on "
+                       "the grid) on the CPU in float32 with at most "
+                       f"{compiled.MAX_FEATURES} features (and MLEM_NEURO_NO_COMPILED "
+                       "unset)"}
 
 
 def choose_backend(data, m, dev, dtype, requested="auto"):
     """The training path of ``data`` (a :class:`_StepTargets` or
     :class:`GroupedTargets`) for models of ``m`` features: one decision, logged.
 
-    ``"auto"``: the compiled loop (grouped full batches or grid blocks on the CPU in
-    float32, the library built: :mod:`~mlem_neuro.core.ctrain`), else the numpy loop
-    (grouped designs on the CPU: :mod:`~mlem_neuro.core.numpy_train`), else torch (any
-    design, any device; the reference the others are tested against).  A named backend
+    ``"auto"``: the compiled loop where it applies (grouped full batches or grid blocks
+    on the CPU in float32: :mod:`~mlem_neuro.core.compiled`), else torch (any design, any
+    device).  ``"reference"`` (:mod:`~mlem_neuro.core.reference`) is only ever named: the
+    training written for clarity that the others are tested against.  A named backend
     that cannot train the design raises a ValueError saying why.
     """
-    can = {"compiled": lambda: ctrain.available(data, m, dev, dtype),
-           "numpy": lambda: numpy_train.available(data, dev), "torch": lambda: True}
+    can = {"compiled": lambda: compiled.available(data, m, dev, dtype),
+           "torch": lambda: True, "reference": lambda: True}
     if requested == "auto":
-        choice = next(name for name in ("compiled", "numpy", "torch") if can[name]())
+        choice = "compiled" if can["compiled"]() else "torch"
     elif requested not in can:
         raise ValueError(f"backend must be one of ['auto', {', '.join(map(repr, can))}]; "
                          f"got {requested!r}.")
     elif not can[requested]():
-        why = {"compiled": "it trains grouped designs (categorical features, or numeric "
-                           "ones on the grid) on the CPU in float32, and needs the "
-                           "package's compiled library (built at install; MLEM_NEURO_NO_C "
-                           "unset)",
-               "numpy": "it trains grouped designs (categorical features) on the CPU"}
-        raise ValueError(f"backend={requested!r} cannot train this design: {why[requested]}"
-                         f" (here: device {torch.device(dev).type}, "
+        raise ValueError(f"backend={requested!r} cannot train this design: "
+                         f"{_CANNOT[requested]} (here: device {torch.device(dev).type}, "
                          f"{'grouped' if getattr(data, 'grouped', False) else 'per-pair'} "
-                         "design). Use backend='auto' or 'torch'.")
+                         f"design, {m} features). Use backend='auto' or 'torch'.")
     else:
         choice = requested
     logger.debug("training backend: %s (asked: %s; %d models of %d features on %s)",
@@ -518,12 +511,10 @@ def _train(data, m, fit_kw, dev, dtype, history=True):
     backend = choose_backend(data, m, dev, dtype, fit_kw.get("backend", "auto"))
     note_training(BACKEND_NAMES.get(backend, f"torch ({torch.device(dev).type})"))
     if backend == "compiled":
-        # grouped full batches or grid blocks on the CPU: each model to its own stop in C
-        return ctrain.train(data, m, fit_kw, dev, dtype, history)
-    if backend == "numpy":
-        # grouped designs on the CPU: the same steps in numpy (a fraction of the fixed
-        # cost of the torch operations)
-        return numpy_train.train(data, m, fit_kw, dev, dtype, history)
+        # grouped full batches or grid blocks on the CPU: each model to its own stop
+        return compiled.train(data, m, fit_kw, dev, dtype, history)
+    if backend == "reference":
+        return reference.train(data, m, fit_kw, dev, dtype, history)
     constraint = fit_kw["constraint"]
     A = init_params(data.M, m, constraint, dev, dtype)
     adam = _MaskedAdamW(A, fit_kw["lr"])

@@ -35,7 +35,7 @@ import torch
 from joblib import Parallel, delayed, effective_n_jobs
 
 from .._threads import call_with_threads, worker_threads
-from . import ctrain
+from . import compiled
 from .constants import (
     INTERACTION_BLOCK_BYTES,  # noqa: F401
     MAX_CODES,  # noqa: F401
@@ -298,7 +298,7 @@ def rank_sums(D, sets, U):
 
     Every set is ranked from one sort of every pair per model: walking that order, a
     pair's rank in a set is the count of the set's pairs up to it, so each set costs a pass
-    instead of a sort.  Compiled (:func:`~mlem_neuro.core.ctrain.rank_walk`), one pass
+    instead of a sort.  Compiled (:func:`~mlem_neuro.core.compiled.rank_walk`), one pass
     serves every set: sets that share no pair (a fold's training and held-out pairs) share
     one label per pair.  In torch (the library not built, or a distance not finite) only
     the sets larger than a quarter of the pairs (training folds) are walked, the others
@@ -311,12 +311,12 @@ def rank_sums(D, sets, U):
              for lin, g in sets]
     out = [torch.empty(M, U, dtype=torch.float64) for _ in sets]
     plan = (_walk_plan(sets, P, U) if D.device.type == "cpu" and D.dtype == torch.float64
-            and ctrain.USE_C and ctrain.built() else None)
+            and compiled.USE_COMPILED else None)
     step = max(1, RANK_WALK_ELEMENTS // max(P, 1))
     labels = {}                        # the torch walk's labels, made once when needed
     for r0 in range(0, M if sets else 0, step):
         Db = D[r0:r0 + step]
-        walked = None if plan is None else ctrain.rank_walk(
+        walked = None if plan is None else compiled.rank_walk(
             np.ascontiguousarray(Db.numpy()), plan[0], plan[1], U)
         if walked is None:
             blocks = _torch_walk(Db, sets, stats, U, labels)

@@ -283,9 +283,9 @@ def _score(q, tz):
 
 def _compiled_score(flat, tz, shape):
     """:func:`_score` of the rows ``flat (R, P)`` by the compiled keys and scores
-    (:func:`mlem_neuro.core.ctrain.sorted_scores`; rows with ties, or too close values,
+    (:func:`mlem_neuro.core.compiled.sorted_scores`; rows with ties, or too close values,
     recomputed here); ``None`` when it does not apply."""
-    from . import ctrain
+    from . import compiled
 
     R, P = flat.shape
     if tz.shape == shape:
@@ -296,7 +296,7 @@ def _compiled_score(flat, tz, shape):
         tzr, div = tz.reshape(1, P), R
     else:
         tzr, div = tz.expand(shape).reshape(-1, P), 1
-    out = ctrain.sorted_scores(np.ascontiguousarray(flat.numpy()),
+    out = compiled.sorted_scores(np.ascontiguousarray(flat.numpy()),
                                np.ascontiguousarray(tzr.numpy()), div)
     if out is None:
         return None
@@ -503,14 +503,14 @@ def _feature_drops_per_pair(W, w, D, k, l, f, skip, d_new, base, tz):
 def _compiled_feature_score(A, B, Wff, d_new, tz):
     """:func:`_score` of :func:`_feature_q` for the models ``A, B (Mc, P)``, ``Wff
     (Mc,)`` under the permuted distances ``d_new (K, P)``, the predictions computed with
-    their packed keys in one compiled pass (:func:`mlem_neuro.core.ctrain.feature_scores`;
+    their packed keys in one compiled pass (:func:`mlem_neuro.core.compiled.feature_scores`;
     rows with ties, or too close values, recomputed here); ``(Mc, K)`` or ``None``."""
-    from . import ctrain
+    from . import compiled
 
     Mc, K = A.shape[0], d_new.shape[0]
     if Mc == 0 or A.shape[-1] < 2:
         return None
-    out = ctrain.feature_scores(*(np.ascontiguousarray(x.numpy()) for x in (A, B, Wff, d_new)))
+    out = compiled.feature_scores(*(np.ascontiguousarray(x.numpy()) for x in (A, B, Wff, d_new)))
     if out is None:
         return None
     score, q = out

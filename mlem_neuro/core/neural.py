@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import torch
 
-from . import ctrain
+from . import compiled
 from .constants import (  # noqa: F401  (tuning constants, defined there once)
     MAX_FULL_ELEMENTS,
 )
@@ -64,7 +64,7 @@ def rdm_all_pairs(Y, metric):
     of every pair (measured, Gram products included: 2.0 s instead of 4.1 s for 10 models
     of 2,560 stimuli; no index arrays are held).  On the CPU, with the compiled library
     built, one compiled pass reads the pairs off the Gram matrices
-    (:func:`~mlem_neuro.core.ctrain.condensed`: the same operations in the same order).
+    (:func:`~mlem_neuro.core.compiled.condensed`: the same operations in the same order).
     """
     M, n, _ = Y.shape
     metric = _metric(metric)
@@ -78,7 +78,7 @@ def rdm_all_pairs(Y, metric):
         G = z @ z.transpose(-1, -2)
         if G.device.type == "cpu":
             # the same operations in one compiled pass (None: the library is not built)
-            d2 = ctrain.condensed(np.ascontiguousarray(G.numpy()))
+            d2 = compiled.condensed(np.ascontiguousarray(G.numpy()))
             if d2 is not None:
                 out[s:s + step] = torch.from_numpy(d2)
                 del G

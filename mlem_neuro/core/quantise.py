@@ -34,7 +34,7 @@ import math
 import numpy as np
 import torch
 
-from . import batch_size, ctrain, tied
+from . import batch_size, compiled, tied
 from .constants import (
     DISTINCT_SAMPLE as _SAMPLE,
 )
@@ -282,7 +282,7 @@ class _BlockTargets:
         K = N_BLOCKS
         ranks = (values if ranked else rankdata(values)).to(torch.float64)
         # on the CPU one compiled pass (the same sums, in the same order)
-        tables = None if ranks.device.type != "cpu" else ctrain.block_tables(
+        tables = None if ranks.device.type != "cpu" else compiled.block_tables(
             blocks.key.numpy(), blocks.block.numpy(), ranks.contiguous().numpy(),
             blocks.n_cells * K, K)
         if tables is not None:

@@ -319,9 +319,9 @@ class SubsetRanks:
     def _compiled(self):
         """The rows as the compiled loop reads them (int32 numpy), or ``None`` (not on
         the CPU, or the library is not built)."""
-        from . import ctrain
+        from . import compiled
 
-        if self.pos.device.type != "cpu" or not ctrain.USE_C or not ctrain.built():
+        if self.pos.device.type != "cpu" or not compiled.USE_COMPILED:
             return None
         if self._c is None:
             def i32(t):
@@ -340,9 +340,9 @@ class SubsetRanks:
             out = torch.empty(M, R, P, dtype=torch.float64, device=self.order.device)
         c = self._compiled()
         if c is not None and out.stride(2) == 1 and R > 0 and P > 0:
-            from . import ctrain
+            from . import compiled
 
-            ctrain.subset_ranks(*c, np.ascontiguousarray(cols.numpy(), np.int64),
+            compiled.subset_ranks(*c, np.ascontiguousarray(cols.numpy(), np.int64),
                                 out.numpy())
             return out
         for r in range(R):
