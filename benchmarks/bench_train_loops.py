@@ -1,12 +1,11 @@
-"""The training loops of grouped designs on the CPU side by side: C, numpy and torch.
+"""The training loops of grouped designs on the CPU side by side: compiled (numba) and torch.
 
-``core/ctrain.py`` trains grouped full batches in C, one model at a time;
-``core/numpy_train.py`` runs the same steps on stacks of models in numpy (it still trains
-grouped mini-batches, and every grouped design where the C loop is not built); the torch
-loop (autograd) is what ran before and still runs on a GPU and for per-pair designs.
+``core/compiled.py`` trains grouped full batches and the grid's mini-batches compiled, one
+model at a time (``backend="compiled"``, what ``"auto"`` picks); the torch loop (autograd,
+``backend="torch"``) runs on a GPU and for per-pair designs.
 Each case is run with each loop in turn, in alternation for ``--rounds`` rounds, in this
 process (one torch thread); the script prints the median CPU time of each loop, the
-ratios to the C loop, the largest difference of the fitted metrics from the C loop's and
+ratios to the compiled loop, the largest difference of the fitted metrics from the compiled loop's and
 the steps per model (a stack runs as long as its slowest model: the long tail is what
 makes the fixed cost of a stack's step matter).
 
@@ -41,7 +40,7 @@ import torch
 from bench_numeric import simulate as simulate_numeric  # this folder
 
 import mlem_neuro
-from mlem_neuro.core import ctrain, numpy_train
+from mlem_neuro.core import compiled
 from mlem_neuro.core.engine import fit_grouped
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.simulation import simulate_epochs
@@ -90,8 +89,8 @@ def per_step(loops):
         sums = torch.tensor(sums)
         opts = MLEMOptions(max_steps=steps, patience=10**6, tol=0.0)
         cost, W = {}, {}
-        for loop, (use_c, available) in loops.items():
-            ctrain.USE_C, numpy_train.available = use_c, available
+        for loop, use in loops.items():
+            compiled.USE_COMPILED = use
             best = np.inf
             for _ in range(2):
                 c0 = time.process_time()
@@ -115,15 +114,11 @@ def main():
                         help="time one step per model on synthetic stacks instead")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    real = numpy_train.available
-    loops = {"c": (True, real), "numpy": (False, real), "torch": (False, lambda *a: False)}
-    if not ctrain.built():
-        print("the compiled loop is not built: comparing numpy and torch only")
-        del loops["c"]
+    loops = {"compiled": True, "torch": False}
     print(f"torch {torch.__version__}, 1 thread, {args.rounds} rounds, CPU times")
     if args.per_step:
         per_step(loops)
-        ctrain.USE_C, numpy_train.available = True, real
+        compiled.USE_COMPILED = True
         return
     first = next(iter(loops))
     for name, run in cases().items():
@@ -131,13 +126,13 @@ def main():
             continue
         times, W = {k: [] for k in loops}, {}
         for _ in range(args.rounds):
-            for loop, (use_c, available) in loops.items():
-                ctrain.USE_C, numpy_train.available = use_c, available
+            for loop, use in loops.items():
+                compiled.USE_COMPILED = use
                 c0 = time.process_time()
                 res = run()
                 times[loop].append(time.process_time() - c0)
                 W[loop], steps = res.fold_weights, res.n_iter
-        ctrain.USE_C, numpy_train.available = True, real
+        compiled.USE_COMPILED = True
         med = {k: np.median(v) for k, v in times.items()}
         print(f"{name:8s} " + "  ".join(f"{k} {v:6.2f} s" for k, v in med.items()) + "  "
               + "  ".join(f"{k}/{first} {med[k] / med[first]:4.2f}x" for k in loops

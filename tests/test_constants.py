@@ -24,6 +24,7 @@ NOT_TUNING = {
     "core/checks.py:TAILS": "the tails of a test (vocabulary: 1, 0, -1)",
     "adapters/nifti.py:SPHERE_ENTRY_BYTES": "the bytes one sphere-membership entry takes "
                                             "(a measured fact, not a choice)",
+    "core/compiled.py:CONSTRAINT_CODES": "the compiled loop's code of each constraint",
     "core/compiled.py:_N_FLOAT_ROWS": "the rows of the compiled loop's workspace (layout)",
     "core/compiled.py:_N_INT_ROWS": "the rows of the compiled loop's workspace (layout)",
     "core/reference.py:_ABSENT": "half a pair: a group with no pair in a batch",

@@ -234,7 +234,7 @@ def _blocks_case(P=12720, U=600, M=20, seed=0):
 
 
 def test_grid_block_draws_are_uniform_and_the_same_drawn_at_once_or_one_by_one():
-    """The compiled loop draws a fit's batches in one call, the numpy loop one per step:
+    """The compiled loop draws a fit's batches in one call, the torch loop one per step:
     the same blocks from the same stream, and the stream left at the same place."""
     rng0 = np.random.default_rng(3)
     uid = torch.as_tensor(rng0.integers(0, 50, 4000))

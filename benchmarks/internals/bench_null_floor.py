@@ -122,7 +122,7 @@ def unit_costs(n, units, rows=100, repeats=5):
     """Best-of-``repeats`` cost per dataset of the interaction test's irreducible steps:
     the Gram product of ``n`` patterns of ``units`` (float64), the sort of the packed keys
     of its ``n (n - 1) / 2`` distances, and the compiled walk of 5 folds' sets."""
-    from mlem_neuro.core import ctrain
+    from mlem_neuro.core import compiled
     from mlem_neuro.core.pairs import pair_indices
 
     rng = np.random.default_rng(0)
@@ -149,10 +149,10 @@ def unit_costs(n, units, rows=100, repeats=5):
         return min(out) / rows * 1e3
 
     gram = best(lambda: Y @ Y.transpose(-1, -2))
-    if ctrain.built():                                   # the walk's own keys
-        keys = ctrain._packed_keys(ctrain._library(), D)[0]
+    if compiled.built():                                 # the walk's own keys
+        keys = compiled._packed_keys(D)[0]
         sort = best(lambda: np.sort(keys, axis=-1))
-        walk = best(lambda: ctrain.rank_walk(D, labels, J, 8))
+        walk = best(lambda: compiled.rank_walk(D, labels, J, 8))
     else:
         sort = walk = float("nan")
     print(f"  per dataset ({n} stimuli x {units} units, {P:,} pairs; best of {repeats}, "

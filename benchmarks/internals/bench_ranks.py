@@ -22,7 +22,7 @@ import time
 import numpy as np
 import torch
 
-from mlem_neuro.core import ctrain
+from mlem_neuro.core import compiled
 from mlem_neuro.core.importance import _score
 from mlem_neuro.core.spearman import rankdata, sort_with_ties, standardize
 
@@ -43,7 +43,7 @@ def main():
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
     print(f"torch {torch.__version__}, numpy {np.__version__}, 1 thread, best of "
-          f"{args.repeats}; compiled library built: {ctrain.built()}")
+          f"{args.repeats}; compiled kernels on: {compiled.built()}")
     for rows, n in [(200, 3160), (20, 63840), (800, 780)]:
         q = torch.as_tensor(rng.standard_normal((rows, n)))
         tz = standardize(rankdata(torch.as_tensor(rng.standard_normal((rows, n)))))

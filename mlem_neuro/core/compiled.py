@@ -25,11 +25,12 @@ processes load them.  Set ``MLEM_NEURO_NO_COMPILED=1`` (or :data:`USE_COMPILED` 
 from __future__ import annotations
 
 import os
+import threading
 
 import numba
 import numpy as np
 import torch
-from numba import njit
+from numba import njit, prange
 
 from .constants import (
     ADAM_BETA1,
@@ -492,6 +493,60 @@ def _train_models(A, k, l, dense, P, rowptr, col, val, counts, targets, use_bloc
         best_score[i] = np.float64(best)
 
 
+@njit(cache=True, nogil=True, error_model="numpy", parallel=True)
+def _train_models_parallel(n_chunks, A, k, l, dense, P, rowptr, col, val, counts, targets,
+                           use_blocks, draws, Cb, Tb, S1, S2, constraint, strength, tol,
+                           patience, corr, n_iter, converged, best_score, history,
+                           keep_history, first_rho, first_grad):
+    """:func:`_train_models` on ``n_chunks`` chunks of the models, in parallel (numba's
+    ``prange``): each model's steps depend on that model alone, so the fits are those of
+    one thread, bit for bit."""
+    M = A.shape[0]
+    for c in prange(n_chunks):
+        s = c * M // n_chunks
+        e = (c + 1) * M // n_chunks
+        cnt = counts[s:e] if counts.shape[0] == M else counts[0:counts.shape[0]]
+        tgt = targets[s:e] if targets.shape[0] == M else targets[0:targets.shape[0]]
+        hst = history[s:e] if keep_history else history[0:history.shape[0]]
+        fr = first_rho[s:e] if first_rho.shape[0] == M else first_rho[0:0]
+        fg = first_grad[s:e] if first_grad.shape[0] == M else first_grad[0:0]
+        if use_blocks:
+            _train_models(A[s:e], k, l, dense, P, rowptr, col, val, cnt, tgt, True, draws,
+                          Cb, Tb[s:e], S1[s:e], S2[s:e], constraint, strength, tol,
+                          patience, corr, n_iter[s:e], converged[s:e], best_score[s:e],
+                          hst, keep_history, fr, fg)
+        else:
+            _train_models(A[s:e], k, l, dense, P, rowptr, col, val, cnt, tgt, False, draws,
+                          Cb, Tb, S1, S2, constraint, strength, tol, patience, corr,
+                          n_iter[s:e], converged[s:e], best_score[s:e], hst, keep_history,
+                          fr, fg)
+
+
+def threads_for(M):
+    """Threads the compiled loop trains ``M`` models with: torch's intra-op threads (the
+    package sets them per worker, :mod:`mlem_neuro._threads`: one unless
+    ``MLEM_NEURO_NUM_THREADS`` says more), at most one per model, and one outside the
+    main thread (numba's default thread pool must not be entered from two threads)."""
+    if threading.current_thread() is not threading.main_thread():
+        return 1
+    return max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS, M))
+
+
+def _run(*args):
+    """:func:`_train_models` (``args``), on :func:`threads_for` threads."""
+    M = args[0].shape[0]
+    threads = threads_for(M)
+    if threads == 1:
+        return _train_models(*args)
+    old = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        # several chunks a thread: models stop at different steps
+        _train_models_parallel(min(M, 4 * threads), *args)
+    finally:
+        numba.set_num_threads(old)
+
+
 def _sparse_rows(P):
     """The term rows ``P (U, T)`` as sparse rows (their nonzero terms, in term order):
     with categorical features most terms of a row are 0 (a pair differs in few features),
@@ -574,8 +629,8 @@ def train(data, m, fit_kw, dev, dtype, history=True):
                 raise RuntimeError(f"compiled: unexpected batch shapes {P.shape}, "
                                    f"{counts.shape}, {targets.shape} for {M} models")
             dense, rowptr, col, val = _sparse_rows(P)
-            _train_models(A, k, l, dense, P, rowptr, col, val, counts, targets, False,
-                          *_NO_BLOCKS, *common)
+            _run(A, k, l, dense, P, rowptr, col, val, counts, targets, False, *_NO_BLOCKS,
+                 *common)
         else:
             _train_blocks(data, A, k, l, max_steps, n_iter, common)
     with torch.no_grad():
@@ -609,8 +664,8 @@ def _train_blocks(data, A, k, l, max_steps, n_iter, common):
     state = rng.bit_generator.state
     draws = np.ascontiguousarray(grid.draw_blocks(rng, max_steps), dtype=np.int64)
     dense, rowptr, col, val = _sparse_rows(P)
-    _train_models(A, k, l, dense, P, rowptr, col, val, np.zeros((1, U)), np.zeros((1, U)),
-                  True, draws, Cb, Tb, S1, S2, *common)
+    _run(A, k, l, dense, P, rowptr, col, val, np.zeros((1, U)), np.zeros((1, U)), True,
+         draws, Cb, Tb, S1, S2, *common)
     rng.bit_generator.state = state
     grid.draw_blocks(rng, int(n_iter.max()))
 

@@ -215,7 +215,7 @@ class GridBlocks:
         the first ``k`` of a random order of the blocks (``N_BLOCKS`` uniform numbers
         sorted).  One call for ``n_draws`` batches draws the same blocks as ``n_draws``
         calls for one, from the same stream: the compiled loop draws a fit's batches in
-        advance with one call, the numpy loop one batch per step."""
+        advance with one call, the torch loop one batch per step."""
         u = rng.random((n_draws, N_BLOCKS))
         return np.argsort(u, axis=1, kind="stable")[:, :self.k]
 
