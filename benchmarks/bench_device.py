@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 from _common import clock, describe, warm_up
 
-from mlem_neuro.core.engine import fit_stack
-from mlem_neuro.core.features import FeatureSpace
-from mlem_neuro.core.neural import NeuralTargets
 from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.core.rdms.neural import NeuralTargets
+from mlem_neuro.core.stimuli.features import FeatureSpace
+from mlem_neuro.core.training.engine import fit_stack
 
 
 def design(kind, n, M, units=32, seed=0):

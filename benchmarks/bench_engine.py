@@ -17,10 +17,10 @@ import numpy as np
 from _common import add_device_argument, add_optimiser_arguments, clock, describe, warm_up
 
 from mlem_neuro import MLEM
-from mlem_neuro.core.engine import fit_stack
-from mlem_neuro.core.features import FeatureSpace
-from mlem_neuro.core.neural import NeuralTargets
 from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.core.rdms.neural import NeuralTargets
+from mlem_neuro.core.stimuli.features import FeatureSpace
+from mlem_neuro.core.training.engine import fit_stack
 from mlem_neuro.simulation import simulate_representations
 
 

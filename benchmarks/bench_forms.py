@@ -3,7 +3,7 @@
 On the CPU, torch training of per-pair term rows (numeric features off the grid, level
 "term" of such designs, mini-batches of sampled pairs) computes each model's forms
 ``q = tw @ Pt.T`` and their gradient term by term
-(:func:`mlem_neuro.core.metric.quadratic_forms`), so that a model's bits do not depend on
+(:func:`mlem_neuro.core.training.metric.quadratic_forms`), so that a model's bits do not depend on
 how many models share its chunk; a matrix product picks its kernel, and so its rounding,
 by the shape.  This script times the two side by side in one process (the product put
 back in the engine for its runs), alternating, one torch thread, and prints for each the
@@ -28,7 +28,7 @@ import torch
 from _common import describe, warm_up
 
 import mlem_neuro
-from mlem_neuro.core import engine
+from mlem_neuro.core.training import engine
 
 
 def design(n, channels, times, binary, numeric, seed=0):

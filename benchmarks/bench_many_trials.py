@@ -89,7 +89,10 @@ def _wrap(obj, attr, name):
 
 def install_timers():
     from mlem_neuro import crossval
-    from mlem_neuro.core import engine, importance, neural, sources, tied
+    from mlem_neuro.core.ranks import tied
+    from mlem_neuro.core.rdms import neural, sources
+    from mlem_neuro.core.scoring import importance
+    from mlem_neuro.core.training import engine
 
     _wrap(sources.DenseRDMSource, "rdm", "rdm")
     _wrap(neural.NeuralTargets, "from_rdm", "targets")

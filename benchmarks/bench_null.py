@@ -7,7 +7,7 @@ encoded in windows; with ``--numeric`` C takes uniform numeric values), level="f
 then each ``--n-null`` value.  The null models are trained like the observed ones, so the
 training grows linearly with the ``1 + n_null * n_tests`` models per time point (1,001 at
 n_null=200 with the interaction test's two fits; with categorical features they share
-the observed ranks, ``core/fastnull.py``; measured results: ``doc/performance.rst``).
+the observed ranks, ``core/scoring/fastnull.py``; measured results: ``doc/performance.rst``).
 All runs are in this process, one after the other (serially), with
 the same seed; the script prints the wall and CPU (process) times (with one torch thread
 the CPU time does not depend on what else the machine runs; ``n_null=0``: the median of

@@ -35,7 +35,7 @@ import torch
 from _common import describe, warm_up
 
 import mlem_neuro
-from mlem_neuro.core.pairs import kfold_stimuli
+from mlem_neuro.core.stimuli.pairs import kfold_stimuli
 
 
 def simulate(n, n_channels, n_times, m, kind, amplitude, seed):
@@ -63,7 +63,7 @@ def _torchsort_soft_spearman(pred, target_z, strength=1.0):
     """The per-pair soft Spearman before this benchmark's work: torchsort's own sort."""
     import torchsort
 
-    from mlem_neuro.core.spearman import standardize
+    from mlem_neuro.core.ranks.spearman import standardize
 
     n = pred.shape[-1]                 # predictions rescaled to the spread of the ranks 1..n
     scaled = standardize(pred) * (math.sqrt(n) * n / math.sqrt(12.0))
@@ -77,7 +77,7 @@ def run(data, table, seed, before=False, folds=None, **kw):
     ``before=True``: per-pair training with :func:`torchsort.soft_rank` (the previous
     release's per-pair path), for a before/after ratio in the same run.
     """
-    from mlem_neuro.core import engine
+    from mlem_neuro.core.training import engine
 
     fast = engine.soft_spearman
     if before:

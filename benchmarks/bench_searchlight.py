@@ -62,7 +62,7 @@ from mlem_neuro.adapters.nifti import (
     sphere_membership,
 )
 from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.pairs import kfold_stimuli
+from mlem_neuro.core.stimuli.pairs import kfold_stimuli
 from mlem_neuro.crossval import run_cv as _run_cv
 
 AFFINE_3MM = np.diag([3.0, 3.0, 3.0, 1.0])

@@ -42,7 +42,7 @@ from _common import available_cores
 from bench_time import simulate
 
 import mlem_neuro
-from mlem_neuro.core.pairs import kfold_stimuli
+from mlem_neuro.core.stimuli.pairs import kfold_stimuli
 
 
 def _spin(deadline):

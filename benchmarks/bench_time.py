@@ -32,7 +32,7 @@ from _common import scale_channels as _scale_channels
 
 import mlem_neuro
 from mlem_neuro import MLEM
-from mlem_neuro.core.pairs import kfold_stimuli
+from mlem_neuro.core.stimuli.pairs import kfold_stimuli
 from mlem_neuro.simulation import simulate_epochs
 
 SFREQ = 100.0

@@ -1,13 +1,13 @@
 """The training loops of grouped designs on the CPU side by side: compiled (numba) and torch.
 
-``core/compiled.py`` trains grouped full batches and the grid's mini-batches compiled, one
+``core/training/compiled.py`` trains grouped full batches and the grid's mini-batches compiled, one
 model at a time (``backend="compiled"``, what ``"auto"`` picks); the torch loop (autograd,
 ``backend="torch"``) runs on a GPU and for per-pair designs.
 Each case is run with each loop in turn, in alternation for ``--rounds`` rounds, in this
 process (one torch thread); the script prints the median CPU time of each loop, the
-ratios to the compiled loop, the largest difference of the fitted metrics from the compiled loop's and
-the steps per model (a stack runs as long as its slowest model: the long tail is what
-makes the fixed cost of a stack's step matter).
+ratios to the compiled loop, the largest difference of the fitted metrics from the
+compiled loop's and the steps per model (a stack runs as long as its slowest model: the
+long tail is what makes the fixed cost of a stack's step matter).
 
 Cases:
 
@@ -22,7 +22,7 @@ Cases:
   of numeric distances, in mini-batches of blocks.
 
 With ``--per-step``, the cost of one training step per model instead: stacks of
-synthetic grouped full batches (:func:`mlem_neuro.core.engine.fit_grouped`, every binary
+synthetic grouped full batches (:func:`mlem_neuro.core.training.engine.fit_grouped`, every binary
 feature-distance row, 3,000 pairs, targets ranked from a random additive code plus noise)
 trained for a fixed number of steps (no early stopping), for 3, 4 and 8 binary features
 (8, 16 and 256 distinct rows); the best of 2 runs per loop, in ns per model and step.
@@ -40,9 +40,9 @@ import torch
 from bench_numeric import simulate as simulate_numeric  # this folder
 
 import mlem_neuro
-from mlem_neuro.core import compiled
-from mlem_neuro.core.engine import fit_grouped
 from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.core.training import compiled
+from mlem_neuro.core.training.engine import fit_grouped
 from mlem_neuro.simulation import simulate_epochs
 
 

@@ -37,7 +37,7 @@ import pandas as pd
 from _common import add_device_argument, clock, describe, peak_rss_mib, warm_up
 
 import mlem_neuro
-import mlem_neuro.core.tied as tied
+import mlem_neuro.core.ranks.tied as tied
 
 CENTRE_MM = np.array([-42.0, -58.0, -12.0])
 REGION_MM = 12.0

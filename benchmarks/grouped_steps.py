@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 import mlem_neuro
-from mlem_neuro.core import engine, fastnull
+from mlem_neuro.core.scoring import fastnull
+from mlem_neuro.core.training import engine
 from mlem_neuro.simulation import simulate_epochs
 
 SETTINGS = [(0.03, 50), (0.03, 20), (0.1, 50), (0.1, 30), (0.1, 20), (0.3, 20), (0.3, 10)]

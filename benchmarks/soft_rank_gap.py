@@ -1,7 +1,7 @@
 """How far the training objective's soft ranks are from the exact ranks.
 
 Training maximises a *soft* Spearman: predictions are rescaled to the spread of the ranks
-1..b and passed to ``torchsort.soft_rank`` (:func:`mlem_neuro.core.spearman.soft_rank`).
+1..b and passed to ``torchsort.soft_rank`` (:func:`mlem_neuro.core.ranks.spearman.soft_rank`).
 This script measures, on batches like the ones training sees, the mean and the 99th
 percentile of |soft rank - exact (average) rank| in rank units, and the gap between the
 soft and the exact Spearman against a noisy target.
@@ -19,7 +19,13 @@ import argparse
 import numpy as np
 import torch
 
-from mlem_neuro.core.spearman import rankdata, soft_rank, soft_spearman, spearman, standardize
+from mlem_neuro.core.ranks.spearman import (
+    rankdata,
+    soft_rank,
+    soft_spearman,
+    spearman,
+    standardize,
+)
 
 
 def batch(kind, b, m, rng):

@@ -30,7 +30,7 @@ import torch
 from sklearn.datasets import make_spd_matrix
 
 from mlem_neuro import MLEM
-from mlem_neuro.core.pairs import pair_indices
+from mlem_neuro.core.stimuli.pairs import pair_indices
 from mlem_neuro.simulation import simulate_representations
 
 #: (lr, patience, tol)

@@ -7,7 +7,7 @@ interaction matters with permutation importance.
 import importlib
 
 from ._version import __version__
-from .core.features import FeatureSpace
+from .core.stimuli.features import FeatureSpace
 from .estimator import MLEM
 from .results import read_result
 from .utils import set_log_level

@@ -124,7 +124,7 @@ distance : {"euclidean", "correlation", "cosine", "cv_euclidean", "crossnobis"}
     each sphere / region by its own noise covariance, estimated from the images'
     residuals about their item's mean within their partition and shrunk (Ledoit-Wolf),
     which discounts noise shared by voxels.  See
-    :func:`~mlem_neuro.core.crossdist.crossnobis_membership`.
+    :func:`~mlem_neuro.core.rdms.crossdist.crossnobis_membership`.
 """
 
 docdict["distance_spatial"] = """
@@ -146,7 +146,7 @@ distance : {"euclidean", "correlation", "cosine", "crossnobis", "cv_euclidean"}
     partitions, so trial noise adds nothing to it on average (unbiased; 0 for identical
     items; it can be negative); crossnobis first whitens the channels by the noise
     covariance, estimated per time point from the trials' residuals and shrunk
-    (Ledoit-Wolf).  See :mod:`mlem_neuro.core.crossdist`.  The sensor searchlight
+    (Ledoit-Wolf).  See :mod:`mlem_neuro.core.rdms.crossdist`.  The sensor searchlight
     (``spatial_radius``) computes both per neighbourhood and time point (crossnobis with
     each neighbourhood's own covariance).
 """

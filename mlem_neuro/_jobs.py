@@ -1,7 +1,7 @@
 """Running the chunks of an analysis: joblib jobs in order, a progress bar, and a
 projection of the total time after the first chunk (warned past
 :data:`LONG_RUN_SECONDS`).  Used by the fold loop (:mod:`mlem_neuro.crossval`) and the
-fast nulls (:mod:`mlem_neuro.core.fastnull`)."""
+fast nulls (:mod:`mlem_neuro.core.scoring.fastnull`)."""
 from __future__ import annotations
 
 import warnings

@@ -76,7 +76,7 @@ def collect(device=None, training=None):
     analysis's models, e.g. ``["compiled loop (numba)", "torch (cpu)"]``; ``None`` when
     not recorded).
     """
-    from .core import compiled
+    from .core.training import compiled
 
     torch_cuda = None
     if "torch" in sys.modules:

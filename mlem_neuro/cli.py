@@ -216,7 +216,7 @@ def _no_features_error(table, where, exclude=(), row="trial"):
 
     Analysing every column by default made metadata such as reaction times, runs or
     nested labels (animacy beside category) into features without the user choosing
-    them; their tests can be meaningless (see :mod:`mlem_neuro.core.design`).
+    them; their tests can be meaningless (see :mod:`mlem_neuro.core.stimuli.design`).
     """
     kept, ids, constant = _feature_candidates(table, exclude)
     left = []

@@ -9,11 +9,11 @@ permutations), so results do not depend on ``n_jobs`` or chunking.  What trainin
 before any model (groups of identical term rows, the batch size) is computed once per fold
 and shared by the fold's chunks.
 
-Neural distances come from an *RDM source* (:class:`~mlem_neuro.core.sources.RDMSource`):
+Neural distances come from an *RDM source* (:class:`~mlem_neuro.core.rdms.sources.RDMSource`):
 any object with ``n_models``, ``n_stimuli``, ``subset(models)`` (a picklable source of those
 models only) and ``rdm(stimuli, device)`` returning an ``(n_models, n_pairs)`` tensor of
-distances between the given stimuli (pairs in :func:`~mlem_neuro.core.pairs.pair_indices`
-order).  :mod:`mlem_neuro.core.sources` holds the dense and the sphere/region sources
+distances between the given stimuli (pairs in :func:`~mlem_neuro.core.stimuli.pairs.pair_indices`
+order).  :mod:`mlem_neuro.core.rdms.sources` holds the dense and the sphere/region sources
 (:class:`DenseRDMSource` is re-exported here).
 """
 from __future__ import annotations
@@ -33,7 +33,6 @@ from joblib import effective_n_jobs
 from ._jobs import run_jobs as _run_jobs
 from ._provenance import recording
 from ._threads import call_with_threads, torch_threads, worker_threads
-from .core import fastnull
 from .core.checks import check
 from .core.constants import (  # noqa: F401  (tuning constants, defined there once)
     AUTO_FOLDS,
@@ -50,23 +49,28 @@ from .core.constants import (
 from .core.constants import (
     NULL_COLUMNS_BYTES as _COLUMNS_BYTES,
 )
-from .core.design import diagnose_design, warn_design
-from .core.engine import PairSetup, fit_stack
-from .core.features import as_feature_table
-from .core.importance import feature_importance, term_importance, warn_unidentifiable_terms
 from .core.memory import memory_budget
-from .core.metric import term_index, term_names
-from .core.neural import NeuralTargets
-from .core.nulls import (
+from .core.options import MLEMOptions, cv_description, jsonable
+from .core.ranks.spearman import SubsetRanks, constant_rows, rankdata
+from .core.rdms.neural import NeuralTargets
+from .core.rdms.sources import DenseRDMSource, RDMSource, SphereRDMSource  # noqa: F401
+from .core.scoring import fastnull
+from .core.scoring.importance import (
+    feature_importance,
+    term_importance,
+    warn_unidentifiable_terms,
+)
+from .core.scoring.nulls import (
     null_design,
     null_permutations,
     permutation_pvalues,
     permuted_pairs,
 )
-from .core.options import MLEMOptions, cv_description, jsonable
-from .core.pairs import kfold_stimuli, n_pairs, pair_indices
-from .core.sources import DenseRDMSource, RDMSource, SphereRDMSource  # noqa: F401
-from .core.spearman import SubsetRanks, constant_rows, rankdata
+from .core.stimuli.design import diagnose_design, warn_design
+from .core.stimuli.features import as_feature_table
+from .core.stimuli.pairs import kfold_stimuli, n_pairs, pair_indices
+from .core.training.engine import PairSetup, fit_stack
+from .core.training.metric import term_index, term_names
 from .utils import check_device, check_random_state, logger
 
 
@@ -97,7 +101,7 @@ class CVOutput:
         more test is one more entry.
     untestable : dict
         ``test name -> reason`` of the tests whose null cannot move what they test
-        (:func:`~mlem_neuro.core.nulls.null_design`): their p-values are NaN.
+        (:func:`~mlem_neuro.core.scoring.nulls.null_design`): their p-values are NaN.
     held_out_pairs : str
         The held-out pairs that scored every fold: ``"all"`` or ``"between_groups"``
         (:func:`held_out_columns`).
@@ -127,7 +131,7 @@ class CVOutput:
 
     def pvalues(self):
         """``(names, pvalues, pvalues_fwe)`` of :attr:`tests`, or ``(None, None, None)``
-        when there are none (:func:`~mlem_neuro.core.nulls.permutation_pvalues`); NaN
+        when there are none (:func:`~mlem_neuro.core.scoring.nulls.permutation_pvalues`); NaN
         for the tests in :attr:`untestable`."""
         if not self.tests:
             return None, None, None
@@ -362,7 +366,7 @@ def _fold_space(options, table, train, k, n_folds):
 
 def _fold_setup(enc_train, options, seed):
     """The training setup of a fold that does not depend on the models (term groups, batch
-    size; :class:`~mlem_neuro.core.engine.PairSetup`), from the fold's training stream."""
+    size; :class:`~mlem_neuro.core.training.engine.PairSetup`), from the fold's training stream."""
     train_seq, _ = np.random.SeedSequence(seed).spawn(2)
     return PairSetup(enc_train, options.fit_kwargs(), np.random.default_rng(train_seq),
                      check_device(options.device), torch.float32)
@@ -384,10 +388,10 @@ def _train_chunk(source, enc_train, enc_test, train, test, options, seed, null=N
 
     ``null`` (relabellings ``(n_tests, n_null, n)``) adds every model's null models to the
     stack: their training and held-out targets are gathered from the chunk's RDM of all
-    stimuli (:func:`~mlem_neuro.core.nulls.permuted_pairs`), and only the statistic each
+    stimuli (:func:`~mlem_neuro.core.scoring.nulls.permuted_pairs`), and only the statistic each
     test needs is computed on them; with a ``plan`` (:class:`_NullPlan`) the null models
     relabel the features instead and share the observed targets
-    (:func:`~mlem_neuro.core.fastnull.null_statistics`).  ``setup`` (:func:`_fold_setup`),
+    (:func:`~mlem_neuro.core.scoring.fastnull.null_statistics`).  ``setup`` (:func:`_fold_setup`),
     when the fold's chunks share one, skips recomputing it.  ``held`` (columns of the
     held-out pairs, :func:`held_out_columns`) scores the fold on those pairs only.
     """
@@ -457,7 +461,7 @@ _COLUMNS_LOCK = threading.Lock()
 def _null_columns(null, stimuli, n, device):
     """Columns ``(n_tests * n_null, n_pairs(len(stimuli)))`` into the RDM of all ``n``
     stimuli of the pairs of ``stimuli`` under each relabelling of ``null``
-    (:func:`~mlem_neuro.core.nulls.permuted_pairs`), computed once for all the chunks of a
+    (:func:`~mlem_neuro.core.scoring.nulls.permuted_pairs`), computed once for all the chunks of a
     fold (the last training and held-out columns are kept, keyed by their content)."""
     stimuli = np.asarray(stimuli)
     key = (null.shape, hashlib.sha1(np.ascontiguousarray(null).tobytes()).hexdigest(),
@@ -483,8 +487,8 @@ def _with_nulls(observed, everything, null, train, n):
     each row holding the average ranks of its distances (training only ranks them).
 
     A null row is a subset of the pairs of all stimuli: its ranks come from one sort of
-    each model's RDM of all stimuli (:class:`~mlem_neuro.core.spearman.SubsetRanks`), not
-    from a sort per null row; they are the ranks :func:`~mlem_neuro.core.spearman.rankdata`
+    each model's RDM of all stimuli (:class:`~mlem_neuro.core.ranks.spearman.SubsetRanks`), not
+    from a sort per null row; they are the ranks :func:`~mlem_neuro.core.ranks.spearman.rankdata`
     gives (exact)."""
     M, P = observed.shape
     lin = _null_columns(null, train, n, everything.device)
@@ -571,7 +575,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     Parameters
     ----------
     source : RDMSource
-        See :mod:`mlem_neuro.core.sources`.
+        See :mod:`mlem_neuro.core.rdms.sources`.
     features : DataFrame
         One row per stimulus of ``source``.
     options : MLEMOptions | None
@@ -698,7 +702,7 @@ def _shared_setups(layout, opts):
 
 @dataclass
 class _NullPlan:
-    """A fold whose null models relabel the features (:mod:`~mlem_neuro.core.fastnull`):
+    """A fold whose null models relabel the features (:mod:`~mlem_neuro.core.scoring.fastnull`):
     its code universe and its training setup."""
 
     universe: object
@@ -737,13 +741,13 @@ def _null_rows(null, plan, n_train):
 
 
 def held_out_columns(choice, folds, groups, mode):
-    """Per fold, the columns (of :func:`~mlem_neuro.core.pairs.pair_indices` over its
+    """Per fold, the columns (of :func:`~mlem_neuro.core.stimuli.pairs.pair_indices` over its
     held-out stimuli) of the pairs that score it, or ``None`` for every pair.
 
     ``choice`` is the ``held_out_pairs`` option: ``"all"``; ``"between_groups"`` (pairs
     of stimuli of different ``groups``; a fold holding one group is refused); ``"auto"``:
     between groups when ``groups`` are given, vary in the features within a group
-    (``mode == "within"``: runs, not items, :func:`~mlem_neuro.core.nulls.exchange_units`)
+    (``mode == "within"``: runs, not items, :func:`~mlem_neuro.core.scoring.nulls.exchange_units`)
     and every held-out fold holds two groups or more, else every pair.
     """
     if choice == "all" or groups is None:
@@ -781,7 +785,7 @@ def _warn_untestable(design, said=()):
 
 
 def _draw_nulls(opts, enc, design, rng):
-    """The relabellings of every test (:class:`~mlem_neuro.core.nulls.NullDesign`),
+    """The relabellings of every test (:class:`~mlem_neuro.core.scoring.nulls.NullDesign`),
     drawn once per analysis, after the folds, so the observed results do not depend on
     ``n_null``."""
     null_rng = np.random.default_rng(int(rng.integers(2**63 - 1)))

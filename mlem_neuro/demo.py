@@ -52,7 +52,7 @@ def simulation_table(n_stimuli, n_features, noise_levels, seeds, log, kind="real
     from scipy.stats import spearmanr
 
     from . import MLEM
-    from .core.pairs import pair_indices
+    from .core.stimuli.pairs import pair_indices
     from .simulation import simulate_representations
 
     rows = []

@@ -12,10 +12,12 @@ from sklearn.utils.validation import check_is_fitted
 from ._docs import fill_doc
 from ._threads import limit_threads
 from .core.checks import check
-from .core.distances import get_distance
-from .core.engine import fit_stack
-from .core.features import as_feature_table
-from .core.importance import (
+from .core.memory import check_memory, memory_budget
+from .core.options import MLEMOptions
+from .core.ranks.spearman import constant_rows
+from .core.rdms.distances import get_distance
+from .core.rdms.neural import NeuralTargets, preprocess_rows
+from .core.scoring.importance import (
     PairFeatures,
     baseline_scores,
     feature_importance,
@@ -23,12 +25,10 @@ from .core.importance import (
     term_importance,
     warn_unidentifiable_terms,
 )
-from .core.memory import check_memory, memory_budget
-from .core.metric import term_index, term_names
-from .core.neural import NeuralTargets, preprocess_rows
-from .core.options import MLEMOptions
-from .core.pairs import linear_to_pair, n_pairs, pair_indices
-from .core.spearman import constant_rows
+from .core.stimuli.features import as_feature_table
+from .core.stimuli.pairs import linear_to_pair, n_pairs, pair_indices
+from .core.training.engine import fit_stack
+from .core.training.metric import term_index, term_names
 from .utils import (
     check_device,
     check_random_state,

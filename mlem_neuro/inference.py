@@ -1,7 +1,7 @@
 """Inference above the fold loop: an analysis is :func:`~mlem_neuro.crossval.run_cv`
 (folds, fits, held-out scores and importances, the null statistics of each fold) plus the
 tests that need more than one fold loop, today the test of interactions
-(:func:`~mlem_neuro.core.additivity.interaction_test`, which runs fold loops of its own).
+(:func:`~mlem_neuro.interaction.interaction_test`, which runs fold loops of its own).
 
 Keeping it here, above :mod:`mlem_neuro.crossval`, keeps the fold loop free of the tests
 built on it (no import circle between them).  A source says whether it can take the test
@@ -50,7 +50,7 @@ def _interaction_test(source, table, opts, groups, seed):
     """Observed and null statistics of the non-additivity test (its warnings and messages
     repeat those of the analysis, so they are silenced; its own progress bar, over blocks
     of models, shows at INFO)."""
-    from .core.additivity import interaction_test
+    from .interaction import interaction_test
 
     progress = logger.isEnabledFor(logging.INFO)
     with warnings.catch_warnings(), use_log_level("WARNING"):

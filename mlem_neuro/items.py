@@ -284,7 +284,7 @@ def trial_partitions(partitions, items, distance, random_state=None):
     validated by :func:`check_partitions`, or by default each item's trials dealt in turn
     (shuffled by ``random_state``) into as many parts as the rarest item has trials (half
     as many for crossnobis, which also needs residuals within each part)."""
-    from .core.crossdist import default_partitions
+    from .core.rdms.crossdist import default_partitions
 
     if partitions is not None:
         return partitions

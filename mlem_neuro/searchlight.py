@@ -2,7 +2,7 @@
 
 Images (one per stimulus) are masked with nilearn, sphere (or region) memberships form a
 sparse matrix ``A`` (:mod:`mlem_neuro.adapters.nifti`), and
-:class:`~mlem_neuro.core.sources.SphereRDMSource` computes the neural RDMs of all spheres
+:class:`~mlem_neuro.core.rdms.sources.SphereRDMSource` computes the neural RDMs of all spheres
 at once from sparse products.  The shared driver :func:`mlem_neuro.crossval.run_cv` then
 trains the spheres as batched stacks in memory-bounded chunks, dispatched through joblib
 (so ``joblib.parallel_config(backend="dask")`` spreads them over a ``dask.distributed``
@@ -24,9 +24,9 @@ from .adapters.nifti import (
     region_membership,
     sphere_membership,
 )
-from .core.features import as_feature_table
 from .core.options import CROSSVALIDATED_DISTANCES, MLEMOptions
-from .core.sources import CondensedRDMSource, SphereRDMSource
+from .core.rdms.sources import CondensedRDMSource, SphereRDMSource
+from .core.stimuli.features import as_feature_table
 from .crossval import result_settings, result_tests
 from .fmri import check_standardize, zscore_runs
 from .inference import run_analysis
@@ -177,7 +177,10 @@ def _image_source(X, A, items, partitions, options):
     (:func:`~mlem_neuro.utils.normalise_magnitude`)."""
     X = normalise_magnitude(X, "images")
     if options.distance in CROSSVALIDATED_DISTANCES:
-        from .core.crossdist import crossnobis_membership, crossval_sq_distances_membership
+        from .core.rdms.crossdist import (
+            crossnobis_membership,
+            crossval_sq_distances_membership,
+        )
 
         partitions = trial_partitions(partitions, items, options.distance,
                                       options.random_state)

@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from .core.pairs import pair_indices
+from .core.stimuli.pairs import pair_indices
 from .utils import check_random_state
 
 

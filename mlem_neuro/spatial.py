@@ -13,7 +13,7 @@ Both take ``items=`` (the trials of each item averaged, or with
 and reduce to data ``(n_stimuli, n_times, n_locations)`` and a sparse neighbourhood
 membership ``(n_neighbourhoods, n_locations)`` (:mod:`mlem_neuro.adapters.stcs`,
 :mod:`mlem_neuro.adapters.sensors`: MNE's source-space distances and channel
-positions), which :class:`~mlem_neuro.core.spacetime.SpaceTimeRDMSource` turns into the
+positions), which :class:`~mlem_neuro.core.rdms.spacetime.SpaceTimeRDMSource` turns into the
 RDMs of every (time, neighbourhood) model for the shared driver
 :func:`~mlem_neuro.crossval.run_cv`: the models of a fold are trained as batched stacks in
 chunks of at most 1,000 models, each chunk holding only the (time, location) cells it
@@ -31,10 +31,10 @@ from .adapters.stcs import (
     src_neighbourhoods,
     stcs_array,
 )
-from .core.features import as_feature_table
 from .core.options import CROSSVALIDATED_DISTANCES, MLEMOptions
-from .core.sources import CondensedRDMSource
-from .core.spacetime import SpaceTimeRDMSource
+from .core.rdms.sources import CondensedRDMSource
+from .core.rdms.spacetime import SpaceTimeRDMSource
+from .core.stimuli.features import as_feature_table
 from .crossval import groups_from_table, result_settings, result_tests
 from .inference import run_analysis
 from .items import check_items, check_partitions, trial_partitions
@@ -156,9 +156,9 @@ def crossval_spacetime_sq_distances(data, neighbourhoods, items, partitions,
 
     The models are the rows of the block-diagonal membership ``I_T ⊗ A`` over the (time,
     location) cells of ``data``, so one call of
-    :func:`~mlem_neuro.core.crossdist.crossval_sq_distances_membership` gives them all
+    :func:`~mlem_neuro.core.rdms.crossdist.crossval_sq_distances_membership` gives them all
     (no loop over models); the time points are cut into blocks only to bound the memory
-    of the partition means (:data:`~mlem_neuro.core.crossdist.CHUNK_BYTES` per block), and
+    of the partition means (:data:`~mlem_neuro.core.rdms.crossdist.CHUNK_BYTES` per block), and
     every block uses the same partitions, so the result does not depend on the blocks.
 
     Parameters
@@ -171,19 +171,23 @@ def crossval_spacetime_sq_distances(data, neighbourhoods, items, partitions,
         The partition of each trial.
     crossnobis : bool
         Whiten each model's cells by their own shrunk noise covariance
-        (:func:`~mlem_neuro.core.crossdist.crossnobis_membership`: each (time point,
+        (:func:`~mlem_neuro.core.rdms.crossdist.crossnobis_membership`: each (time point,
         neighbourhood) row of the block-diagonal membership is one "sphere").
 
     Returns
     -------
     d2 : ndarray (n_times * n_neighbourhoods, n_pairs)
         Time-major (row ``t * n_neighbourhoods + s``); pairs of items in
-        :func:`~mlem_neuro.core.pairs.pair_indices` order.
+        :func:`~mlem_neuro.core.stimuli.pairs.pair_indices` order.
     """
     import scipy.sparse as sp
 
-    from .core.crossdist import CHUNK_BYTES, crossnobis_membership, crossval_sq_distances_membership
     from .core.memory import check_memory
+    from .core.rdms.crossdist import (
+        CHUNK_BYTES,
+        crossnobis_membership,
+        crossval_sq_distances_membership,
+    )
 
     n, T, L = data.shape
     A = sp.csr_matrix(neighbourhoods, dtype=np.float64)

@@ -3,7 +3,7 @@
 One MLEM model per time point, all trained together: the data ``(n_trials, n_channels,
 n_times)`` become a stack ``Y`` of shape ``(n_times, n_trials, n_channels)``, the neural
 distances between trials at every time point come from Gram products
-(:class:`~mlem_neuro.core.sources.DenseRDMSource`), and :func:`~mlem_neuro.crossval.run_cv`
+(:class:`~mlem_neuro.core.rdms.sources.DenseRDMSource`), and :func:`~mlem_neuro.crossval.run_cv`
 trains every time point of a fold as one batched stack (in memory-bounded chunks, spread
 over ``n_jobs`` with joblib), then scores and permutes on pairs of held-out trials.
 
@@ -18,9 +18,9 @@ import numpy as np
 from ._docs import fill_doc
 from .adapters.epochs import epochs_data, epochs_feature_table, per_epoch
 from .core.checks import check
-from .core.features import as_feature_table
 from .core.options import CROSSVALIDATED_DISTANCES, MLEMOptions
-from .core.sources import CondensedRDMSource, DenseRDMSource
+from .core.rdms.sources import CondensedRDMSource, DenseRDMSource
+from .core.stimuli.features import as_feature_table
 from .crossval import groups_from_table, result_settings, result_tests
 from .inference import run_analysis
 from .items import check_items, check_partitions, trial_partitions
@@ -136,7 +136,7 @@ def _fit(data, table, times, ch_names, *, settings, options, groups, items=None,
 def _crossvalidated_source(data, items, partitions, options):
     """Cross-validated distances between the items, per time point, from their trials
     ``data (n_trials, channels, times)``; the source and the settings it adds."""
-    from .core.crossdist import crossval_sq_distances
+    from .core.rdms.crossdist import crossval_sq_distances
 
     partitions = trial_partitions(partitions, items, options.distance, options.random_state)
     noise = "ledoit-wolf" if options.distance == "crossnobis" else None

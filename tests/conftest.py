@@ -15,11 +15,11 @@ import pytest  # noqa: E402
 
 @pytest.fixture
 def watch_compiled(monkeypatch):
-    """``watch(name, compiled=None)``: record what ``mlem_neuro.core.compiled.<name>``
+    """``watch(name, compiled=None)``: record what ``mlem_neuro.core.training.compiled.<name>``
     returns (``None`` where the compiled library was not used) in the list it returns;
     with ``compiled`` given, switch the compiled paths on or off first (skipping the test
     when they are asked for and not built)."""
-    from mlem_neuro.core import compiled as kernels
+    from mlem_neuro.core.training import compiled as kernels
 
     def watch(name, compiled=None):
         if compiled is not None:

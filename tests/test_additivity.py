@@ -1,4 +1,4 @@
-"""The non-additivity test (:mod:`mlem_neuro.core.additivity`) and its simulator.
+"""The non-additivity test (:mod:`mlem_neuro.interaction`) and its simulator.
 
 Calibration and power figures come from ``validation/calib_interactions.py`` (recorded on
 the method page); the tests here are smaller versions with bounds chosen from measurement.
@@ -10,15 +10,15 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from mlem_neuro.core.additivity import (
+from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.core.rdms.sources import DenseRDMSource, SphereRDMSource
+from mlem_neuro.core.stimuli.pairs import pair_indices
+from mlem_neuro.interaction import (
     PatternNullSource,
     interaction_test,
     main_effects_design,
     residual_basis,
 )
-from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.pairs import pair_indices
-from mlem_neuro.core.sources import DenseRDMSource, SphereRDMSource
 from mlem_neuro.simulation import simulate_codes
 
 
@@ -198,9 +198,9 @@ def test_blocks_of_null_datasets_do_not_change_the_test(numeric, monkeypatch):
     import dataclasses
 
     from mlem_neuro.core import memory
-    from mlem_neuro.core.additivity import _scores_by_blocks
-    from mlem_neuro.core.sources import CondensedRDMSource
+    from mlem_neuro.core.rdms.sources import CondensedRDMSource
     from mlem_neuro.crossval import run_cv
+    from mlem_neuro.interaction import _scores_by_blocks
 
     kinds = ("binary", "binary", "numeric") if numeric else ("binary", "binary")
     src, table = _stack(kinds, 24, 3, 1.0, 0.5, seed=5)

@@ -1,6 +1,6 @@
 """Explicit training backends: ``backend=`` chooses the training path, ``"auto"`` decides
-in one function (:func:`mlem_neuro.core.engine.choose_backend`), every backend trains
-the models the reference backend trains (:mod:`mlem_neuro.core.reference`: torch
+in one function (:func:`mlem_neuro.core.training.engine.choose_backend`), every backend trains
+the models the reference backend trains (:mod:`mlem_neuro.core.training.reference`: torch
 autograd, ``torchsort.soft_rank``, ``torch.optim.AdamW``) on a matrix of designs, and a
 backend that cannot train a design says why."""
 import numpy as np
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import mlem_neuro
-from mlem_neuro.core import compiled, engine
+from mlem_neuro.core.training import compiled, engine
 
 # fixed step counts (no early stopping): the fits compare step by step
 KW = dict(cv=2, n_repeats=1, max_steps=100, patience=1000, tol=0.0, random_state=0,

@@ -1,4 +1,4 @@
-"""The compiled training loop of grouped designs (``core/compiled.py``, numba) against the
+"""The compiled training loop of grouped designs (``core/training/compiled.py``, numba) against the
 torch loop on full batches and the grid's mini-batches: the same step (value and
 gradient as autograd's), the same fits up to float32 rounding, the same stops, and used
 only where it applies.  (Against the reference backend on a matrix of designs:
@@ -8,14 +8,20 @@ import pandas as pd
 import pytest
 import torch
 
-from mlem_neuro.core import compiled, engine
-from mlem_neuro.core.engine import fit_grouped, fit_stack
-from mlem_neuro.core.features import FeatureSpace
-from mlem_neuro.core.metric import make_W, predict, term_index, term_matrix, term_weights
-from mlem_neuro.core.neural import NeuralTargets
 from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.sources import DenseRDMSource
-from mlem_neuro.core.tied import grouped_soft_spearman
+from mlem_neuro.core.ranks.tied import grouped_soft_spearman
+from mlem_neuro.core.rdms.neural import NeuralTargets
+from mlem_neuro.core.rdms.sources import DenseRDMSource
+from mlem_neuro.core.stimuli.features import FeatureSpace
+from mlem_neuro.core.training import compiled, engine
+from mlem_neuro.core.training.engine import fit_grouped, fit_stack
+from mlem_neuro.core.training.metric import (
+    make_W,
+    predict,
+    term_index,
+    term_matrix,
+    term_weights,
+)
 from mlem_neuro.simulation import simulate_representations
 
 
@@ -193,7 +199,7 @@ def test_grid_mini_batches_fit_as_the_torch_loop(monkeypatch, stopping):
 def test_grid_block_tables_are_the_torch_sums(monkeypatch):
     """The grid's per-block target tables from one compiled pass equal torch's
     scatter_add_ / index_add_ sums bit for bit (the same pairs added in the same order)."""
-    from mlem_neuro.core.quantise import GridBlocks
+    from mlem_neuro.core.stimuli.quantise import GridBlocks
 
     rng = np.random.default_rng(9)
     P, cells = 3000, 40

@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 
 import mlem_neuro
-from mlem_neuro.core import checks, compiled, constants, engine, reference, spearman
+from mlem_neuro.core import checks, constants
+from mlem_neuro.core.ranks import spearman
+from mlem_neuro.core.training import compiled, engine, reference
 
 ROOT = Path(mlem_neuro.__file__).parent
 #: ALL-CAPS numbers that are not tuning numbers, each with what it is
@@ -18,16 +20,16 @@ NOT_TUNING = {
     "searchlight.py:_TEMPLATE_CODES": "NIfTI's codes of template (MNI, Talairach) spaces",
     "results/_base.py:_FORMAT": "the version of the saved result format",
     "results/_base.py:_MAX_ENTRY_BYTES": "the zip format's limit on one entry",
-    "core/design.py:PAIR_SEED": "a seed (reproducibility, not tuning)",
+    "core/stimuli/design.py:PAIR_SEED": "a seed (reproducibility, not tuning)",
     "core/memory.py:_UNITS": "the units of a memory size (k, MiB, ...)",
-    "core/metric.py:_SOFTPLUS_INV_1": "softplus^-1(1), the start of W's diagonal",
+    "core/training/metric.py:_SOFTPLUS_INV_1": "softplus^-1(1), the start of W's diagonal",
     "core/checks.py:TAILS": "the tails of a test (vocabulary: 1, 0, -1)",
     "adapters/nifti.py:SPHERE_ENTRY_BYTES": "the bytes one sphere-membership entry takes "
                                             "(a measured fact, not a choice)",
-    "core/compiled.py:CONSTRAINT_CODES": "the compiled loop's code of each constraint",
-    "core/compiled.py:_N_FLOAT_ROWS": "the rows of the compiled loop's workspace (layout)",
-    "core/compiled.py:_N_INT_ROWS": "the rows of the compiled loop's workspace (layout)",
-    "core/reference.py:_ABSENT": "half a pair: a group with no pair in a batch",
+    "core/training/compiled.py:CONSTRAINT_CODES": "the compiled loop's code of each constraint",
+    "core/training/compiled.py:_N_FLOAT_ROWS": "the rows of the compiled loop's workspace (layout)",
+    "core/training/compiled.py:_N_INT_ROWS": "the rows of the compiled loop's workspace (layout)",
+    "core/training/reference.py:_ABSENT": "half a pair: a group with no pair in a batch",
 }
 #: no module is exempt any more (the training loops moved their numbers here too)
 PENDING = ()
@@ -81,7 +83,11 @@ def test_every_tuning_constant_says_what_it_tunes():
 
 def test_modules_use_the_shared_constants_under_their_old_names():
     from mlem_neuro import crossval
-    from mlem_neuro.core import batch_size, memory, neural, quantise, tied
+    from mlem_neuro.core import memory
+    from mlem_neuro.core.ranks import tied
+    from mlem_neuro.core.rdms import neural
+    from mlem_neuro.core.stimuli import quantise
+    from mlem_neuro.core.training import batch_size
 
     assert crossval.CHUNK_BYTES is constants.CHUNK_BYTES
     assert neural.CHUNK_BYTES is constants.NEURAL_CHUNK_BYTES

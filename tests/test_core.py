@@ -7,12 +7,30 @@ from scipy.spatial.distance import pdist
 from scipy.stats import rankdata as sp_rankdata
 from scipy.stats import spearmanr
 
-from mlem_neuro.core.features import FeatureSpace
-from mlem_neuro.core.importance import term_importance
-from mlem_neuro.core.metric import make_W, predict, term_index, term_matrix, term_names
-from mlem_neuro.core.neural import NeuralTargets, rdm_from_rows
-from mlem_neuro.core.pairs import kfold_stimuli, linear_to_pair, n_pairs, pair_indices, sample_pairs
-from mlem_neuro.core.spearman import pearson, rankdata, soft_spearman, spearman, standardize
+from mlem_neuro.core.ranks.spearman import (
+    pearson,
+    rankdata,
+    soft_spearman,
+    spearman,
+    standardize,
+)
+from mlem_neuro.core.rdms.neural import NeuralTargets, rdm_from_rows
+from mlem_neuro.core.scoring.importance import term_importance
+from mlem_neuro.core.stimuli.features import FeatureSpace
+from mlem_neuro.core.stimuli.pairs import (
+    kfold_stimuli,
+    linear_to_pair,
+    n_pairs,
+    pair_indices,
+    sample_pairs,
+)
+from mlem_neuro.core.training.metric import (
+    make_W,
+    predict,
+    term_index,
+    term_matrix,
+    term_names,
+)
 
 
 # ----------------------------------------------------------------------------- pairs
@@ -58,7 +76,7 @@ def test_rankdata_by_packed_keys_is_exact(case):
     """The packed-key sort of float64 rows gives scipy's average ranks in every case: ties
     and signed zeros averaged, values one ulp apart (in the bits the key drops) and rows
     with infinities or NaN sorted again exactly."""
-    from mlem_neuro.core.spearman import _packed_order, sort_with_ties
+    from mlem_neuro.core.ranks.spearman import _packed_order, sort_with_ties
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((6, 3000))
@@ -92,7 +110,7 @@ def test_importance_score_equals_scipy_spearman_with_and_without_ties(watch_comp
     rows without ties, average ranks otherwise), broadcast over permutations: by the
     compiled keys and scores (rows with ties or values one ulp apart recomputed) and
     without them."""
-    from mlem_neuro.core.importance import _score
+    from mlem_neuro.core.scoring.importance import _score
 
     calls = watch_compiled("sorted_scores", compiled)
     rng = np.random.default_rng(1)
@@ -223,7 +241,7 @@ def test_gram_rdm_matches_scipy(metric):
 
 
 def test_neural_targets_gather_path_matches_gram(monkeypatch):
-    from mlem_neuro.core import neural
+    from mlem_neuro.core.rdms import neural
 
     rng = np.random.default_rng(1)
     Y = rng.standard_normal((2, 15, 4))
@@ -278,7 +296,7 @@ def test_equal_level_gaps_give_equal_distances(dtype):
     0.33333333333333337 for (1, 2), so exact Spearman ranked tied pairs apart by rounding
     (measured: held-out score off by up to 0.08 against scipy on the exact distances, one
     4-level ordinal feature, heteroscedastic responses, 20 seeds)."""
-    from mlem_neuro.core.features import FeatureSpace
+    from mlem_neuro.core.stimuli.features import FeatureSpace
 
     L = 10
     table = pd.DataFrame({
@@ -303,7 +321,7 @@ def test_decimal_level_gaps_give_equal_distances(step, offset):
     differences differ in the last bits (0.3 - 0.2 != 0.2 - 0.1), which ranked pairs apart
     (measured: held-out score off by up to 0.064 from scipy on the exact gaps, levels
     0.1-0.4, heteroscedastic responses, 20 seeds)."""
-    from mlem_neuro.core.features import FeatureSpace
+    from mlem_neuro.core.stimuli.features import FeatureSpace
 
     L = 12
     x = offset + step * np.arange(L)
@@ -385,11 +403,11 @@ def test_verbose_decorator_sets_level_for_the_call_only():
 
 def test_batch_size_selection_from_group_counts_equals_per_pair():
     """Grouped term rows give the same correlations, hence the same batch size."""
-    from mlem_neuro.core.batch_size import correlation_spread, select_batch_size
-    from mlem_neuro.core.engine import PairTerms
-    from mlem_neuro.core.features import FeatureSpace
-    from mlem_neuro.core.metric import term_index
-    from mlem_neuro.core.tied import distinct_rows
+    from mlem_neuro.core.ranks.tied import distinct_rows
+    from mlem_neuro.core.stimuli.features import FeatureSpace
+    from mlem_neuro.core.training.batch_size import correlation_spread, select_batch_size
+    from mlem_neuro.core.training.engine import PairTerms
+    from mlem_neuro.core.training.metric import term_index
     rng = np.random.default_rng(0)
     table = pd.DataFrame({f: rng.choice(list("abc"), 150) for f in "xyzw"})
     enc = FeatureSpace().fit_transform(table)
@@ -410,8 +428,8 @@ def test_batch_size_selection_from_group_counts_equals_per_pair():
 def test_grouped_importance_equals_explicit_permutations(level, monkeypatch):
     """Categorical designs are scored by groups of identical pairs; the drops equal those of
     permuting and rescoring every pair explicitly (scipy's tie-aware Spearman)."""
-    import mlem_neuro.core.importance as importance
-    from mlem_neuro.core.importance import feature_importance
+    import mlem_neuro.core.scoring.importance as importance
+    from mlem_neuro.core.scoring.importance import feature_importance
     rng = np.random.default_rng(3)
     n, K = 60, 3
     table = pd.DataFrame({"a": rng.choice(list("xy"), n), "b": rng.choice(list("pqr"), n),
@@ -466,8 +484,8 @@ def test_per_pair_feature_importance_compiled_and_not_equal_explicit_permutation
     """Numeric designs are scored pair by pair: the predictions and their packed keys in
     one compiled pass, or in torch; both give the drops of permuting a feature's values
     and rescoring every pair with scipy (ties included: feature "c" repeats its values)."""
-    from mlem_neuro.core import compiled as kernels
-    from mlem_neuro.core import importance
+    from mlem_neuro.core.scoring import importance
+    from mlem_neuro.core.training import compiled as kernels
 
     rng = np.random.default_rng(4)
     n, K = 50, 3

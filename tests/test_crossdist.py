@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from mlem_neuro.core.crossdist import (
+from mlem_neuro.core.rdms.crossdist import (
     crossnobis_membership,
     crossval_sq_distances,
     crossval_sq_distances_membership,
@@ -16,7 +16,7 @@ from mlem_neuro.core.crossdist import (
     partition_means,
     shrinkage_covariance,
 )
-from mlem_neuro.core.pairs import pair_indices
+from mlem_neuro.core.stimuli.pairs import pair_indices
 
 
 def brute_force(Y, items, parts, P=None):

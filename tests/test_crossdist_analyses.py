@@ -11,13 +11,13 @@ import pytest
 import scipy.sparse as sp
 
 import mlem_neuro
-from mlem_neuro.core.crossdist import (
+from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.core.rdms.crossdist import (
     crossnobis_membership,
     crossval_sq_distances,
     crossval_sq_distances_membership,
 )
-from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.sources import CondensedRDMSource
+from mlem_neuro.core.rdms.sources import CondensedRDMSource
 from mlem_neuro.crossval import run_cv
 from mlem_neuro.items import check_items, trial_partitions
 

@@ -4,7 +4,7 @@ import pytest
 from sklearn.model_selection import KFold
 
 from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.sources import DenseRDMSource
+from mlem_neuro.core.rdms.sources import DenseRDMSource
 from mlem_neuro.crossval import run_cv as _run_cv
 from mlem_neuro.results import _base
 from mlem_neuro.results._base import BaseResult, read_result
@@ -154,7 +154,7 @@ def test_random_splits_with_an_unusable_fold_are_drawn_again():
     kept as drawn, so results that ran before do not change."""
     import pandas as pd
 
-    from mlem_neuro.core.pairs import kfold_stimuli
+    from mlem_neuro.core.stimuli.pairs import kfold_stimuli
     from mlem_neuro.crossval import check_cv, fold_usable
 
     table = pd.DataFrame({"a": ["x"] * 3 + ["y"] * 21, "b": np.tile(["u", "v"], 12)})

@@ -20,12 +20,12 @@ import pytest
 import torch
 
 from mlem_neuro import MLEM
-from mlem_neuro.core import tied
-from mlem_neuro.core.engine import fit_stack
-from mlem_neuro.core.features import FeatureSpace
-from mlem_neuro.core.neural import NeuralTargets
 from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.spearman import SubsetRanks, rankdata, soft_spearman, standardize
+from mlem_neuro.core.ranks import tied
+from mlem_neuro.core.ranks.spearman import SubsetRanks, rankdata, soft_spearman, standardize
+from mlem_neuro.core.rdms.neural import NeuralTargets
+from mlem_neuro.core.stimuli.features import FeatureSpace
+from mlem_neuro.core.training.engine import fit_stack
 from mlem_neuro.simulation import simulate_representations
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -179,8 +179,8 @@ def test_mlem_fit_score_importance(kind, batch_size):
 @pytest.mark.parametrize("variant", ["full", "ranker", "sorted", "rows", "per-batch terms"])
 def test_fit_stack_many_models(variant, monkeypatch):
     """A stack of M = 12 models on the GPU: every target/term source of the engine."""
-    import mlem_neuro.core.engine as engine
-    import mlem_neuro.core.neural as neural
+    import mlem_neuro.core.rdms.neural as neural
+    import mlem_neuro.core.training.engine as engine
     X, y, _ = simulate_representations(n_stimuli=60, n_features=3, n_units=16, noise=0.0,
                                        random_state=1)
     rng = np.random.default_rng(1)
@@ -258,7 +258,7 @@ def test_mlem_array():
 def test_null_models_relabelling_features():
     """The relabelled-feature null models (per-model counts, the interval table on the
     GPU) and the interaction test's shared-rank fits give the CPU's statistics."""
-    from mlem_neuro.core.sources import DenseRDMSource
+    from mlem_neuro.core.rdms.sources import DenseRDMSource
     from mlem_neuro.inference import run_analysis
     X, y = _epochs()
     source = DenseRDMSource(np.ascontiguousarray(X.transpose(2, 0, 1)))

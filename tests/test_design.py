@@ -1,4 +1,4 @@
-"""Design diagnostics (:mod:`mlem_neuro.core.design`): nested, duplicate, correlated and
+"""Design diagnostics (:mod:`mlem_neuro.core.stimuli.design`): nested, duplicate, correlated and
 within-group-constant features are found before fitting, a balanced design gives no
 finding, and the warnings name the features and what the design does to the tests."""
 import itertools
@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
-from mlem_neuro.core.design import (
+from mlem_neuro.core.scoring.nulls import null_design
+from mlem_neuro.core.stimuli.design import (
     CORRELATION_THRESHOLD,
     FINDING_KINDS,
     MAX_PAIRS,
@@ -19,9 +20,8 @@ from mlem_neuro.core.design import (
     pair_distance_correlations,
     warn_design,
 )
-from mlem_neuro.core.features import FeatureSpace
-from mlem_neuro.core.nulls import null_design
-from mlem_neuro.core.pairs import n_pairs, pair_indices
+from mlem_neuro.core.stimuli.features import FeatureSpace
+from mlem_neuro.core.stimuli.pairs import n_pairs, pair_indices
 
 CATEGORIES = ["face", "cat", "dog", "house", "chair", "shoe", "car", "tree"]
 ANIMATE = ["face", "cat", "dog"]
@@ -44,7 +44,7 @@ def _objects(seed=0, per=6):
 
 
 def _untestable(table, groups=None):
-    """The tests the analysis's nulls (:func:`mlem_neuro.core.nulls.null_design`) cannot
+    """The tests the analysis's nulls (:func:`mlem_neuro.core.scoring.nulls.null_design`) cannot
     move."""
     space = FeatureSpace().fit(table)
     return set(null_design(space.transform(table), space.kinds_, groups).untestable)

@@ -4,9 +4,13 @@ import pytest
 import torch
 
 from mlem_neuro import MLEM
-from mlem_neuro.core.engine import fit_stack
-from mlem_neuro.core.features import FeatureSpace
-from mlem_neuro.core.metric import (
+from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.core.ranks.spearman import rankdata, soft_spearman, standardize
+from mlem_neuro.core.rdms.neural import NeuralTargets
+from mlem_neuro.core.stimuli.features import FeatureSpace
+from mlem_neuro.core.stimuli.pairs import pair_indices
+from mlem_neuro.core.training.engine import fit_stack
+from mlem_neuro.core.training.metric import (
     init_params,
     make_W,
     predict,
@@ -15,10 +19,6 @@ from mlem_neuro.core.metric import (
     term_matrix,
     term_weights,
 )
-from mlem_neuro.core.neural import NeuralTargets
-from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.pairs import pair_indices
-from mlem_neuro.core.spearman import rankdata, soft_spearman, standardize
 from mlem_neuro.simulation import simulate_representations
 
 
@@ -203,9 +203,9 @@ def test_weighted_isotonic_matches_pool_adjacent_violators(solver, monkeypatch):
     """The interval table and the one-call scipy solver (rows laid end to end) equal a
     row-by-row pool-adjacent-violators reference, rows with very different scales included
     (no block pools across two rows)."""
-    from mlem_neuro.core.tied import _minmax_isotonic, _pav_isotonic
+    from mlem_neuro.core.ranks.tied import _minmax_isotonic, _pav_isotonic
     solve = _minmax_isotonic if solver == "table" else _pav_isotonic
-    monkeypatch.setattr("mlem_neuro.core.tied.PAV_ROWS", 2)      # 5 rows: 3 solver calls
+    monkeypatch.setattr("mlem_neuro.core.ranks.tied.PAV_ROWS", 2)      # 5 rows: 3 solver calls
     rng = np.random.default_rng(0)
     for U in (1, 2, 7, 40):
         y = rng.standard_normal((5, U)).cumsum(axis=1) * rng.choice([-1, 1], (5, 1))
@@ -219,7 +219,7 @@ def test_weighted_isotonic_matches_pool_adjacent_violators(solver, monkeypatch):
 
 
 def test_sort_order_and_its_inverse():
-    from mlem_neuro.core.spearman import inverse_order, sort_order
+    from mlem_neuro.core.ranks.spearman import inverse_order, sort_order
     g = torch.Generator().manual_seed(5)
     x = torch.randn(7, 300, dtype=torch.float64, generator=g)
     for descending in (False, True):
@@ -238,9 +238,9 @@ def test_grouped_soft_spearman_equals_torchsort_on_the_expanded_batch(cross_ties
     weighted isotonic regression solved by the interval table, by expansion or by
     weighted pool-adjacent-violators, through torch's autograd or (``"fused"``, the CPU
     default) in one numpy pass with the gradient written by hand."""
-    import mlem_neuro.core.tied as tied
-    from mlem_neuro.core.spearman import soft_rank
-    from mlem_neuro.core.tied import grouped_soft_rank, grouped_soft_spearman
+    import mlem_neuro.core.ranks.tied as tied
+    from mlem_neuro.core.ranks.spearman import soft_rank
+    from mlem_neuro.core.ranks.tied import grouped_soft_rank, grouped_soft_spearman
     monkeypatch.setattr(tied, "_isotonic_method",
                         lambda *a: "pav" if path == "fused" else path)
     monkeypatch.setattr(tied, "USE_FUSED", path == "fused")
@@ -272,7 +272,7 @@ def test_grouped_soft_spearman_equals_torchsort_on_the_expanded_batch(cross_ties
 
 
 def test_subset_ranks_equal_rankdata_with_and_without_ties():
-    from mlem_neuro.core.spearman import SubsetRanks
+    from mlem_neuro.core.ranks.spearman import SubsetRanks
     g = torch.Generator().manual_seed(0)
     for ties in (False, True):
         v = torch.rand(5, 300, dtype=torch.float64, generator=g)
@@ -292,8 +292,8 @@ def test_subset_ranks_equal_rankdata_with_and_without_ties():
 @pytest.mark.parametrize("batch_size", ["full", 400])
 def test_grouped_and_expanded_engines_learn_the_same_metrics(batch_size, path, monkeypatch):
     """The grouped path (few distinct term rows) and the per-pair torchsort path agree."""
-    import mlem_neuro.core.engine as engine
-    import mlem_neuro.core.tied as tied
+    import mlem_neuro.core.ranks.tied as tied
+    import mlem_neuro.core.training.engine as engine
     monkeypatch.setattr(tied, "_isotonic_method",
                         lambda *a: "pav" if path == "fused" else path)
     monkeypatch.setattr(tied, "USE_FUSED", path == "fused")
@@ -312,7 +312,7 @@ def test_grouped_and_expanded_engines_learn_the_same_metrics(batch_size, path, m
 
 
 def test_subset_rank_group_sums_equal_summed_standardized_ranks():
-    from mlem_neuro.core.spearman import SubsetRanks
+    from mlem_neuro.core.ranks.spearman import SubsetRanks
     g = torch.Generator().manual_seed(2)
     groups = torch.randint(0, 9, (400,), generator=g)
     for ties in (False, True):
@@ -329,7 +329,7 @@ def test_subset_rank_group_sums_equal_summed_standardized_ranks():
 
 def test_early_stopping_with_target_ranks_from_one_sort(monkeypatch):
     """Models stopping at different steps keep their own target ranks (bulk row drops)."""
-    import mlem_neuro.core.engine as engine
+    import mlem_neuro.core.training.engine as engine
     Y, y = _stack(M=8, n=60)
     enc = FeatureSpace().fit_transform(y)
     kw = dict(batch_size=400, patience=8, max_steps=300, random_state=0)
@@ -345,9 +345,9 @@ def test_early_stopping_with_target_ranks_from_one_sort(monkeypatch):
 @pytest.mark.parametrize("batch_size", ["full", 400])
 def test_grouped_engine_with_tied_targets(batch_size, monkeypatch):
     """Targets with many ties (an integer-valued RDM) give the same fit on both paths."""
-    import mlem_neuro.core.engine as engine
-    import mlem_neuro.core.tied as tied
-    from mlem_neuro.core.neural import rdm_from_rows
+    import mlem_neuro.core.ranks.tied as tied
+    import mlem_neuro.core.training.engine as engine
+    from mlem_neuro.core.rdms.neural import rdm_from_rows
     Y, y = _stack(M=3, n=60)
     enc = FeatureSpace().fit_transform(y)
     i, j = pair_indices(60)
@@ -366,7 +366,7 @@ def test_grouped_engine_with_tied_targets(batch_size, monkeypatch):
 def test_grouped_soft_ranks_without_torchsorts_kernel_fall_back_to_the_table(monkeypatch):
     """If torchsort's internal kernel table is unavailable, the same values come from the
     interval table."""
-    import mlem_neuro.core.tied as tied
+    import mlem_neuro.core.ranks.tied as tied
     g = torch.Generator().manual_seed(4)
     counts = torch.randint(1, 60, (40,), generator=g)
     pred = torch.randn(3, 40, dtype=torch.float64, generator=g)
@@ -382,7 +382,7 @@ def test_auto_batch_size_is_the_full_batch_for_grouped_designs_up_to_the_cap(mon
     FULL_BATCH_PAIRS, and runs the paper's selection for ungrouped ones and above it."""
     from types import SimpleNamespace
 
-    import mlem_neuro.core.engine as engine
+    import mlem_neuro.core.training.engine as engine
     calls = []
 
     def selection(take, n, rng, groups=None):
@@ -438,8 +438,8 @@ def test_ranks_of_many_subsets_equal_rankdata(compiled, monkeypatch):
     """Ranks of many column subsets at once (the null rows of permutation tests), in the
     compiled pass and in torch, with and without ties, after keeping some rows; written
     into a view when one is given."""
-    from mlem_neuro.core import compiled as kernels
-    from mlem_neuro.core.spearman import SubsetRanks
+    from mlem_neuro.core.ranks.spearman import SubsetRanks
+    from mlem_neuro.core.training import compiled as kernels
     if compiled and not kernels.built():
         pytest.skip("the compiled library is not built")
     monkeypatch.setattr(kernels, "USE_COMPILED", compiled)

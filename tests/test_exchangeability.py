@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 import mlem_neuro
-from mlem_neuro.core.features import FeatureSpace
-from mlem_neuro.core.nulls import exchange_units, null_design, null_permutations
+from mlem_neuro.core.scoring.nulls import exchange_units, null_design, null_permutations
+from mlem_neuro.core.stimuli.features import FeatureSpace
 
 
 def _block_design(n_runs=4, n_cond=6):
@@ -204,7 +204,7 @@ def test_between_group_scores_are_spearman_over_those_pairs_only(monkeypatch):
     fold's predictions and distances over exactly those pairs."""
     from scipy.stats import spearmanr
 
-    from mlem_neuro.core.pairs import pair_indices
+    from mlem_neuro.core.stimuli.pairs import pair_indices
 
     X, table, run = _centred_runs(3, n_runs=8)
     X = X + 0.1 * np.random.default_rng(0).standard_normal(X.shape)    # no tied distances
@@ -251,8 +251,8 @@ def test_analyses_with_tests_project_their_run_time_from_the_first_chunk(monkeyp
 def test_the_interaction_null_keeps_one_intercept_per_run(monkeypatch):
     """With runs as groups, the run indicators are among the null's main effects, so the
     rotated residuals are free of whatever the runs share (exact under per-run centring:
-    see core/additivity.py); with items as groups they are not added."""
-    from mlem_neuro.core import additivity
+    see interaction.py); with items as groups they are not added."""
+    from mlem_neuro import interaction as additivity
 
     seen = []
     real = additivity.residual_basis

@@ -29,7 +29,7 @@ import torch
 from fake_cuda import CpuTensor, CudaTensor, DeviceMismatch
 
 import mlem_neuro
-from mlem_neuro.core import compiled
+from mlem_neuro.core.training import compiled
 from mlem_neuro.simulation import simulate_epochs, simulate_item_trials
 
 HERE = Path(__file__).parent
@@ -228,10 +228,10 @@ def test_two_host_synchronisations_per_training_step():
     """Each read of a GPU value by the host waits for the GPU: the training loop reads two
     per step (which models still train, which groups are in the batch; measured: exactly
     2 with early stopping off), none per model."""
-    from mlem_neuro.core.engine import fit_stack
-    from mlem_neuro.core.features import FeatureSpace
-    from mlem_neuro.core.neural import NeuralTargets
     from mlem_neuro.core.options import MLEMOptions
+    from mlem_neuro.core.rdms.neural import NeuralTargets
+    from mlem_neuro.core.stimuli.features import FeatureSpace
+    from mlem_neuro.core.training.engine import fit_stack
     X, y, _ = mlem_neuro.simulation.simulate_representations(
         n_stimuli=40, n_features=3, n_units=10, noise=0.5, random_state=0)
     enc = FeatureSpace().fit_transform(y)

@@ -1,4 +1,4 @@
-"""Null models that relabel the features (``core/fastnull.py``): the code universe, the
+"""Null models that relabel the features (``core/scoring/fastnull.py``): the code universe, the
 grouped sums, per-model counts in the soft Spearman, and the null statistics against the
 analysis of a relabelled feature table."""
 import numpy as np
@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from mlem_neuro import crossval
-from mlem_neuro.core import fastnull, tied
-from mlem_neuro.core.engine import GroupedTargets
-from mlem_neuro.core.features import FeatureSpace
 from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.sources import DenseRDMSource
+from mlem_neuro.core.ranks import tied
+from mlem_neuro.core.rdms.sources import DenseRDMSource
+from mlem_neuro.core.scoring import fastnull
+from mlem_neuro.core.stimuli.features import FeatureSpace
+from mlem_neuro.core.training.engine import GroupedTargets
 from mlem_neuro.crossval import run_cv
 
 SMALL = dict(cv=3, n_repeats=1, max_steps=40, patience=10, n_permutations=3, level="feature")
@@ -72,7 +73,7 @@ def test_rank_sums_are_sums_of_standardised_ranks(monkeypatch, watch_compiled, c
     """rank_sums' sorted walk (compiled, or in torch) gives the sums of ranking each
     subset on its own, for rows with and without ties, large and small subsets and across
     row blocks."""
-    from mlem_neuro.core.spearman import rankdata, standardize
+    from mlem_neuro.core.ranks.spearman import rankdata, standardize
 
     walked = watch_compiled("rank_walk", compiled)
     monkeypatch.setattr(fastnull, "RANK_WALK_ELEMENTS", 3 * 200)   # blocks of 3 rows
@@ -98,8 +99,8 @@ def test_compiled_rank_walk_sums_ranks_within_each_set(U):
     """Sets that share no pair share a channel; one-byte labels (up to 255 labels a
     channel) and four-byte ones give the sums of ranking each set on its own; a row with a
     tie, or with values too close for the packed keys, is marked for the caller."""
-    from mlem_neuro.core import compiled as kernels
-    from mlem_neuro.core.spearman import rankdata
+    from mlem_neuro.core.ranks.spearman import rankdata
+    from mlem_neuro.core.training import compiled as kernels
 
     if not kernels.built():
         pytest.skip("the compiled library is not built")
@@ -129,8 +130,8 @@ def test_rank_sums_on_random_designs(monkeypatch):
     sets; up to 300 distance rows, so one- and four-byte labels), rows with ties or an
     infinite distance (the compiled walk declines, torch walks) and blocks of rows, both
     paths give the sums of ranking each set on its own."""
-    from mlem_neuro.core import compiled as kernels
-    from mlem_neuro.core.spearman import rankdata, standardize
+    from mlem_neuro.core.ranks.spearman import rankdata, standardize
+    from mlem_neuro.core.training import compiled as kernels
 
     rng = np.random.default_rng(5)
     for _ in range(40):
@@ -247,7 +248,7 @@ def test_the_fast_path_is_used_only_where_it_applies():
 def test_interaction_test_scores_are_those_of_run_cv(monkeypatch):
     """The non-additivity test's shared-rank path gives the statistics of fitting the
     null datasets through run_cv (measured: equal to 1e-17)."""
-    from mlem_neuro.core import additivity
+    from mlem_neuro import interaction as additivity
 
     Y, table = _data(8, n=30)
     source = DenseRDMSource(Y)
@@ -262,7 +263,7 @@ def test_interaction_test_scores_are_those_of_run_cv(monkeypatch):
 def test_interaction_scores_do_not_depend_on_n_jobs():
     """With n_jobs=2 the test's blocks of models train in two worker processes; the
     statistics are the same as in one process (each model trains on its own)."""
-    from mlem_neuro.core import additivity
+    from mlem_neuro import interaction as additivity
 
     Y, table = _data(8, n=30)
     source = DenseRDMSource(Y)

@@ -9,8 +9,8 @@ from scipy.stats import spearmanr
 
 import mlem_neuro
 from mlem_neuro import MLEM
-from mlem_neuro.core.features import FeatureSpace
 from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.core.stimuli.features import FeatureSpace
 
 FAST = dict(max_steps=40, random_state=0)
 
@@ -116,7 +116,7 @@ def test_warning_points_at_the_caller_from_every_entry_point():
     """The same warning from the searchlight (no private driver in between) and from the
     cross-validation driver itself names this file, not a frame inside the package."""
     nib = pytest.importorskip("nibabel")
-    from mlem_neuro.core.sources import DenseRDMSource
+    from mlem_neuro.core.rdms.sources import DenseRDMSource
     from mlem_neuro.crossval import run_cv
 
     X, y = _categorical()

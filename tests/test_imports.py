@@ -93,11 +93,49 @@ def test_no_import_circles():
 
 
 @pytest.mark.parametrize("lower, upper", [
-    ("mlem_neuro.core.engine", "mlem_neuro.crossval"),
-    ("mlem_neuro.core.fastnull", "mlem_neuro.crossval"),
+    ("mlem_neuro.core.training.engine", "mlem_neuro.crossval"),
+    ("mlem_neuro.core.scoring.fastnull", "mlem_neuro.crossval"),
     ("mlem_neuro.crossval", "mlem_neuro.inference"),
-    ("mlem_neuro.core.compiled", "mlem_neuro.core.engine"),
-    ("mlem_neuro.core.reference", "mlem_neuro.core.engine"),
+    ("mlem_neuro.core.training.compiled", "mlem_neuro.core.training.engine"),
+    ("mlem_neuro.core.training.reference", "mlem_neuro.core.training.engine"),
 ])
 def test_lower_layers_do_not_import_upper_ones(lower, upper):
     assert upper not in import_graph()[lower]
+
+
+#: the layers, lowest first: a module may import its own layer and the ones below
+LAYERS = [
+    ("mlem_neuro.core",),                                    # the array engine
+    ("mlem_neuro.crossval",),                                # the fold loop
+    ("mlem_neuro.inference", "mlem_neuro.interaction"),      # tests built on the fold loop
+]
+
+
+def _layer(module):
+    for level, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return level
+    return None
+
+
+def test_no_upward_arrow_between_the_layers():
+    """``core`` imports nothing of the fold loop or the tests above it, and the fold loop
+    nothing of the tests (the interaction test lives above ``crossval``, in
+    ``mlem_neuro.interaction``)."""
+    upward = [(a, b) for a, targets in import_graph().items() for b in targets
+              if _layer(a) is not None and _layer(b) is not None and _layer(b) > _layer(a)]
+    assert not upward, upward
+
+
+def test_core_is_in_sub_packages_that_say_what_they_hold():
+    mods = _modules()
+    flat = sorted(m for m in mods if m.startswith("mlem_neuro.core.") and m.count(".") == 2
+                  and mods[m].name != "__init__.py")
+    assert flat == ["mlem_neuro.core.checks", "mlem_neuro.core.constants",
+                    "mlem_neuro.core.memory", "mlem_neuro.core.options"]
+    packages = {m.split(".")[2] for m in mods if m.count(".") >= 3
+                and m.startswith("mlem_neuro.core.")}
+    assert packages == {"training", "ranks", "scoring", "rdms", "stimuli"}
+    for package in packages:
+        assert ast.get_docstring(ast.parse((ROOT / "core" / package / "__init__.py")
+                                           .read_text())), package

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from mlem_neuro.core import tied
-from mlem_neuro.core.features import FeatureSpace
-from mlem_neuro.core.metric import term_index
-from mlem_neuro.core.pairs import pair_indices
+from mlem_neuro.core.ranks import tied
+from mlem_neuro.core.stimuli.features import FeatureSpace
+from mlem_neuro.core.stimuli.pairs import pair_indices
+from mlem_neuro.core.training.metric import term_index
 
 
 def _designs():
@@ -39,7 +39,7 @@ def _designs():
 @pytest.mark.parametrize("interactions", [True, False])
 def test_groups_from_codes_equal_unique_over_all_pairs(design, interactions):
     """Term rows of all pairs (the engine's float32): same distinct rows, same labels."""
-    from mlem_neuro.core.engine import PairTerms
+    from mlem_neuro.core.training.engine import PairTerms
     table, space = _designs()[design]
     enc = space.fit_transform(table)
     k, l = term_index(enc.n_features, interactions)
@@ -56,7 +56,7 @@ def test_groups_from_codes_equal_unique_over_all_pairs(design, interactions):
 def test_groups_from_codes_on_a_list_of_pairs(design, monkeypatch):
     """Feature distances (float64) of an explicit list of pairs in any order, read in
     several blocks: the same as ``torch.unique`` over the list's rows."""
-    from mlem_neuro.core.importance import PairFeatures
+    from mlem_neuro.core.scoring.importance import PairFeatures
     table, space = _designs()[design]
     enc = space.fit_transform(table)
     i, j = pair_indices(len(table))
@@ -73,7 +73,7 @@ def test_groups_from_codes_on_a_list_of_pairs(design, monkeypatch):
 
 def test_groups_from_codes_read_in_row_blocks(monkeypatch):
     """Every pair of the stimuli generated a few rows at a time gives the same labels."""
-    from mlem_neuro.core.engine import PairTerms
+    from mlem_neuro.core.training.engine import PairTerms
     table, space = _designs()[0]
     enc = space.fit_transform(table)
     k, l = term_index(enc.n_features)
@@ -86,7 +86,7 @@ def test_groups_from_codes_read_in_row_blocks(monkeypatch):
 
 def test_codes_do_not_pay_for_numeric_features():
     """All-distinct numeric values: as many codes as stimuli, the rows are sorted instead."""
-    from mlem_neuro.core.engine import PairTerms
+    from mlem_neuro.core.training.engine import PairTerms
     rng = np.random.default_rng(2)
     enc = FeatureSpace().fit_transform(pd.DataFrame({"x": rng.random(40)}))
     terms = PairTerms(enc.to_torch("cpu", torch.float32), 40, *term_index(1))
@@ -100,7 +100,7 @@ def test_rdm_of_all_pairs_equals_the_gathered_rdm(metric, compiled, monkeypatch,
                                                    watch_compiled):
     """Bit for bit, with the Gram products split over models and rows, whether the
     compiled pass or torch reads the pairs off the Gram matrices."""
-    import mlem_neuro.core.neural as neural
+    import mlem_neuro.core.rdms.neural as neural
 
     seen = watch_compiled("condensed", compiled)
     Y = torch.as_tensor(np.random.default_rng(3).standard_normal((5, 47, 9)))
@@ -126,7 +126,7 @@ def _sample_pairs_before(rng, n_total, size):
 
 
 def test_sample_pairs_draws_what_it_drew_before():
-    from mlem_neuro.core.pairs import sample_pairs
+    from mlem_neuro.core.stimuli.pairs import sample_pairs
     for seed in range(20):
         for total, size in ((100, 30), (5000, 4096), (10**6, 4096), (10**5, 20000),
                             (300, 10)):
@@ -136,7 +136,7 @@ def test_sample_pairs_draws_what_it_drew_before():
 
 
 def test_distinct_permuted_values_equal_unique():
-    from mlem_neuro.core.importance import _distinct_values
+    from mlem_neuro.core.scoring.importance import _distinct_values
     g = torch.Generator().manual_seed(4)
     likely = torch.tensor([0.0, 0.5, 1.0, 0.5], dtype=torch.float64)
     for values in (likely[torch.randint(0, 4, (6, 50), generator=g)],
@@ -150,9 +150,9 @@ def test_grouped_path_when_the_term_rows_do_not_fit(monkeypatch):
     """Past MAX_TERM_ELEMENTS the engine used to train per pair; groups from codes keep the
     grouped path (no row of every pair is built).  The two paths differ by their soft-rank
     precision only (float64 grouped, float32 per pair), as in test_engine."""
-    import mlem_neuro.core.engine as engine
-    from mlem_neuro.core.neural import NeuralTargets
+    import mlem_neuro.core.training.engine as engine
     from mlem_neuro.core.options import MLEMOptions
+    from mlem_neuro.core.rdms.neural import NeuralTargets
     rng = np.random.default_rng(5)
     n = 60
     y = pd.DataFrame({"a": rng.choice(list("xy"), n), "b": rng.choice(list("pqr"), n)})
@@ -181,8 +181,8 @@ def test_fold_setup_once_per_fold_gives_the_same_results(monkeypatch):
     """Chunks of one fold share its setup (groups, batch size, the random stream after the
     selection): computed once per fold, and bit for bit what each chunk computed alone."""
     import mlem_neuro.crossval as crossval
-    from mlem_neuro.core.engine import PairSetup
     from mlem_neuro.core.options import MLEMOptions
+    from mlem_neuro.core.training.engine import PairSetup
     rng = np.random.default_rng(6)
     n, M = 200, 3                          # 4,950 training pairs, mini-batches of 1,000
     y = pd.DataFrame({"a": rng.choice(list("xy"), n), "b": rng.choice(list("pqr"), n)})
@@ -213,9 +213,9 @@ def test_fold_setup_once_per_fold_gives_the_same_results(monkeypatch):
 def test_permuted_feature_keys_from_codes_equal_computed_distances(design, monkeypatch):
     """Block-wise feature importance (tiny memory budget): the permuted pairs' groups read
     from a table of stimulus codes give the drops of computing every permuted distance."""
-    from mlem_neuro.core import importance
     from mlem_neuro.core.memory import ENV_VAR
-    from mlem_neuro.core.metric import make_W
+    from mlem_neuro.core.scoring import importance
+    from mlem_neuro.core.training.metric import make_W
     table, space = _designs()[design]
     enc = space.fit_transform(table)
     m = enc.n_features

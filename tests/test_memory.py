@@ -17,17 +17,17 @@ from scipy.spatial.distance import pdist, squareform
 from scipy.stats import spearmanr
 
 from mlem_neuro import MLEM
-from mlem_neuro.core import importance
-from mlem_neuro.core.features import FeatureSpace
-from mlem_neuro.core.importance import (
+from mlem_neuro.core.memory import ENV_VAR
+from mlem_neuro.core.scoring import importance
+from mlem_neuro.core.scoring.importance import (
     PairFeatures,
     baseline_scores,
     feature_importance,
     term_importance,
 )
-from mlem_neuro.core.memory import ENV_VAR
-from mlem_neuro.core.metric import make_W, term_index, term_matrix
-from mlem_neuro.core.pairs import pair_indices
+from mlem_neuro.core.stimuli.features import FeatureSpace
+from mlem_neuro.core.stimuli.pairs import pair_indices
+from mlem_neuro.core.training.metric import make_W, term_index, term_matrix
 
 #: forces the block-wise path on the ~1,000-pair problems below (and tiny blocks).
 TINY = "150KB"
@@ -264,7 +264,7 @@ _PEAK_SCRIPT = textwrap.dedent("""
     import numpy as np, pandas as pd, torch
     torch.set_num_threads(1)
     from mlem_neuro import MLEM
-    from mlem_neuro.core import importance
+    from mlem_neuro.core.scoring import importance
     n = int(sys.argv[1])
     rng = np.random.default_rng(0)
     F = rng.integers(0, 2, size=(n, 4))
@@ -307,7 +307,7 @@ def test_pair_indices_beyond_the_budget_are_refused_before_allocating(monkeypatc
 def test_code_tables_beyond_the_budget_are_skipped(monkeypatch):
     """Many distinct stimuli: the S x S tables of PairCodes are not built (they took
     6.4 GB for 40,000 stimuli); training goes pair by pair, and the fit still works."""
-    from mlem_neuro.core import tied
+    from mlem_neuro.core.ranks import tied
 
     values = torch.arange(3000, dtype=torch.float64)[:, None]
     codes = tied.PairCodes.from_values(values, torch.zeros(3000, 1, dtype=torch.bool),

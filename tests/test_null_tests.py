@@ -8,16 +8,16 @@ from scipy import stats
 
 import mlem_neuro
 from mlem_neuro import mlem_array, read_result
-from mlem_neuro.core.features import FeatureSpace
-from mlem_neuro.core.nulls import (
+from mlem_neuro.core.rdms.sources import DenseRDMSource
+from mlem_neuro.core.scoring.nulls import (
     null_permutations,
     permutation_pvalues,
     permute_within,
     permuted_pairs,
     strata,
 )
-from mlem_neuro.core.pairs import pair_indices
-from mlem_neuro.core.sources import DenseRDMSource
+from mlem_neuro.core.stimuli.features import FeatureSpace
+from mlem_neuro.core.stimuli.pairs import pair_indices
 from mlem_neuro.simulation import simulate_epochs
 
 SMALL = dict(cv=3, n_repeats=1, max_steps=30, patience=10, n_permutations=2, level="feature")
@@ -79,7 +79,7 @@ def test_gathered_pairs_are_the_rdm_of_the_relabelled_data():
 def test_null_rows_are_ranked_from_one_sort(decimals):
     """The training targets of null models that relabel the data are the ranks a sort of
     each gathered row gives, with and without ties (distances rounded to one decimal)."""
-    from mlem_neuro.core.spearman import rankdata
+    from mlem_neuro.core.ranks.spearman import rankdata
     from mlem_neuro.crossval import _with_nulls
 
     rng = np.random.default_rng(2)
@@ -230,7 +230,7 @@ def test_tests_do_not_depend_on_chunking_or_jobs(numeric):
 def test_interaction_test_blocks_show_progress_and_do_not_change_it(monkeypatch, capfd):
     """Split into blocks of models (as the spheres of a brain would be), the interaction
     test shows a progress bar at INFO and gives the same p-values."""
-    from mlem_neuro.core import fastnull
+    from mlem_neuro.core.scoring import fastnull
 
     data, table = _noise(2, T=3)
     kw = dict(random_state=3, n_null=4, **SMALL)
@@ -456,8 +456,8 @@ def test_identity_relabelling_reproduces_the_observed_statistics(monkeypatch, le
     stack, same batches), so every null statistic equals the observed one: each is
     computed exactly as the observed statistic, with the same importance permutations.
     A numeric feature trains on the grid's blocks, and its null models relabel the data."""
-    from mlem_neuro.core import nulls
     from mlem_neuro.core.options import MLEMOptions
+    from mlem_neuro.core.scoring import nulls
     from mlem_neuro.crossval import run_cv
 
     monkeypatch.setattr(nulls, "permute_within",

@@ -6,19 +6,19 @@ import torch
 from scipy.stats import spearmanr
 
 from mlem_neuro import MLEM
-from mlem_neuro.core import quantise
-from mlem_neuro.core.engine import _StepTargets
-from mlem_neuro.core.features import FeatureSpace
-from mlem_neuro.core.neural import NeuralTargets
 from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.pairs import pair_indices
-from mlem_neuro.core.spearman import (
+from mlem_neuro.core.ranks.spearman import (
     _rank_scale,
     rankdata,
     soft_rank,
     soft_spearman,
     standardize,
 )
+from mlem_neuro.core.rdms.neural import NeuralTargets
+from mlem_neuro.core.stimuli import quantise
+from mlem_neuro.core.stimuli.features import FeatureSpace
+from mlem_neuro.core.stimuli.pairs import pair_indices
+from mlem_neuro.core.training.engine import _StepTargets
 from mlem_neuro.simulation import simulate_representations
 
 
@@ -177,7 +177,7 @@ def test_command_line_parses_numeric_levels():
 
 def test_cell_index_gives_the_groups_of_the_quantised_term_rows():
     """Cells from integer levels: the same groups, in the same order, as sorting the rows."""
-    from mlem_neuro.core.metric import term_index, term_matrix
+    from mlem_neuro.core.training.metric import term_index, term_matrix
 
     rng = np.random.default_rng(3)
     D = torch.as_tensor(np.c_[rng.uniform(0, 1, 3000), rng.integers(0, 2, 3000),
@@ -209,7 +209,7 @@ def test_cell_renumbering_and_capped_counts_equal_torch_unique(span):
 
 
 def test_distinct_rows_skips_the_row_sort_for_numeric_rows():
-    from mlem_neuro.core import tied
+    from mlem_neuro.core.ranks import tied
 
     rng = np.random.default_rng(4)
     numeric = torch.as_tensor(rng.uniform(0, 1, (500, 3)))
@@ -263,8 +263,8 @@ def test_grid_block_batches_sum_the_batch_standardised_ranks(seed):
     by at most 0.00041 over these 3 seeds (12,720 pairs, 20 models; 0.0012 at 3,160 pairs,
     0.00017 at 51,040).  Bound: 0.0015.
     """
-    from mlem_neuro.core.spearman import SubsetRanks
-    from mlem_neuro.core.tied import grouped_spearman
+    from mlem_neuro.core.ranks.spearman import SubsetRanks
+    from mlem_neuro.core.ranks.tied import grouped_spearman
 
     rng, uid, U, cell_pred, values = _blocks_case(seed=seed)
     P = uid.shape[0]
@@ -336,7 +336,7 @@ def test_grid_block_tables_beyond_the_memory_budget_fall_back_to_pair_batches(mo
 
 
 def test_grid_block_selection_spread_equals_the_paper_rule_per_batch():
-    from mlem_neuro.core import batch_size
+    from mlem_neuro.core.training import batch_size
 
     rng = np.random.default_rng(5)
     rows = torch.as_tensor(rng.uniform(0, 1, (300, 6)) + 3.0)

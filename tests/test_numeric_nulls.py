@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from mlem_neuro.core import fastnull
+from mlem_neuro.core.scoring import fastnull
 
 
 def _one_hot_sums(tz, g, U):
@@ -52,7 +52,7 @@ def test_numeric_null_statistics_are_those_of_the_relabelled_table(monkeypatch, 
     rows (cv=3: 24 rows, 66 held-out pairs) or pair by pair (cv=6: 15 pairs)."""
     from mlem_neuro import crossval
     from mlem_neuro.core.options import MLEMOptions
-    from mlem_neuro.core.sources import DenseRDMSource
+    from mlem_neuro.core.rdms.sources import DenseRDMSource
     from mlem_neuro.crossval import run_cv
 
     Y, table = _fas_design()
@@ -91,7 +91,7 @@ def test_held_out_scores_are_spearman_of_the_pairs(U):
     Spearman of each grouping's pair predictions against the targets."""
     from scipy.stats import spearmanr
 
-    from mlem_neuro.core.spearman import rankdata, standardize
+    from mlem_neuro.core.ranks.spearman import rankdata, standardize
 
     gen = torch.Generator().manual_seed(1)
     M, R, K, P = 2, 3, 4, 40

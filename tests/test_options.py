@@ -108,7 +108,7 @@ def test_the_table_covers_every_option_and_every_check():
 #: raises about a registered parameter outside the registry, each with its reason
 RAISES_ELSEWHERE = {
     # the backends a design can use on its device: narrower than the registry's list
-    ("core/engine.py", "backend"),
+    ("core/training/engine.py", "backend"),
 }
 
 
@@ -152,12 +152,13 @@ OTHER_ENTRIES = [
     ("level", "pair", lambda: MLEM().permutation_importance(GARBAGE, GARBAGE, level="pair")),
     ("cv", 1, lambda: check_cv(1, 30, np.random.default_rng(0))),
     ("cv", "folds", lambda: check_cv("folds", 30, np.random.default_rng(0))),
-    ("constraint", "psd", lambda: __import__("mlem_neuro.core.metric").core.metric.make_W(
+    ("constraint", "psd", lambda: __import__(
+        "mlem_neuro.core.training.metric").core.training.metric.make_W(
         __import__("torch").zeros(1, 2, 2), "psd")),
     ("device", "tpu", lambda: mlem_neuro.utils.check_device("tpu")),
     ("random_state", "x", lambda: mlem_neuro.utils.check_random_state("x")),
     ("distance", "manhattan", lambda: __import__(
-        "mlem_neuro.core.distances").core.distances.get_metric("manhattan")),
+        "mlem_neuro.core.rdms.distances").core.rdms.distances.get_metric("manhattan")),
 ]
 #: narrower checks of the same name where a function needs them
 NARROWER = {"n_null": dict(low=1),                    # the cluster test needs one at least

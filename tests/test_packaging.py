@@ -169,14 +169,14 @@ def test_wheel_builds_without_a_c_compiler(tmp_path):
     """The compiled kernels are numba's (compiled when first used): the wheel is pure
     Python and builds with no working compiler."""
     wheel, names = _build_wheel(tmp_path, env={"CC": "false", "LDSHARED": "false"})
-    assert "mlem_neuro/core/compiled.py" in names and not _compiled(names)
+    assert "mlem_neuro/core/training/compiled.py" in names and not _compiled(names)
     assert wheel.name.endswith("-py3-none-any.whl")
 
 
 @pytest.mark.slow
 def test_wheel_builds_with_metadata_and_licence(tmp_path):
     wheel, names = _build_wheel(tmp_path)
-    assert "mlem_neuro/core/engine.py" in names and "mlem_neuro/cli.py" in names
+    assert "mlem_neuro/core/training/engine.py" in names and "mlem_neuro/cli.py" in names
     assert not [n for n in names if n.startswith(("tests/", "conftest"))]
     assert not _compiled(names)       # pure Python: numba compiles the kernels
     info = next(n.split("/")[0] for n in names if ".dist-info/" in n)

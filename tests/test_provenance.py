@@ -84,7 +84,7 @@ def test_results_record_the_training_paths_that_trained_them(monkeypatch):
     CPU), torch when it is switched off; saved in the settings and shown in the summary
     line."""
     from mlem_neuro import _provenance
-    from mlem_neuro.core import compiled
+    from mlem_neuro.core.training import compiled
 
     rng = np.random.default_rng(0)
     table = pd.DataFrame({"a": np.tile([True, False], 10)})

@@ -10,9 +10,9 @@ from scipy.spatial.distance import pdist
 from scipy.stats import spearmanr
 
 from mlem_neuro import MLEM
-from mlem_neuro.core.metric import predict, term_index, term_matrix
-from mlem_neuro.core.pairs import pair_indices
-from mlem_neuro.core.spearman import rankdata, soft_spearman, standardize
+from mlem_neuro.core.ranks.spearman import rankdata, soft_spearman, standardize
+from mlem_neuro.core.stimuli.pairs import pair_indices
+from mlem_neuro.core.training.metric import predict, term_index, term_matrix
 from mlem_neuro.simulation import simulate_representations
 
 

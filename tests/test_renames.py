@@ -6,7 +6,7 @@ former name for a release, with a FutureWarning, and gives the same result.
 - the spread of importance across permutations is ``importance_perm_std`` (as the spread
   across folds is ``importance_fold_std``): ``MLEM.permutation_importance``'s column;
 - "metric" means the learnt ``W``; the neural distance is ``distance``: the RDM sources'
-  ``distance=`` / ``.distance``, and :mod:`mlem_neuro.core.distances`' ``NeuralDistance``,
+  ``distance=`` / ``.distance``, and :mod:`mlem_neuro.core.rdms.distances`' ``NeuralDistance``,
   ``register_distance``, ``get_distance``;
 - seeds are ``random_state``: the command line's ``--random-state`` (``--seed`` still
   works).
@@ -19,9 +19,9 @@ import pytest
 import scipy.sparse as sp
 
 from mlem_neuro import MLEM
-from mlem_neuro.core import distances
-from mlem_neuro.core.sources import DenseRDMSource, SphereRDMSource
-from mlem_neuro.core.spacetime import SpaceTimeRDMSource
+from mlem_neuro.core.rdms import distances
+from mlem_neuro.core.rdms.sources import DenseRDMSource, SphereRDMSource
+from mlem_neuro.core.rdms.spacetime import SpaceTimeRDMSource
 from mlem_neuro.rsa import mantel_tests
 
 

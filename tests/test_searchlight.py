@@ -10,9 +10,9 @@ import torch
 
 import mlem_neuro
 from mlem_neuro.adapters.nifti import sphere_membership
-from mlem_neuro.core.neural import rdm_from_rows
-from mlem_neuro.core.pairs import pair_indices
-from mlem_neuro.core.sources import SphereRDMSource
+from mlem_neuro.core.rdms.neural import rdm_from_rows
+from mlem_neuro.core.rdms.sources import SphereRDMSource
+from mlem_neuro.core.stimuli.pairs import pair_indices
 from mlem_neuro.results import BrainMapResult
 
 AFFINE = np.array([[3.0, 0, 0, -12], [0, 3.0, 0, -12], [0, 0, 3.0, -12], [0, 0, 0, 1]])
@@ -90,7 +90,7 @@ def test_sphere_rdm_matches_dense_per_sphere(metric):
 
 def test_sphere_rdm_pair_blocks(monkeypatch):
     """Chunking the pairs (memory bound) does not change the distances."""
-    from mlem_neuro.core import sources
+    from mlem_neuro.core.rdms import sources
 
     rng = np.random.default_rng(2)
     mask = np.ones((4, 4, 4), bool)

@@ -10,18 +10,18 @@ import scipy.sparse as sp
 import torch
 from scipy.spatial.distance import pdist
 
-from mlem_neuro.core import distances, sources
-from mlem_neuro.core.distances import (
+from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.core.rdms import distances, sources
+from mlem_neuro.core.rdms.distances import (
     METRICS,
     REGISTRY,
     NeuralDistance,
     get_distance,
     register_distance,
 )
-from mlem_neuro.core.neural import NeuralTargets, rdm_from_rows
-from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.pairs import pair_indices
-from mlem_neuro.core.sources import DenseRDMSource, RDMSource, SphereRDMSource
+from mlem_neuro.core.rdms.neural import NeuralTargets, rdm_from_rows
+from mlem_neuro.core.rdms.sources import DenseRDMSource, RDMSource, SphereRDMSource
+from mlem_neuro.core.stimuli.pairs import pair_indices
 from mlem_neuro.crossval import run_cv
 
 ALL = ["euclidean", "correlation", "cosine"]
@@ -71,7 +71,7 @@ def test_sphere_source_matches_scipy_for_every_metric(metric):
 @pytest.mark.parametrize("metric", ALL)
 def test_gather_path_matches_scipy(metric, monkeypatch):
     """Targets too large to keep whole are computed from the rows, same metric class."""
-    from mlem_neuro.core import neural
+    from mlem_neuro.core.rdms import neural
 
     rng = np.random.default_rng(2)
     Y = rng.standard_normal((3, 12, 5)) + 2.0
@@ -264,7 +264,7 @@ def test_a_custom_source_runs_through_run_cv_like_the_dense_one():
 
 
 def test_condensed_source_serves_any_subset_of_stimuli():
-    from mlem_neuro.core.sources import CondensedRDMSource, RDMSource
+    from mlem_neuro.core.rdms.sources import CondensedRDMSource, RDMSource
 
     rng = np.random.default_rng(5)
     X = rng.standard_normal((3, 7, 4))
@@ -286,8 +286,8 @@ def test_ranked_source_gives_the_ranks_and_the_analysis_of_the_distances():
     """RankedRDMSource serves the ranks of any subset's distances (ties included), its
     subsets (slices or indices, pickled) share the rows' sort, and an analysis of it
     equals the analysis of the distances (training sees only their ranks)."""
-    from mlem_neuro.core.sources import CondensedRDMSource, RankedRDMSource
-    from mlem_neuro.core.spearman import rankdata
+    from mlem_neuro.core.ranks.spearman import rankdata
+    from mlem_neuro.core.rdms.sources import CondensedRDMSource, RankedRDMSource
 
     rng = np.random.default_rng(8)
     n = 24

@@ -21,9 +21,9 @@ from scipy.spatial import ConvexHull
 import mlem_neuro
 from mlem_neuro.adapters.sensors import channel_neighbourhoods
 from mlem_neuro.adapters.stcs import src_neighbourhoods
-from mlem_neuro.core.pairs import pair_indices
-from mlem_neuro.core.sources import SphereRDMSource
-from mlem_neuro.core.spacetime import SpaceTimeRDMSource
+from mlem_neuro.core.rdms.sources import SphereRDMSource
+from mlem_neuro.core.rdms.spacetime import SpaceTimeRDMSource
+from mlem_neuro.core.stimuli.pairs import pair_indices
 from mlem_neuro.results import SensorMapResult, SourceMapResult
 
 FAST = dict(cv=3, n_repeats=1, random_state=0)

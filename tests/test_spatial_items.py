@@ -11,10 +11,10 @@ import scipy.sparse as sp
 import mlem_neuro
 from mlem_neuro.adapters.sensors import channel_neighbourhoods
 from mlem_neuro.adapters.stcs import src_neighbourhoods
-from mlem_neuro.core import crossdist
-from mlem_neuro.core.crossdist import crossval_sq_distances
 from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.sources import CondensedRDMSource
+from mlem_neuro.core.rdms import crossdist
+from mlem_neuro.core.rdms.crossdist import crossval_sq_distances
+from mlem_neuro.core.rdms.sources import CondensedRDMSource
 from mlem_neuro.crossval import run_cv
 from mlem_neuro.items import check_items
 from mlem_neuro.spatial import crossval_spacetime_sq_distances

@@ -16,7 +16,7 @@ from mlem_neuro._threads import (
     worker_threads,
 )
 from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.sources import DenseRDMSource
+from mlem_neuro.core.rdms.sources import DenseRDMSource
 from mlem_neuro.simulation import simulate_representations
 
 

@@ -2,7 +2,7 @@
 
 Bad input must fail early with a ValueError / TypeError that says what is wrong; good input
 of every supported kind (pandas dtypes, one feature, missing values, groups, kind overrides)
-must fit and be encoded as documented in :mod:`mlem_neuro.core.features`.
+must fit and be encoded as documented in :mod:`mlem_neuro.core.stimuli.features`.
 """
 import re
 import warnings
@@ -14,7 +14,7 @@ import torch
 from sklearn.exceptions import NotFittedError
 
 from mlem_neuro import MLEM
-from mlem_neuro.core.pairs import pair_indices
+from mlem_neuro.core.stimuli.pairs import pair_indices
 from mlem_neuro.simulation import simulate_representations
 from mlem_neuro.utils import check_device
 

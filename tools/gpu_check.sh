@@ -68,7 +68,7 @@ assert tied._pav_kernel("cuda") is not None
 EOF
 }
 
-# the compiled CPU kernels (mlem_neuro/core/compiled.py) are numba's: its wheels (numba,
+# the compiled CPU kernels (mlem_neuro/core/training/compiled.py) are numba's: its wheels (numba,
 # llvmlite) come with the others in $WHL; the first analysis compiles them (seconds)
 check_compiled() {
     $PY -c 'import numba; from mlem_neuro.core import compiled; assert compiled.built(); print("numba", numba.__version__)'
@@ -81,7 +81,7 @@ tests() {
     # what the old float32 average ranks gave on the GPU (positions summed in float32)
     $PY - <<'EOF'
 import torch
-from mlem_neuro.core.spearman import rankdata
+from mlem_neuro.core.ranks.spearman import rankdata
 g = torch.Generator().manual_seed(0)
 x = torch.randint(0, 5, (2, 200_000), generator=g).double().cuda()
 s, order = torch.sort(x, dim=-1)

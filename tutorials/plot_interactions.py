@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from mlem_neuro import MLEM
-from mlem_neuro.core.pairs import pair_indices
+from mlem_neuro.core.stimuli.pairs import pair_indices
 
 rng = np.random.default_rng(0)
 n = 120

@@ -19,7 +19,7 @@ from scipy.spatial.distance import pdist
 from scipy.stats import spearmanr
 
 from mlem_neuro import MLEM
-from mlem_neuro.core.pairs import pair_indices
+from mlem_neuro.core.stimuli.pairs import pair_indices
 from mlem_neuro.simulation import simulate_representations
 
 MODELS = {"MLEM": "spd", "FR-RSA-I": "none", "FR-RSA": "diagonal"}

@@ -12,7 +12,7 @@ trials (``unequal``: the noise bias of the plain distance then differs between p
 ``run_cv`` (4 folds, ``n_permutations=1``, package defaults otherwise, no channel
 scaling) on three RDM sources over the same items: Euclidean distances between item means
 (what ``items=`` does), cross-validated squared Euclidean distances, and crossnobis with
-Ledoit-Wolf shrinkage (:mod:`mlem_neuro.core.crossdist`; default partitions).  Prints the
+Ledoit-Wolf shrinkage (:mod:`mlem_neuro.core.rdms.crossdist`; default partitions).  Prints the
 mean and standard deviation of the held-out ρ over ``--seeds`` datasets.
 
 Run: ``OMP_NUM_THREADS=1 python validation/bench_crossdist.py [--seeds 10]``
@@ -23,10 +23,10 @@ import warnings
 import numpy as np
 import torch
 
-from mlem_neuro.core.crossdist import crossval_sq_distances
 from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.pairs import pair_indices
-from mlem_neuro.core.sources import DenseRDMSource
+from mlem_neuro.core.rdms.crossdist import crossval_sq_distances
+from mlem_neuro.core.rdms.sources import DenseRDMSource
+from mlem_neuro.core.stimuli.pairs import pair_indices
 from mlem_neuro.crossval import run_cv
 from mlem_neuro.items import Items
 from mlem_neuro.simulation import simulate_item_trials

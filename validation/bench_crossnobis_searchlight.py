@@ -37,7 +37,7 @@ import torch
 
 import mlem_neuro
 from mlem_neuro.adapters.nifti import sphere_membership
-from mlem_neuro.core.crossdist import (
+from mlem_neuro.core.rdms.crossdist import (
     crossnobis_membership,
     crossval_sq_distances,
     crossval_sq_distances_membership,

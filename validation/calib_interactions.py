@@ -33,10 +33,10 @@ import time
 import numpy as np
 import torch
 
-from mlem_neuro.core import additivity
-from mlem_neuro.core.additivity import interaction_test
+from mlem_neuro import interaction as additivity
 from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.sources import DenseRDMSource
+from mlem_neuro.core.rdms.sources import DenseRDMSource
+from mlem_neuro.interaction import interaction_test
 from mlem_neuro.simulation import simulate_codes
 
 N_UNITS = 50

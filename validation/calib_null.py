@@ -260,7 +260,7 @@ def _study_other(kind, n_datasets, n_null, unconditional=False):
 
 def _naive_p(data, table, n_null, seed):
     """Pointwise p of A's importance against nulls that relabel every stimulus."""
-    from mlem_neuro.core import nulls
+    from mlem_neuro.core.scoring import nulls
 
     real = nulls.strata
     try:               # every feature's strata: all stimuli (the unconditional null)

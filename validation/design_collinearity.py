@@ -1,6 +1,6 @@
 """How the conditional test of a feature loses power as another feature tracks it.
 
-The measurement behind :data:`mlem_neuro.core.design.CORRELATION_THRESHOLD`.  Two
+The measurement behind :data:`mlem_neuro.core.stimuli.design.CORRELATION_THRESHOLD`.  Two
 features ``A`` (binary, balanced) and ``B``, each coded in its own subspace of the units
 (level distance 1; a numeric value ``x`` along one axis, ``|Δx|`` apart), plus Gaussian
 noise (standard deviation ``noise / sqrt(units)`` per unit, as in
@@ -14,14 +14,14 @@ noise (standard deviation ``noise / sqrt(units)`` per unit, as in
   priming study, ``B = A · U(0.05, 1)`` (one point, no ``q``).
 
 For each point: the mean Spearman correlation ``r`` of the two features' pair distances
-(:func:`mlem_neuro.core.design.pair_distance_correlations`), and the power of ``A``'s
+(:func:`mlem_neuro.core.stimuli.design.pair_distance_correlations`), and the power of ``A``'s
 conditional test (share of datasets with p < 0.05; ``n_null=99``, nominal level 0.05;
 a NaN p-value, a test whose null cannot move, counts as not significant)
 when only ``A`` is encoded (``A alone``) and when both are, with equal weights (``A+B``:
 then also ``B``'s power).  :func:`mlem_neuro.mlem_array` with one time point, ``cv=3``,
 feature-level importance without interaction terms.
 
-Also the cost of :func:`mlem_neuro.core.design.diagnose_design` on 2,000 stimuli and 6
+Also the cost of :func:`mlem_neuro.core.stimuli.design.diagnose_design` on 2,000 stimuli and 6
 features (median of 7 calls).
 
 Run (about 35 min on one busy core; the numeric designs take the longest)::
@@ -37,8 +37,8 @@ import pandas as pd
 import torch
 
 import mlem_neuro
-from mlem_neuro.core.design import diagnose_design, pair_distance_correlations
-from mlem_neuro.core.features import FeatureSpace
+from mlem_neuro.core.stimuli.design import diagnose_design, pair_distance_correlations
+from mlem_neuro.core.stimuli.features import FeatureSpace
 
 FIT = dict(cv=3, max_steps=100, patience=20, n_permutations=2, level="feature",
            interactions=False, verbose="ERROR")

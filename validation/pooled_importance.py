@@ -25,7 +25,7 @@ import bench_snr  # noqa: E402
 
 import mlem_neuro  # noqa: E402
 from mlem_neuro import inference  # noqa: E402
-from mlem_neuro.core.pairs import pair_indices  # noqa: E402
+from mlem_neuro.core.stimuli.pairs import pair_indices  # noqa: E402
 
 #: the source and cross-validation output of the last analysis (see _spy)
 CAPTURED = {}

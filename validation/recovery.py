@@ -20,7 +20,7 @@ import torch
 from scipy.spatial.distance import pdist
 from scipy.stats import spearmanr
 
-from mlem_neuro.core.pairs import pair_indices
+from mlem_neuro.core.stimuli.pairs import pair_indices
 from mlem_neuro.demo import simulation_table as _simulation_table
 from mlem_neuro.simulation import simulate_representations
 

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 
 import mlem_neuro
-from mlem_neuro.core import engine, fastnull
+from mlem_neuro.core.scoring import fastnull
+from mlem_neuro.core.training import engine
 from mlem_neuro.simulation import simulate_epochs
 
 
@@ -122,8 +123,8 @@ def unit_costs(n, units, rows=100, repeats=5):
     """Best-of-``repeats`` cost per dataset of the interaction test's irreducible steps:
     the Gram product of ``n`` patterns of ``units`` (float64), the sort of the packed keys
     of its ``n (n - 1) / 2`` distances, and the compiled walk of 5 folds' sets."""
-    from mlem_neuro.core import compiled
-    from mlem_neuro.core.pairs import pair_indices
+    from mlem_neuro.core.stimuli.pairs import pair_indices
+    from mlem_neuro.core.training import compiled
 
     rng = np.random.default_rng(0)
     Y = torch.as_tensor(rng.standard_normal((rows, n, units)))

@@ -1,11 +1,12 @@
 """Exact ranks and held-out scores of float64 rows: argsort against packed integer keys.
 
-:func:`mlem_neuro.core.spearman.sort_with_ties` sorts finite float64 rows on the CPU by
+:func:`mlem_neuro.core.ranks.spearman.sort_with_ties` sorts finite float64 rows on the CPU by
 numpy's integer sort of packed keys (each value's order-preserving bit pattern with its
 index in the low bits; rows the keys leave out of order are sorted again), where it used
-``numpy.argsort``.  The importance score of a row (:func:`mlem_neuro.core.importance._score`)
-is then taken from the sorted order, by the compiled keys and scores where the library is
-built.  Side by side in this process, one thread, best of ``--repeats`` runs of each, on
+``numpy.argsort``.  The importance score of a row
+(:func:`mlem_neuro.core.scoring.importance._score`) is then taken from the sorted
+order, by the compiled keys and scores where the kernels are on.  Side by side in this
+process, one thread, best of ``--repeats`` runs of each, on
 random rows of the sizes the analyses meet (held-out pairs of 80 stimuli, training pairs of
 400, held-out pairs of 40 with many permutations):
 
@@ -22,9 +23,9 @@ import time
 import numpy as np
 import torch
 
-from mlem_neuro.core import compiled
-from mlem_neuro.core.importance import _score
-from mlem_neuro.core.spearman import rankdata, sort_with_ties, standardize
+from mlem_neuro.core.ranks.spearman import rankdata, sort_with_ties, standardize
+from mlem_neuro.core.scoring.importance import _score
+from mlem_neuro.core.training import compiled
 
 
 def best(f, repeats):

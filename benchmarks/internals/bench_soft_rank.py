@@ -4,18 +4,18 @@ With categorical features the pairs of a batch fall into ``U`` groups of identic
 For ``M`` models and a batch of ``b`` pairs this script times one forward + backward pass of
 the soft Spearman three ways, side by side in one run:
 
-* per pair: :func:`mlem_neuro.core.spearman.soft_spearman` on the ``M × b`` predictions
+* per pair: :func:`mlem_neuro.core.ranks.spearman.soft_spearman` on the ``M × b`` predictions
   (torchsort sorts them);
-* grouped, interval table: :func:`mlem_neuro.core.tied.grouped_soft_spearman` with the
+* grouped, interval table: :func:`mlem_neuro.core.ranks.tied.grouped_soft_spearman` with the
   ``O(U²)`` min-max solution of the weighted isotonic regression;
 * grouped, expansion: the same with torchsort's pool-adjacent-violators kernel on the sorted
   groups expanded to the ``b`` pairs (``O(b)``, no sort of the pairs);
 * grouped, PAV: scipy's weighted pool-adjacent-violators over the ``U`` groups (``O(U)``),
   inside torch's autograd chain;
 * grouped, fused (CPU only): the same solver inside one numpy pass with the gradient written
-  by hand (:class:`mlem_neuro.core.tied._SoftSpearmanPAV`), the engine's CPU path.
+  by hand (:class:`mlem_neuro.core.ranks.tied._SoftSpearmanPAV`), the engine's CPU path.
 
-It also prints which one the engine picks (:func:`mlem_neuro.core.tied._isotonic_method`,
+It also prints which one the engine picks (:func:`mlem_neuro.core.ranks.tied._isotonic_method`,
 then the fused pass on the CPU).  All give the same values and gradients
 (``tests/test_engine.py``).
 
@@ -33,8 +33,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/_common.py
 from _common import add_device_argument, clock, describe  # noqa: E402
 
-import mlem_neuro.core.tied as tied  # noqa: E402
-from mlem_neuro.core.spearman import soft_spearman  # noqa: E402
+import mlem_neuro.core.ranks.tied as tied  # noqa: E402
+from mlem_neuro.core.ranks.spearman import soft_spearman  # noqa: E402
 
 
 def timed(fn, repeats, device):

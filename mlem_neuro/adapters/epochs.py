@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..core.features import as_feature_table
+from ..core.stimuli.features import as_feature_table
 from ..times import check_window, time_mask, window_average  # generic: mlem_neuro.times
 from ..utils import check_real, logger, verbose
 

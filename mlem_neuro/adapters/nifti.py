@@ -15,7 +15,7 @@ centre); it gives the same matrix but finds the centres' voxels with array look-
 instead of ``list.index`` scans, whose cost grows with ``n_spheres × n_voxels`` (40 s for
 36,680 spheres at 3 mm, and quadratically more beyond).
 
-:class:`~mlem_neuro.core.sources.SphereRDMSource` (re-exported here) then serves the
+:class:`~mlem_neuro.core.rdms.sources.SphereRDMSource` (re-exported here) then serves the
 neural RDMs of every sphere at once, as :func:`mlem_neuro.crossval.run_cv` expects of an
 *RDM source*.
 """
@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-# the sphere/region RDM source lives in core/sources.py; imported back for old imports
-from ..core.sources import BLOCK_BYTES, SphereRDMSource  # noqa: F401
+# the sphere/region RDM source lives in core/rdms/sources.py; imported back for old imports
+from ..core.rdms.sources import BLOCK_BYTES, SphereRDMSource  # noqa: F401
 from ..utils import check_real
 
 #: peak bytes per (sphere, voxel) entry while :func:`sphere_membership` builds ``A``

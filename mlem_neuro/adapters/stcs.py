@@ -12,7 +12,7 @@
 
 The neighbourhoods are sparse 0/1 matrices ``(n_neighbourhoods, n_sources)`` whose columns
 follow the estimates' vertices (hemisphere by hemisphere), ready for
-:class:`~mlem_neuro.core.spacetime.SpaceTimeRDMSource`.
+:class:`~mlem_neuro.core.rdms.spacetime.SpaceTimeRDMSource`.
 """
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def stcs_array(stcs, keep, sfreq=None, window=None):
     Returns
     -------
     data : ndarray (n_stimuli, n_kept_times, n_sources)
-        Time-major per stimulus, as :class:`~mlem_neuro.core.spacetime.SpaceTimeRDMSource`
+        Time-major per stimulus, as :class:`~mlem_neuro.core.rdms.spacetime.SpaceTimeRDMSource`
         takes it.
     """
     from ..times import window_average

@@ -27,14 +27,14 @@ import numpy as np
 #: the metric W's parametrisations: MLEM (spd), FR-RSA (diagonal), FR-RSA-I (none)
 CONSTRAINTS = ("spd", "diagonal", "none")
 #: neural distances computed from the trials of each item in independent partitions
-#: (:mod:`mlem_neuro.core.crossdist`): time-resolved analyses with ``items`` only.
+#: (:mod:`mlem_neuro.core.rdms.crossdist`): time-resolved analyses with ``items`` only.
 CROSSVALIDATED_DISTANCES = ("crossnobis", "cv_euclidean")
 LEVELS = ("term", "feature")
-#: the question a feature's permutation test asks (:mod:`mlem_neuro.core.nulls`).
+#: the question a feature's permutation test asks (:mod:`mlem_neuro.core.scoring.nulls`).
 NULLS = ("conditional", "marginal")
 #: which held-out pairs score a fold (:func:`mlem_neuro.crossval.held_out_columns`).
 HELD_OUT_PAIRS = ("auto", "all", "between_groups")
-#: the training paths (:func:`mlem_neuro.core.engine.choose_backend`); ``"auto"`` picks
+#: the training paths (:func:`mlem_neuro.core.training.engine.choose_backend`); ``"auto"`` picks
 #: the fastest one that can train the design on its device
 BACKENDS = ("auto", "compiled", "torch", "reference")
 FEATURE_KINDS = ("categorical", "ordinal", "numeric")
@@ -47,14 +47,14 @@ FMRI_MODELS = ("trial", "condition")
 
 
 #: name -> neural distance, in registration order: it is
-#: :data:`mlem_neuro.core.distances.REGISTRY` (the same dict), filled by
-#: :func:`~mlem_neuro.core.distances.register_distance` (the built-in ones when the
+#: :data:`mlem_neuro.core.rdms.distances.REGISTRY` (the same dict), filled by
+#: :func:`~mlem_neuro.core.rdms.distances.register_distance` (the built-in ones when the
 #: package is imported); held here so that this module, the lowest layer, imports no other.
 DISTANCE_REGISTRY = {}
 
 
 def registered_distances():
-    """Every neural distance registered in :mod:`mlem_neuro.core.distances` (read at check
+    """Every neural distance registered in :mod:`mlem_neuro.core.rdms.distances` (read at check
     time, so a distance registered by a user is accepted everywhere)."""
     return tuple(DISTANCE_REGISTRY)
 

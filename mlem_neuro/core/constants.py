@@ -5,7 +5,7 @@ that use one import it under the name they always used (``crossval.CHUNK_BYTES``
 :data:`CHUNK_BYTES`), so a test may still set it on that module.  ``tests/test_constants.py``
 checks that no other module defines an ALL-CAPS number.
 
-The compiled loop (:mod:`mlem_neuro.core.compiled`, numba) holds float32 copies of the
+The compiled loop (:mod:`mlem_neuro.core.training.compiled`, numba) holds float32 copies of the
 AdamW constants; ``tests/test_constants.py`` checks they are these.
 """
 
@@ -40,7 +40,7 @@ NEURAL_CHUNK_BYTES = 512 * 2**20
 #: elements (M * n_pairs) above which full neural RDMs are not kept in memory.
 MAX_FULL_ELEMENTS = 2 * 10**8
 #: bytes of one block of per-pair unit products (units × pairs, float64) in
-#: :meth:`mlem_neuro.core.sources.SphereRDMSource.rdm`.
+#: :meth:`mlem_neuro.core.rdms.sources.SphereRDMSource.rdm`.
 SPHERE_BLOCK_BYTES = 32 * 2**20
 #: elements (models x pairs) of one block of rank_sums' sorted walks.
 RANK_WALK_ELEMENTS = 2**22
@@ -153,7 +153,7 @@ NUMERIC_DEGREE = 3
 #: simulated design had lost power, 13-72 % of it).
 CORRELATION_THRESHOLD = 0.6
 #: pairs used for the correlations: all of them up to this many, else this many drawn
-#: with :data:`mlem_neuro.core.design.PAIR_SEED`.
+#: with :data:`mlem_neuro.core.stimuli.design.PAIR_SEED`.
 DESIGN_MAX_PAIRS = 50_000
 #: a regressor whose largest |value| is below this fraction of the run's largest regressor
 #: of interest is refused (measured: a 0 s event beside a 30 s block is at 0.008)

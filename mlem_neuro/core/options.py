@@ -5,7 +5,7 @@ Every public entry point (:class:`mlem_neuro.MLEM`, :func:`mlem_neuro.mlem_array
 :func:`mlem_neuro.mlem_roi` and the command line) keeps flat keyword arguments, as MNE and
 nilearn do, and turns them into an :class:`MLEMOptions` *before touching any data*, so a
 bad value is refused identically everywhere and nothing is computed first.  The drivers
-(:func:`mlem_neuro.crossval.run_cv`, :func:`mlem_neuro.core.engine.fit_stack`) take the
+(:func:`mlem_neuro.crossval.run_cv`, :func:`mlem_neuro.core.training.engine.fit_stack`) take the
 object; every result records :meth:`MLEMOptions.to_settings`.
 
 The checks live in one table keyed by parameter name, :data:`mlem_neuro.core.checks.CHECKS`
@@ -107,15 +107,15 @@ class MLEMOptions:
         return self.interactions and self.constraint != "diagonal"
 
     def fit_kwargs(self):
-        """The training options as :func:`~mlem_neuro.core.engine.fit_stack` uses them."""
+        """The training options as :func:`~mlem_neuro.core.training.engine.fit_stack` uses them."""
         return dict(constraint=self.constraint, interactions=self.model_interactions,
                     max_steps=self.max_steps, patience=self.patience, lr=self.lr,
                     tol=self.tol, batch_size=self.batch_size,
                     numeric_levels=self.numeric_levels, backend=self.backend)
 
     def feature_space(self):
-        """A new, unfitted :class:`~mlem_neuro.core.features.FeatureSpace`."""
-        from .features import FeatureSpace
+        """A new, unfitted :class:`~mlem_neuro.core.stimuli.features.FeatureSpace`."""
+        from .stimuli.features import FeatureSpace
 
         return FeatureSpace(kinds=self.feature_kinds, groups=self.feature_groups,
                             missing_distance=self.missing_distance)

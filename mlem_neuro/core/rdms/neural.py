@@ -1,7 +1,7 @@
 """Neural distances for stacks of ``M`` models sharing the same stimuli.
 
 Data come as ``Y`` of shape ``(M, n_stimuli, n_units)`` (``M`` time points, spheres, ... or
-``M = 1``).  Every supported metric (:mod:`mlem_neuro.core.distances`) is a squared
+``M = 1``).  Every supported metric (:mod:`mlem_neuro.core.rdms.distances`) is a squared
 Euclidean distance between preprocessed rows, so all of them come from Gram products
 ``Y Yᵀ`` (one batched matmul per chunk of models) rather than from ``(pairs × units)``
 differences.  When the full ``(M, n_pairs)`` block would not fit in memory the distances of
@@ -14,15 +14,11 @@ import warnings
 import numpy as np
 import torch
 
-from . import compiled
-from .constants import (  # noqa: F401  (tuning constants, defined there once)
-    MAX_FULL_ELEMENTS,
-)
-from .constants import (
-    NEURAL_CHUNK_BYTES as CHUNK_BYTES,
-)
+from ..constants import MAX_FULL_ELEMENTS  # noqa: F401  (tuning constants, defined there once)
+from ..constants import NEURAL_CHUNK_BYTES as CHUNK_BYTES
+from ..memory import memory_budget
+from ..training import compiled
 from .distances import METRICS, get_distance
-from .memory import memory_budget
 
 __all__ = ["CHUNK_BYTES", "MAX_FULL_ELEMENTS", "METRICS", "NeuralTargets", "preprocess_rows",
            "rdm_all_pairs", "rdm_from_rows", "rdm_gather"]
@@ -56,7 +52,7 @@ def rdm_from_rows(Y, i, j, metric):
 
 def rdm_all_pairs(Y, metric):
     """:func:`rdm_from_rows` for every pair ``i < j`` in
-    :func:`~mlem_neuro.core.pairs.pair_indices` order, bit for bit.
+    :func:`~mlem_neuro.core.stimuli.pairs.pair_indices` order, bit for bit.
 
     The same Gram products and the same elementwise operations, but each block of rows of
     the Gram matrix is turned into distances in place and its upper triangle read off in
@@ -64,7 +60,7 @@ def rdm_all_pairs(Y, metric):
     of every pair (measured, Gram products included: 2.0 s instead of 4.1 s for 10 models
     of 2,560 stimuli; no index arrays are held).  On the CPU, with the compiled library
     built, one compiled pass reads the pairs off the Gram matrices
-    (:func:`~mlem_neuro.core.compiled.condensed`: the same operations in the same order).
+    (:func:`~mlem_neuro.core.training.compiled.condensed`: the same operations in the same order).
     """
     M, n, _ = Y.shape
     metric = _metric(metric)
@@ -112,7 +108,7 @@ def rdm_gather(Z, i, j, metric):
 
 def _read_only_tensor(Y, device):
     """``Y`` as a tensor without copying; the data are only read (every metric's
-    :meth:`~mlem_neuro.core.distances.NeuralDistance.preprocess` returns new rows or leaves
+    :meth:`~mlem_neuro.core.rdms.distances.NeuralDistance.preprocess` returns new rows or leaves
     them untouched), so a read-only array (e.g. a pandas view) needs no copy."""
     if torch.is_tensor(Y):
         return Y.to(device)
@@ -125,7 +121,7 @@ class NeuralTargets:
     """Neural distances of a stack of models, served for all pairs or for batches of pairs.
 
     Build with :meth:`from_data` (``Y``: ``(M, n, units)``) or :meth:`from_rdm` (an ``(M,
-    n_pairs)`` block of precomputed distances in :func:`~mlem_neuro.core.pairs.pair_indices`
+    n_pairs)`` block of precomputed distances in :func:`~mlem_neuro.core.stimuli.pairs.pair_indices`
     order).
     """
 

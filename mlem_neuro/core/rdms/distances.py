@@ -15,7 +15,7 @@ monotone finishing map:
 * ``"correlation"``: the same after centring each row over units.
 
 A metric serves the two ways neural data reach the package
-(:mod:`mlem_neuro.core.sources`):
+(:mod:`mlem_neuro.core.rdms.sources`):
 
 * dense stacks ``Y`` ``(M, n_stimuli, n_units)``: :meth:`NeuralDistance.preprocess` returns
   the rows ``Z`` whose squared Euclidean distances ``d²`` the callers compute (from Gram
@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .checks import DISTANCE_REGISTRY, check
+from ..checks import DISTANCE_REGISTRY, check
 
 #: name -> distance instance (filled by :func:`register_distance`); the dict the checks
 #: read (:data:`mlem_neuro.core.checks.DISTANCE_REGISTRY`).
@@ -225,9 +225,9 @@ _RENAMED = {"NeuralMetric": "NeuralDistance", "register_metric": "register_dista
 
 def __getattr__(name):
     if name in _RENAMED:
-        from ..utils import warn_user
+        from ...utils import warn_user
 
-        warn_user(f"mlem_neuro.core.distances.{name} is renamed {_RENAMED[name]} (a neural "
+        warn_user(f"mlem_neuro.core.rdms.distances.{name} is renamed {_RENAMED[name]} (a neural "
                   f"distance is a distance; 'metric' means W); {name} will be removed in a "
                   "future release.", FutureWarning)
         return globals()[_RENAMED[name]]

@@ -31,17 +31,15 @@ import math
 import numpy as np
 import torch
 
-from ..utils import warn_user
-from .constants import (  # noqa: F401  (tuning constants, defined there once)
-    MIN_BLOCK_PAIRS,
-)
-from .memory import check_memory, memory_budget
-from .metric import term_index, term_weights
-from .neural import CHUNK_BYTES
-from .pairs import linear_to_pair
-from .pairs import n_pairs as count_pairs
-from .spearman import rankdata, sort_with_ties, standardize
-from .tied import MAX_GROUPS, PairCodes, distinct_rows, grouped_spearman
+from ...utils import warn_user
+from ..constants import MIN_BLOCK_PAIRS  # noqa: F401  (tuning constants, defined there once)
+from ..memory import check_memory, memory_budget
+from ..ranks.spearman import rankdata, sort_with_ties, standardize
+from ..ranks.tied import MAX_GROUPS, PairCodes, distinct_rows, grouped_spearman
+from ..rdms.neural import CHUNK_BYTES
+from ..stimuli.pairs import linear_to_pair
+from ..stimuli.pairs import n_pairs as count_pairs
+from ..training.metric import term_index, term_weights
 
 
 def warn_unidentifiable_terms(enc, interactions):
@@ -75,7 +73,7 @@ class PairFeatures:
         ``EncodedFeatures.to_torch(...)`` of the evaluated stimuli.
     i, j : array of int | None
         The pairs.  ``None`` (both): every unordered pair ``i < j`` of the stimuli in
-        :func:`~mlem_neuro.core.pairs.pair_indices` order, generated per block (never
+        :func:`~mlem_neuro.core.stimuli.pairs.pair_indices` order, generated per block (never
         stored).
     """
 
@@ -143,7 +141,7 @@ class PairFeatures:
 
     def codes(self):
         """The pairs' distance rows as a function of stimulus codes
-        (:class:`~mlem_neuro.core.tied.PairCodes`, for :func:`distinct_rows`)."""
+        (:class:`~mlem_neuro.core.ranks.tied.PairCodes`, for :func:`distinct_rows`)."""
         return PairCodes.from_values(self.enc.values, self.enc.missing, self._at, self.i,
                                      self.j)
 
@@ -242,7 +240,7 @@ def _feature_q(A, B, Wff, new):
 
 
 def _term_rows(D, k, l):
-    """:func:`~mlem_neuro.core.metric.term_matrix` bit for bit (doubling is exact), with a
+    """:func:`~mlem_neuro.core.training.metric.term_matrix` bit for bit (doubling is exact), with a
     broadcast product instead of a column scatter (several times faster on many pairs)."""
     kt = torch.as_tensor(k, device=D.device)
     lt = torch.as_tensor(l, device=D.device)
@@ -283,9 +281,9 @@ def _score(q, tz):
 
 def _compiled_score(flat, tz, shape):
     """:func:`_score` of the rows ``flat (R, P)`` by the compiled keys and scores
-    (:func:`mlem_neuro.core.compiled.sorted_scores`; rows with ties, or too close values,
+    (:func:`mlem_neuro.core.training.compiled.sorted_scores`; rows with ties, or too close values,
     recomputed here); ``None`` when it does not apply."""
-    from . import compiled
+    from ..training import compiled
 
     R, P = flat.shape
     if tz.shape == shape:
@@ -458,7 +456,7 @@ def term_importance(W, D, target, k, l, n_permutations, rng, select=None):
     target : tensor (M, P)
         Neural distances of the evaluated pairs.
     k, l : array of int
-        The terms (:func:`~mlem_neuro.core.metric.term_index`).
+        The terms (:func:`~mlem_neuro.core.training.metric.term_index`).
     n_permutations : int
     rng : numpy Generator
         Draws, for each term in turn, ``n_permutations`` permutations of the pairs.
@@ -467,7 +465,7 @@ def term_importance(W, D, target, k, l, n_permutations, rng, select=None):
         order; e.g. a null model that needs one term's importance).
 
     When the term rows take few distinct values (categorical features), pairs are scored by
-    group (:func:`~mlem_neuro.core.tied.grouped_spearman`): same scores, no sort of every
+    group (:func:`~mlem_neuro.core.ranks.tied.grouped_spearman`): same scores, no sort of every
     permuted pair.
     """
     pairs = _as_pairs(D)
@@ -503,9 +501,10 @@ def _feature_drops_per_pair(W, w, D, k, l, f, skip, d_new, base, tz):
 def _compiled_feature_score(A, B, Wff, d_new, tz):
     """:func:`_score` of :func:`_feature_q` for the models ``A, B (Mc, P)``, ``Wff
     (Mc,)`` under the permuted distances ``d_new (K, P)``, the predictions computed with
-    their packed keys in one compiled pass (:func:`mlem_neuro.core.compiled.feature_scores`;
-    rows with ties, or too close values, recomputed here); ``(Mc, K)`` or ``None``."""
-    from . import compiled
+    their packed keys in one compiled pass
+    (:func:`mlem_neuro.core.training.compiled.feature_scores`; rows with ties, or too close
+    values, recomputed here); ``(Mc, K)`` or ``None``."""
+    from ..training import compiled
 
     Mc, K = A.shape[0], d_new.shape[0]
     if Mc == 0 or A.shape[-1] < 2:
@@ -655,9 +654,9 @@ def _column_values(pairs, blocks):
 def _lean_groups(pairs, blocks):
     """``(uniq (U, m), uid (P,))``: the distinct feature-distance rows and each pair's row.
 
-    ``None`` when there are more than :data:`~mlem_neuro.core.tied.MAX_GROUPS` rows (or more
+    ``None`` when there are more than :data:`~mlem_neuro.core.ranks.tied.MAX_GROUPS` rows (or more
     than a quarter of the pairs): the pairs are then scored one by one.  Found from the
-    stimuli's codes when that pays (:class:`~mlem_neuro.core.tied.PairCodes`, same result).
+    stimuli's codes when that pays (:class:`~mlem_neuro.core.ranks.tied.PairCodes`, same result).
     """
     if isinstance(pairs, PairFeatures):
         codes = pairs.codes()

@@ -4,7 +4,7 @@ With numeric features the pairs' term rows rarely repeat, so every training step
 batch pair by pair (a sort of each model's ``b`` predictions).  Rounding each numeric
 feature's pair distances onto ``q`` equally spaced values spanning ``[0, max]`` puts the
 pairs into at most ``q ** m`` cells (``m`` numeric features), and training takes the
-grouped path of categorical designs (:mod:`mlem_neuro.core.tied`) on the cells: no
+grouped path of categorical designs (:mod:`mlem_neuro.core.ranks.tied`) on the cells: no
 per-pair sort, target ranks summed per cell.  A cell's term row is the mean of its pairs'
 exact term rows, so its prediction ``tw · row`` is the mean of its pairs' exact quadratic
 forms (the quadratic form is linear in the term row); the rounded rows themselves would
@@ -34,20 +34,13 @@ import math
 import numpy as np
 import torch
 
-from . import batch_size, compiled, tied
-from .constants import (
-    DISTINCT_SAMPLE as _SAMPLE,
-)
-from .constants import (
-    MAX_CELLS,  # noqa: F401
-    MAX_LEVELS,  # noqa: F401
-    MIN_LEVELS,  # noqa: F401
-    N_BLOCKS,  # noqa: F401
-    TARGET_CELLS,  # noqa: F401
-)
-from .metric import term_matrix
+from ..constants import DISTINCT_SAMPLE as _SAMPLE
+from ..constants import MAX_CELLS, MAX_LEVELS, MIN_LEVELS, N_BLOCKS, TARGET_CELLS
+from ..ranks import tied
+from ..ranks.spearman import rankdata
+from ..training import batch_size, compiled
+from ..training.metric import term_matrix
 from .pairs import pair_indices
-from .spearman import rankdata
 
 
 def _distinct(col, cap=None):
@@ -156,7 +149,7 @@ def training_groups(enc_t, n, k, l, numeric_levels, D=None, P=None):
     ``tw · row`` is the mean of its pairs' exact quadratic forms).  ``(None, None)`` when
     the rule keeps training exact or the grid still leaves too many distinct term rows
     for the grouped path.  ``D`` and ``P``: every pair's feature distances and term rows
-    (:func:`~mlem_neuro.core.metric.term_matrix` of ``D``) when already computed.
+    (:func:`~mlem_neuro.core.training.metric.term_matrix` of ``D``) when already computed.
     """
     if D is None:
         i, j = pair_indices(n)
@@ -226,7 +219,7 @@ class GridBlocks:
         return s
 
     def select(self, rows, rng):
-        """Blocks per batch by the paper's rule (:mod:`~mlem_neuro.core.batch_size`).
+        """Blocks per batch by the paper's rule (:mod:`~mlem_neuro.core.training.batch_size`).
 
         Candidate sizes ``b`` grow from ``START`` by ``GROWTH``; each is rounded to whole
         blocks and kept when every term correlation's standard deviation over

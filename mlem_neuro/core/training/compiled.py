@@ -5,12 +5,12 @@ of importance predictions, rank sums of the fast null, pair distances and subset
 a model's steps depend on that model alone: its grouped predictions, counts and target
 sums; so do they with the grid of numeric distances, whose mini-batches are unions of
 fixed blocks of pairs drawn at random, the same blocks for every model at a step
-(:class:`~mlem_neuro.core.quantise.GridBlocks`): every step's blocks are drawn first, from
+(:class:`~mlem_neuro.core.stimuli.quantise.GridBlocks`): every step's blocks are drawn first, from
 the same stream.  :func:`train` runs each model to its own stop: the metric ``W`` from
 the parameters and AdamW in float32, the predictions and the grouped soft Spearman in
-float64 (a weighted pool-adjacent-violators, :class:`~mlem_neuro.core.tied._SoftSpearmanPAV`'s
+float64 (a weighted pool-adjacent-violators, :class:`~mlem_neuro.core.ranks.tied._SoftSpearmanPAV`'s
 forward and backward), the gradient by hand and the stopping rule of
-:mod:`mlem_neuro.core.engine`.  Gradient, for ``W = W0 / ‖W0‖_F`` and the term weights
+:mod:`mlem_neuro.core.training.engine`.  Gradient, for ``W = W0 / ‖W0‖_F`` and the term weights
 ``w_t = W[k_t, l_t]``, ``q = P w``: ``∂/∂W0 = (G − W ⟨G, W⟩) / ‖W0‖`` with ``G`` the gradient
 scattered to ``(k_t, l_t)``; ``spd``: ``W0 = L Lᵀ``, ``∂/∂L = (G0 + G0ᵀ) L``, strict lower
 part to ``A``, diagonal times ``sigmoid`` (softplus); ``diagonal``: ``W0 =
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from .constants import (
+from ..constants import (
     ADAM_BETA1,
     ADAM_BETA2,
     ADAM_EPS,
@@ -599,8 +599,8 @@ def value_and_grad(A, constraint, k, l, P, counts, targets, strength):
 
 
 def train(data, m, fit_kw, dev, dtype, history=True):
-    """:func:`mlem_neuro.core.engine._train` for grouped designs on the CPU, compiled;
-    returns the same :class:`~mlem_neuro.core.stackfit.StackFit`."""
+    """:func:`mlem_neuro.core.training.engine._train` for grouped designs on the CPU, compiled;
+    returns the same :class:`~mlem_neuro.core.training.stackfit.StackFit`."""
     from .metric import init_params, make_W
     from .stackfit import StackFit
 
@@ -643,7 +643,7 @@ def train(data, m, fit_kw, dev, dtype, history=True):
 
 
 def _train_blocks(data, A, k, l, max_steps, n_iter, common):
-    """The grid's mini-batches of blocks (:class:`~mlem_neuro.core.quantise.GridBlocks`):
+    """The grid's mini-batches of blocks (:class:`~mlem_neuro.core.stimuli.quantise.GridBlocks`):
     every step's blocks are drawn before training, from the stream the torch loop draws
     them from; the stream is then left where that loop leaves it (one draw per step of
     the longest-training model)."""
@@ -855,7 +855,7 @@ def rank_walk(D, labels, J, U):
     P)`` (float64, C-contiguous numpy) for all sets.  The sets come in ``C`` channels of
     up to ``J`` sets that share no pair: ``labels (C, P)`` holds ``j * U + g`` for a pair of
     the channel's ``j``-th set in distance row ``g < U``, or ``J * U`` for a pair in none
-    (:func:`mlem_neuro.core.fastnull._walk_plan`).  The sort is numpy's, of integer keys
+    (:func:`mlem_neuro.core.scoring.fastnull._walk_plan`).  The sort is numpy's, of integer keys
     packing each value's order with its index (:func:`sorted_scores`); one compiled pass
     walks each sorted row for every channel.
 
@@ -905,9 +905,9 @@ def _condensed_kernel(G, out):
 
 def condensed(G):
     """Squared distances ``(M, n (n - 1) / 2)`` of every pair ``i < j`` (pair order of
-    :func:`~mlem_neuro.core.pairs.pair_indices`) from Gram matrices ``G (M, n, n)``
+    :func:`~mlem_neuro.core.stimuli.pairs.pair_indices`) from Gram matrices ``G (M, n, n)``
     (float64, C-contiguous numpy): ``(G_ii + G_jj) - 2 G_ij``, bit for bit as
-    :func:`~mlem_neuro.core.neural.rdm_all_pairs` computes it; ``None`` when
+    :func:`~mlem_neuro.core.rdms.neural.rdm_all_pairs` computes it; ``None`` when
     :data:`USE_COMPILED` is off."""
     if not USE_COMPILED:
         return None
@@ -947,7 +947,7 @@ def _subset_ranks_kernel(pos, first, last, ties, cols, out):
 def subset_ranks(pos, first, last, cols, out):
     """Average ranks of the column subsets ``cols (R, P)`` (int64) of every row, from the
     rows' sorted positions ``pos (M, N)`` and tie groups ``first``, ``last`` (int32, or
-    ``None`` without ties; :class:`~mlem_neuro.core.spearman.SubsetRanks`), written into
+    ``None`` without ties; :class:`~mlem_neuro.core.ranks.spearman.SubsetRanks`), written into
     ``out (M, R, P)`` (a float64 numpy array or view); ``False`` when
     :data:`USE_COMPILED` is off."""
     if not USE_COMPILED:
@@ -976,7 +976,7 @@ def block_tables(key, block, ranks, n_keys, K):
     """The grid's per-block target tables of ``ranks (M, P)`` (float64 numpy): ``T (M,
     n_keys)``, ``S1`` and ``S2 (M, K)``, the sums of the ranks per key (cell and block)
     and of the ranks and squared ranks per block, added pair by pair in order as
-    :class:`~mlem_neuro.core.quantise._BlockTargets` does in torch; ``None`` when
+    :class:`~mlem_neuro.core.stimuli.quantise._BlockTargets` does in torch; ``None`` when
     :data:`USE_COMPILED` is off."""
     if not USE_COMPILED:
         return None

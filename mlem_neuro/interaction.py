@@ -53,16 +53,14 @@ import warnings
 import numpy as np
 import torch
 
-from ..utils import check_random_state, logger
-from . import fastnull
-from .checks import check
-from .constants import (  # noqa: F401  (tuning constants, defined there once)
-    NUMERIC_DEGREE,
-)
-from .features import as_feature_table
-from .nulls import exchange_units
-from .options import MLEMOptions, _is_int
-from .sources import DenseRDMSource, RankedRDMSource, SphereRDMSource
+from .core.checks import check
+from .core.constants import NUMERIC_DEGREE  # noqa: F401  (tuning constants, defined there once)
+from .core.options import MLEMOptions, _is_int
+from .core.rdms.sources import DenseRDMSource, RankedRDMSource, SphereRDMSource
+from .core.scoring import fastnull
+from .core.scoring.nulls import exchange_units
+from .core.stimuli.features import as_feature_table
+from .utils import check_random_state, logger
 
 __all__ = ["interaction_test", "main_effects_design", "residual_basis"]
 
@@ -187,14 +185,14 @@ class PatternNullSource:
 
     def rdm(self, stimuli, device="cpu"):
         """Distances ``(n_models, n_pairs)`` between ``stimuli`` (see
-        :class:`~mlem_neuro.core.sources.RDMSource`).
+        :class:`~mlem_neuro.core.rdms.sources.RDMSource`).
 
         The residual coordinates ``Z = QᵀY`` and the main effects' fit ``Y − Q Z`` of the
         base models are computed once and shared by every replicate present; replicate
         ``b``'s patterns are then one product, ``Y − Q Z + Q[:, π_b⁻¹] Z``
         (``Q (Z[π]) = Q[:, π⁻¹] Z``).
         """
-        from .pairs import n_pairs
+        from .core.stimuli.pairs import n_pairs
 
         out = torch.empty(self.n_models, n_pairs(len(stimuli)), dtype=torch.float64,
                           device=device)
@@ -221,11 +219,11 @@ def _scores_by_blocks(null_source, table, options, common, constraints, groups):
     The models go in blocks (an eighth of the memory budget for their RDMs of all
     stimuli and one sort of each): each block's datasets are built, their RDMs of all
     stimuli computed and sorted, once; every fold of both fits then reads the ranks of its
-    training and held-out distances off them (:class:`~mlem_neuro.core.sources.
+    training and held-out distances off them (:class:`~mlem_neuro.core.rdms.sources.
     RankedRDMSource`; the numbers of ``run_cv`` on ``null_source`` up to rounding)."""
-    from ..crossval import run_cv
-    from .memory import memory_budget
-    from .pairs import n_pairs
+    from .core.memory import memory_budget
+    from .core.stimuli.pairs import n_pairs
+    from .crossval import run_cv
 
     n, N = null_source.n_stimuli, null_source.n_models
     block = max(1, memory_budget() // 8 // (64 * n_pairs(n)))   # RDM, sort, tie groups
@@ -256,7 +254,7 @@ def _check_inputs(source, table, options, n_null):
     if not getattr(source, "supports_interaction_test", False):
         raise TypeError("interaction_test permutes the residuals of the response patterns, "
                         "so it needs a source that holds them: a DenseRDMSource or a "
-                        f"SphereRDMSource (mlem_neuro.core.sources); got "
+                        f"SphereRDMSource (mlem_neuro.core.rdms.sources); got "
                         f"{type(source).__name__}.")
     if not isinstance(options, MLEMOptions):
         raise TypeError("options must be an MLEMOptions (mlem_neuro.core.options); got "
@@ -288,14 +286,14 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     regressed on the features' main effects and the residuals, rotated into an
     orthonormal basis of the residual space, are permuted (Huh & Jhun's variant of
     Freedman & Lane's scheme; exact under main effects plus i.i.d. Gaussian noise; see
-    :mod:`mlem_neuro.core.additivity`).  Each null dataset goes through the same
+    :mod:`mlem_neuro.interaction`).  Each null dataset goes through the same
     cross-validated comparison; the null datasets of all models are fitted in the same
     stacks as the observed ones.
 
     Parameters
     ----------
     source : DenseRDMSource | SphereRDMSource
-        Response patterns of ``M`` models (:mod:`mlem_neuro.core.sources`).
+        Response patterns of ``M`` models (:mod:`mlem_neuro.core.rdms.sources`).
     features : DataFrame
         Feature table, one row per stimulus of ``source`` (at least 2 features).
     options : MLEMOptions
@@ -332,7 +330,7 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     :func:`~mlem_neuro.crossval.run_cv` of the same data, less the per-call overhead that
     the stacks share.
     """
-    from ..crossval import check_cv, fold_usable
+    from .crossval import check_cv, fold_usable
 
     table = as_feature_table(features, name="features")
     space = _check_inputs(source, table, options, n_null)

@@ -5,7 +5,7 @@ the method says, with public building blocks only:
 
 * each model has its own parameter tensor ``A (m, m)`` and its own
   :class:`torch.optim.AdamW` (weight decay 0, the package's betas and eps);
-* a step maps ``A`` to the metric ``W`` (:func:`~mlem_neuro.core.metric.make_W`), predicts
+* a step maps ``A`` to the metric ``W`` (:func:`~mlem_neuro.core.training.metric.make_W`), predicts
   every pair of the step's batch, ``sqrt(dᵀ W d)`` (a signed root when ``W`` is
   unconstrained), and scores the predictions with a soft Spearman: predictions
   standardised and scaled to the spread of the ranks ``1..n``, :func:`torchsort.soft_rank`
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torchsort
 
-from .constants import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, SOFT_RANK_STRENGTH
+from ..constants import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, SOFT_RANK_STRENGTH
 from .metric import init_params, make_W, predict
 from .stackfit import StackFit
 
@@ -71,8 +71,8 @@ def _model_batch(data, j):
 
 
 def train(data, m, fit_kw, dev, dtype, history=True):
-    """Train ``data.M`` models of ``m`` features (as :func:`mlem_neuro.core.engine._train`)
-    and return a :class:`~mlem_neuro.core.stackfit.StackFit`."""
+    """Train ``data.M`` models of ``m`` features (as :func:`mlem_neuro.core.training.engine._train`)
+    and return a :class:`~mlem_neuro.core.training.stackfit.StackFit`."""
     constraint, patience, tol = fit_kw["constraint"], fit_kw["patience"], fit_kw["tol"]
     M = int(data.M)
     start = init_params(M, m, constraint, dev, dtype)

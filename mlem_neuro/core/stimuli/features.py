@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .checks import FEATURE_KINDS as KINDS
-from .constants import DISTANCE_GRID
+from ..checks import FEATURE_KINDS as KINDS
+from ..constants import DISTANCE_GRID
 
 
 def check_row_order(table, name="features"):
@@ -428,7 +428,7 @@ def _feature_order(table, groups):
 def _missing_value(name, missing):
     """The checked missing distance of feature ``name``."""
     miss = missing.get(name, missing.get(None, 0.0))
-    from .checks import check
+    from ..checks import check
 
     try:
         miss = float(miss)

@@ -3,12 +3,12 @@
 Source estimates and sensor data are ``(n_stimuli, n_times, n_locations)``; a searchlight
 over them has one model per time point and neighbourhood (a patch of source points, a
 group of nearby channels, a label).  :class:`SpaceTimeRDMSource` is a
-:class:`~mlem_neuro.core.sources.SphereRDMSource` whose units are (time, location) cells
+:class:`~mlem_neuro.core.rdms.sources.SphereRDMSource` whose units are (time, location) cells
 and whose membership is block diagonal over time: model ``t * S + s`` holds the locations
 of neighbourhood ``s`` at time ``t`` (time-major order).  That membership is never built
 whole: :meth:`SpaceTimeRDMSource.subset` cuts, for one chunk of models, the (time,
 location) cells the chunk touches and the chunk's rows of the membership, and returns a
-plain :class:`~mlem_neuro.core.sources.SphereRDMSource`.  A chunk of ``k`` models then
+plain :class:`~mlem_neuro.core.rdms.sources.SphereRDMSource`.  A chunk of ``k`` models then
 holds at most ``k`` neighbourhoods' cells of data, whatever the number of time points, and
 :func:`~mlem_neuro.crossval.run_cv` (chunks of at most 1,000 models) keeps the stack's
 memory bounded.
@@ -42,7 +42,7 @@ class SpaceTimeRDMSource(SphereRDMSource):
     Model ``t * n_neighbourhoods + s`` is neighbourhood ``s`` at time point ``t``.  The
     attributes :attr:`X` (a view of ``data``) and :attr:`A` (the block-diagonal
     membership, built on access: ``n_times`` times the entries of ``neighbourhoods``) make
-    this a :class:`~mlem_neuro.core.sources.SphereRDMSource` over (time, location) cells,
+    this a :class:`~mlem_neuro.core.rdms.sources.SphereRDMSource` over (time, location) cells,
     so every tool written for one (e.g. the non-additivity test) works on it; the
     analyses only ever use :meth:`subset` and :meth:`rdm`.
     """

@@ -37,10 +37,8 @@ import numbers
 import numpy as np
 import torch
 
-from .constants import (  # noqa: F401  (tuning constants, defined there once)
-    CROSSDIST_CHUNK_BYTES as CHUNK_BYTES,
-)
-from .pairs import pair_indices
+from ..constants import CROSSDIST_CHUNK_BYTES as CHUNK_BYTES  # noqa: F401  (tuning constants, defined there once)
+from ..stimuli.pairs import pair_indices
 
 __all__ = ["crossnobis_membership", "crossval_sq_distances",
            "crossval_sq_distances_membership", "default_partitions", "noise_whitener",
@@ -259,7 +257,7 @@ def crossval_sq_distances(Y, items, partitions=None, *, noise=None, random_state
         Each model's trials × units data (e.g. one time point per model).
     items : array-like (n_trials,)
         The item of each trial; pairs are between items, in
-        :func:`~mlem_neuro.core.pairs.pair_indices` order over the items in the order of
+        :func:`~mlem_neuro.core.stimuli.pairs.pair_indices` order over the items in the order of
         their first trial.
     partitions : array-like (n_trials,) | None
         Independent partitions of the trials (runs, sessions...); every item needs

@@ -2,7 +2,7 @@
 
 The test of a feature ``f`` (``n_null > 0``) relabels the stimuli only among stimuli with
 the same values of every other feature (numeric features cut into the quantile bins of
-:mod:`mlem_neuro.core.nulls`; with ``groups``, also within each group).  Some designs make
+:mod:`mlem_neuro.core.scoring.nulls`; with ``groups``, also within each group).  Some designs make
 that conditional null powerless, silently:
 
 * **nested**: ``f`` is a function of another feature (``animacy`` of ``category``: each
@@ -10,7 +10,7 @@ that conditional null powerless, silently:
   (of all the others, at worst; with ``groups``, of the others within groups).  Inside
   every stratum of the null all stimuli share their value of ``f``: the relabelling never
   moves it (the analysis reports its p-values as NaN, not testable).  Checked exactly on
-  the codes the null uses (:func:`mlem_neuro.core.nulls.strata`); the finding names an
+  the codes the null uses (:func:`mlem_neuro.core.scoring.nulls.strata`); the finding names an
   irreducible set of determining features: every single feature that determines ``f``
   alone, else the combination left after dropping, one by one, the features not needed.
 * **duplicate**: two features carry the same information: each determines the other
@@ -75,13 +75,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .constants import (  # noqa: F401  (tuning constants, defined there once)
-    CORRELATION_THRESHOLD,
-)
-from .constants import (
-    DESIGN_MAX_PAIRS as MAX_PAIRS,
-)
-from .nulls import NULL_BINS, _feature_codes, exchange_units
+from ..constants import CORRELATION_THRESHOLD  # noqa: F401  (tuning constants, defined there once)
+from ..constants import DESIGN_MAX_PAIRS as MAX_PAIRS
+from ..scoring.nulls import NULL_BINS, _feature_codes, exchange_units
 from .pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
 
 #: the kinds of :class:`DesignFinding`, in the order :func:`diagnose_design` reports them.
@@ -311,8 +307,8 @@ def diagnose_design(table, space, groups=None, *, threshold=CORRELATION_THRESHOL
     table : DataFrame
         The feature table, one row per stimulus (the columns ``space`` was fitted on).
     space : FeatureSpace
-        A fitted :class:`~mlem_neuro.core.features.FeatureSpace` (its ``kinds_`` and
-        :meth:`~mlem_neuro.core.features.FeatureSpace.transform` are used).
+        A fitted :class:`~mlem_neuro.core.stimuli.features.FeatureSpace` (its ``kinds_`` and
+        :meth:`~mlem_neuro.core.stimuli.features.FeatureSpace.transform` are used).
     groups : array-like (n_stimuli,) | None
         Group label of each stimulus when the nulls respect groups: runs or sessions
         (the nulls relabel within groups: features constant within groups are found),

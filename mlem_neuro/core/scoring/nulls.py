@@ -42,10 +42,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from .constants import (  # noqa: F401  (tuning constants, defined there once)
-    NULL_BINS,
-)
-from .pairs import pair_indices
+from ..constants import NULL_BINS  # noqa: F401  (tuning constants, defined there once)
+from ..stimuli.pairs import pair_indices
 
 
 def _feature_codes(enc, k, kind, n_bins):
@@ -224,7 +222,7 @@ def permuted_pairs(perms, stimuli, n):
     of the pairs of ``stimuli`` relabelled by each of ``perms (R, n)``.
 
     Column ``c`` is the pair ``(stimuli[i[c]], stimuli[j[c]])`` of
-    :func:`~mlem_neuro.core.pairs.pair_indices`; under relabelling ``π`` it reads the
+    :func:`~mlem_neuro.core.stimuli.pairs.pair_indices`; under relabelling ``π`` it reads the
     observed distance between ``π(stimuli[i])`` and ``π(stimuli[j])``.
     """
     stimuli = np.asarray(stimuli)

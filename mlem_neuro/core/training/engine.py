@@ -8,14 +8,14 @@ only what the models still training need, never a Python loop over models.  The 
 AdamW without weight decay (torch's defaults), applied to the active rows.
 
 When the pairs' term rows take few distinct values (categorical designs), soft ranks are
-computed on groups of identical pairs (:mod:`mlem_neuro.core.tied`), and mini-batch target
-ranks come from one sort of all pairs per model (:class:`~mlem_neuro.core.spearman.
+computed on groups of identical pairs (:mod:`mlem_neuro.core.ranks.tied`), and mini-batch target
+ranks come from one sort of all pairs per model (:class:`~mlem_neuro.core.ranks.spearman.
 SubsetRanks`): no step sorts the batch.  Both give the same numbers as the per-pair path.
 On the CPU the steps of such grouped designs (full batches and the grid's mini-batches
 of blocks) run compiled with the gradient by hand, each model to its own stop
-(:mod:`mlem_neuro.core.compiled`, numba): the torch steps to float32 rounding at a
+(:mod:`mlem_neuro.core.training.compiled`, numba): the torch steps to float32 rounding at a
 fraction of their fixed cost.  On a GPU, and for per-pair designs, the steps run in torch.
-Every backend is tested against :mod:`mlem_neuro.core.reference`, the training written
+Every backend is tested against :mod:`mlem_neuro.core.training.reference`, the training written
 for clarity (torch autograd, :func:`torchsort.soft_rank`, :class:`torch.optim.AdamW`).
 """
 from __future__ import annotations
@@ -23,15 +23,26 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._provenance import note_training
-from ..utils import check_device, check_random_state, logger
-from . import compiled, quantise, reference, tied
+from ..._provenance import note_training
+from ...utils import check_device, check_random_state, logger
+from ..constants import ADAM_BETA1 as _BETA1
+from ..constants import ADAM_BETA2 as _BETA2
+from ..constants import ADAM_EPS as _ADAM_EPS
+from ..constants import FULL_BATCH_PAIRS, MAX_RANKER_ELEMENTS, MAX_TERM_ELEMENTS
+from ..memory import memory_budget
+from ..options import MLEMOptions
+from ..ranks import tied
+from ..ranks.spearman import (
+    SOFT_RANK_STRENGTH,
+    SubsetRanks,
+    rankdata,
+    soft_spearman,
+    standardize,
+)
+from ..stimuli import quantise
+from ..stimuli.pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
+from . import compiled, reference
 from .batch_size import select_batch_size
-from .constants import ADAM_BETA1 as _BETA1
-from .constants import ADAM_BETA2 as _BETA2
-from .constants import ADAM_EPS as _ADAM_EPS
-from .constants import FULL_BATCH_PAIRS, MAX_RANKER_ELEMENTS, MAX_TERM_ELEMENTS
-from .memory import memory_budget
 from .metric import (
     init_params,
     make_W,
@@ -41,9 +52,6 @@ from .metric import (
     term_matrix,
     term_weights,
 )
-from .options import MLEMOptions
-from .pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
-from .spearman import SOFT_RANK_STRENGTH, SubsetRanks, rankdata, soft_spearman, standardize
 from .stackfit import StackFit
 
 
@@ -396,7 +404,7 @@ class GroupedTargets:
     """Full-batch targets of models that each group the pairs their own way.
 
     For models trained on the same neural distances but different feature rows (null
-    models with relabelled features, :mod:`mlem_neuro.core.fastnull`): the distinct
+    models with relabelled features, :mod:`mlem_neuro.core.scoring.fastnull`): the distinct
     feature-distance rows ``D_uniq`` are shared, each model has its own pairs per row
     (``counts``) and its own sums of standardised target ranks per row.  The steps are
     those of the grouped full batch of :func:`fit_stack` (:func:`tied.grouped_soft_spearman`
@@ -480,8 +488,8 @@ def choose_backend(data, m, dev, dtype, requested="auto"):
     :class:`GroupedTargets`) for models of ``m`` features: one decision, logged.
 
     ``"auto"``: the compiled loop where it applies (grouped full batches or grid blocks
-    on the CPU in float32: :mod:`~mlem_neuro.core.compiled`), else torch (any design, any
-    device).  ``"reference"`` (:mod:`~mlem_neuro.core.reference`) is only ever named: the
+    on the CPU in float32: :mod:`~mlem_neuro.core.training.compiled`), else torch (any design, any
+    device).  ``"reference"`` (:mod:`~mlem_neuro.core.training.reference`) is only ever named: the
     training written for clarity that the others are tested against.  A named backend
     that cannot train the design raises a ValueError saying why.
     """

@@ -1,7 +1,7 @@
 """Null models of categorical designs that share the observed data's ranks.
 
 A relabelling of the stimuli can be applied to either side of a dataset: the neural data
-(:mod:`mlem_neuro.core.nulls`: stimulus ``a`` takes the data of ``π(a)``) or the feature
+(:mod:`mlem_neuro.core.scoring.nulls`: stimulus ``a`` takes the data of ``π(a)``) or the feature
 rows (stimulus ``s`` keeps its data and takes the features of ``σ(s)``).  Under the null
 hypothesis both give datasets distributed like the observed one, so both make exact
 permutation tests (the identity is one of the relabellings either way).  Relabelling the
@@ -12,9 +12,9 @@ distinct feature-distance rows.  Per null model and fold that is:
 
 * training: the pairs per row and the sums of the standardised target ranks per row (one
   pass over the pairs per null model, shared by all models: :func:`group_sums`), then
-  grouped full-batch training (:func:`~mlem_neuro.core.engine.fit_grouped`) exactly
+  grouped full-batch training (:func:`~mlem_neuro.core.training.engine.fit_grouped`) exactly
   as the observed model trains (same steps, same stopping rule);
-* held out: the exact Spearman of the grouped predictions (:func:`~mlem_neuro.core.tied.
+* held out: the exact Spearman of the grouped predictions (:func:`~mlem_neuro.core.ranks.tied.
   grouped_spearman`), and for a feature's test its importance with the same importance
   permutations of the held-out stimuli as the observed importance (the feature's values
   taken from another held-out stimulus are one more feature row, among the rows of
@@ -34,22 +34,22 @@ import numpy as np
 import torch
 from joblib import Parallel, delayed, effective_n_jobs
 
-from .._threads import call_with_threads, worker_threads
-from . import compiled
-from .constants import (
-    INTERACTION_BLOCK_BYTES,  # noqa: F401
-    MAX_CODES,  # noqa: F401
-    MAX_STIMULUS_CODES,  # noqa: F401
-    RANK_WALK_ELEMENTS,  # noqa: F401
-    STACK_ARRAYS,  # noqa: F401
+from ..._threads import call_with_threads, worker_threads
+from ..constants import (
+    INTERACTION_BLOCK_BYTES,
+    MAX_CODES,
+    MAX_STIMULUS_CODES,
+    RANK_WALK_ELEMENTS,
+    STACK_ARRAYS,
 )
-from .engine import fit_grouped
+from ..memory import memory_budget
+from ..ranks.spearman import _EPS, rankdata, sort_with_ties, standardize
+from ..ranks.tied import MAX_GROUPS, grouped_spearman
+from ..stimuli.pairs import n_pairs, pair_indices
+from ..training import compiled
+from ..training.engine import fit_grouped
+from ..training.metric import term_index, term_weights
 from .importance import _fold
-from .memory import memory_budget
-from .metric import term_index, term_weights
-from .pairs import n_pairs, pair_indices
-from .spearman import _EPS, rankdata, sort_with_ties, standardize
-from .tied import MAX_GROUPS, grouped_spearman
 
 
 class CodeUniverse:
@@ -89,8 +89,8 @@ class CodeUniverse:
 def code_universe(enc):
     """:class:`CodeUniverse` of ``enc`` (a fold's encoding of every stimulus), or ``None``
     when its rows are too many (:data:`MAX_STIMULUS_CODES`, :data:`MAX_CODES`,
-    :data:`~mlem_neuro.core.tied.MAX_GROUPS`)."""
-    from .features import EncodedFeatures
+    :data:`~mlem_neuro.core.ranks.tied.MAX_GROUPS`)."""
+    from ..stimuli.features import EncodedFeatures
 
     dims = enc.values.shape[1]
     rows = np.column_stack([enc.values, enc.missing.astype(np.float64)])
@@ -264,10 +264,10 @@ def _fit_null_models(D_uniq, counts, sums, options):
     sums ``sums (M, R, U)``.
 
     Each null model trains on the rows its own pairs have, as the observed model of its
-    relabelled table would (:func:`~mlem_neuro.core.engine.fit_grouped`): relabellings
+    relabelled table would (:func:`~mlem_neuro.core.training.engine.fit_grouped`): relabellings
     with the same rows train in one stack.  A stack of relabellings with different rows
     would give each model every row any of them has, the ones it lacks at the negligible
-    count :data:`~mlem_neuro.core.engine.GroupedTargets.ABSENT_COUNT`, and every step
+    count :data:`~mlem_neuro.core.training.engine.GroupedTargets.ABSENT_COUNT`, and every step
     pays for those rows: with a numeric feature a null model has about 1,000 of the 1,500
     rows its relabellings have together (``benchmarks/bench_numeric_null.py``), with
     categorical features most relabellings have every row (one stack).
@@ -298,7 +298,7 @@ def rank_sums(D, sets, U):
 
     Every set is ranked from one sort of every pair per model: walking that order, a
     pair's rank in a set is the count of the set's pairs up to it, so each set costs a pass
-    instead of a sort.  Compiled (:func:`~mlem_neuro.core.compiled.rank_walk`), one pass
+    instead of a sort.  Compiled (:func:`~mlem_neuro.core.training.compiled.rank_walk`), one pass
     serves every set: sets that share no pair (a fold's training and held-out pairs) share
     one label per pair.  In torch (the library not built, or a distance not finite) only
     the sets larger than a quarter of the pairs (training folds) are walked, the others
@@ -400,7 +400,7 @@ def _ranked_sums(D, lin, g, U):
 
 def _lin(stimuli, n):
     """Linear indices into the condensed RDM of ``n`` stimuli of the pairs of ``stimuli``
-    (in :func:`~mlem_neuro.core.pairs.pair_indices` order)."""
+    (in :func:`~mlem_neuro.core.stimuli.pairs.pair_indices` order)."""
     s = np.asarray(stimuli)
     i, j = pair_indices(len(s))
     lo, hi = np.minimum(s[i], s[j]), np.maximum(s[i], s[j])
@@ -420,17 +420,17 @@ def interaction_scores(source, table, options, folds, constraints, progress=None
     batches; ``None`` when the design is not one (then train through
     :func:`~mlem_neuro.crossval.run_cv`).
 
-    The non-additivity test (:func:`~mlem_neuro.core.additivity.interaction_test`) fits
+    The non-additivity test (:func:`~mlem_neuro.interaction.interaction_test`) fits
     the same null datasets twice (with and without interactions): here each dataset's RDM
     of all stimuli is computed once, each fold's target ranks and their sums per distance
-    row once, and both fits train on those sums (:func:`~mlem_neuro.core.engine.
+    row once, and both fits train on those sums (:func:`~mlem_neuro.core.training.engine.
     fit_grouped`), the models of every fold in one stack; the held-out score is the
     exact grouped Spearman.  The numbers are those of ``run_cv`` with full batches, up to
     rounding.  With ``options.n_jobs`` above 1 the models are split into blocks that run
     in worker processes (each model trains on its own, so the split changes nothing but
     rounding).  ``progress``: a progress bar over the blocks (``None``: at INFO).
     """
-    from .engine import FULL_BATCH_PAIRS
+    from ..training.engine import FULL_BATCH_PAIRS
 
     n = source.n_stimuli
     if options.batch_size not in ("auto", "full"):
@@ -465,7 +465,7 @@ def interaction_scores(source, table, options, folds, constraints, progress=None
               constraints)
     blocks = [np.arange(lo, min(lo + outer, N)) for lo in range(0, N, outer)]
     threads = worker_threads(workers)
-    from .._jobs import run_jobs as _run_jobs
+    from ..._jobs import run_jobs as _run_jobs
 
     # a progress bar at INFO when there are several blocks (e.g. the spheres of a brain)
     results = _run_jobs(Parallel, (delayed(call_with_threads)(

@@ -32,15 +32,9 @@ import math
 import numpy as np
 import torch
 
-from .constants import (
-    MAX_GROUPS,  # noqa: F401
-    MAX_TABLE_ELEMENTS,  # noqa: F401
-    PAV_ROWS,  # noqa: F401
-)
-from .constants import (
-    NORM_EPS as _EPS,
-)
-from .memory import memory_budget
+from ..constants import MAX_GROUPS, MAX_TABLE_ELEMENTS, PAV_ROWS
+from ..constants import NORM_EPS as _EPS
+from ..memory import memory_budget
 from .spearman import inverse_order, sort_order
 
 
@@ -94,7 +88,7 @@ class PairCodes:
         the same operations as for the pairs themselves.
     i, j : tensor of int | None
         The pairs; ``None``: every pair ``i < j`` of the ``n`` stimuli in
-        :func:`~mlem_neuro.core.pairs.pair_indices` order (never stored).
+        :func:`~mlem_neuro.core.stimuli.pairs.pair_indices` order (never stored).
     """
 
     #: pairs (or n² table cells) handled at once when reading the table.
@@ -326,7 +320,7 @@ class _WeightedIsotonic(torch.autograd.Function):
 def grouped_soft_rank(pred, counts, strength):
     """Soft ranks ``(M, U)`` of ``U`` distinct values per row, each repeated ``counts[u]`` times.
 
-    Equal to :func:`mlem_neuro.core.spearman.soft_rank` applied to the expanded rows (every
+    Equal to :func:`mlem_neuro.core.ranks.spearman.soft_rank` applied to the expanded rows (every
     repeat of a value gets the value's soft rank).
     """
     c = counts.to(pred.dtype)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .checks import check
+from ..checks import check
 
 
 def n_pairs(n):
@@ -17,7 +17,7 @@ def pair_indices(n):
     A ``MemoryError`` (:func:`~mlem_neuro.core.memory.check_memory`) is raised before
     allocating when the two index arrays (and numpy's intermediates) would exceed the
     memory budget."""
-    from .memory import check_memory
+    from ..memory import check_memory
 
     check_memory(3 * 8 * n_pairs(n), f"the indices of the {n_pairs(n):,} pairs of {n:,} "
                  "stimuli", "average the trials of each item (items=...) or analyse fewer "

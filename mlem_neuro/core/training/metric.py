@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .checks import CONSTRAINTS, check  # noqa: F401  (CONSTRAINTS: defined there once)
+from ..checks import CONSTRAINTS, check  # noqa: F401  (CONSTRAINTS: defined there once)
 
 _SOFTPLUS_INV_1 = math.log(math.e - 1.0)
 

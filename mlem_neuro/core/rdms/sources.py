@@ -9,14 +9,14 @@ contract; two sources implement it:
 
 * :class:`DenseRDMSource`: data ``Y`` ``(n_models, n_stimuli, n_units)``, every model
   with its own units (time-resolved MEG/EEG, a few ROIs cut out beforehand); distances
-  from batched Gram products (:mod:`mlem_neuro.core.neural`);
+  from batched Gram products (:mod:`mlem_neuro.core.rdms.neural`);
 * :class:`SphereRDMSource`: one data matrix ``X`` ``(n_stimuli, n_units)`` and a sparse
   0/1 membership ``A`` ``(n_models, n_units)`` saying which units each model holds
   (searchlight spheres, atlas regions); distances of every model from sparse products,
   with no loop over models.
 
 Both take the neural distance by name; each distance is one class of
-:mod:`mlem_neuro.core.distances`, used by both sources.  Two more serve distances computed
+:mod:`mlem_neuro.core.rdms.distances`, used by both sources.  Two more serve distances computed
 elsewhere: :class:`CondensedRDMSource` (one condensed RDM per model) and
 :class:`RankedRDMSource`, which serves the ranks of those distances within any subset of
 the stimuli and says so with ``ranked = True`` (training then takes them as ranks; a
@@ -33,7 +33,7 @@ A source of RDMs computed elsewhere (e.g. cross-validated distances), as a minim
 example:
 
 >>> import numpy as np, torch
->>> from mlem_neuro.core.pairs import pair_indices
+>>> from mlem_neuro.core.stimuli.pairs import pair_indices
 >>> class PrecomputedRDMSource:
 ...     '''Square RDMs ``(n_models, n_stimuli, n_stimuli)`` computed elsewhere.'''
 ...     def __init__(self, rdms):
@@ -59,7 +59,7 @@ tensor([[ 4., 25.,  9.]], dtype=torch.float64)
 
 Such a source goes straight to :func:`~mlem_neuro.crossval.run_cv`.  Keep ``subset``
 cheap and its result small (it is pickled once per chunk of models), and return the
-distances in :func:`~mlem_neuro.core.pairs.pair_indices` order.
+distances in :func:`~mlem_neuro.core.stimuli.pairs.pair_indices` order.
 """
 from __future__ import annotations
 
@@ -69,12 +69,10 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .constants import (  # noqa: F401  (tuning constants, defined there once)
-    SPHERE_BLOCK_BYTES as BLOCK_BYTES,
-)
+from ..constants import SPHERE_BLOCK_BYTES as BLOCK_BYTES  # noqa: F401  (tuning constants, defined there once)
+from ..stimuli.pairs import pair_indices
 from .distances import get_distance
 from .neural import rdm_all_pairs
-from .pairs import pair_indices
 
 __all__ = ["BLOCK_BYTES", "CondensedRDMSource", "DenseRDMSource", "RDMSource",
            "SphereRDMSource"]
@@ -111,14 +109,14 @@ class RDMSource(Protocol):
         Returns
         -------
         rdm : torch.Tensor, float64, ``(n_models, n_pairs)`` on ``device``
-            Pairs of ``stimuli`` in :func:`~mlem_neuro.core.pairs.pair_indices` order:
+            Pairs of ``stimuli`` in :func:`~mlem_neuro.core.stimuli.pairs.pair_indices` order:
             column ``k`` is the pair ``(stimuli[i[k]], stimuli[j[k]])``.
         """
 
 
 def _distance_arg(cls, distance, metric):
     """``distance``, or the former ``metric=`` (with a FutureWarning)."""
-    from ..utils import renamed
+    from ...utils import renamed
 
     return renamed(cls, "metric", "distance", metric, distance)
 
@@ -128,7 +126,7 @@ class _MetricAlias:
 
     @property
     def metric(self):
-        from ..utils import warn_user
+        from ...utils import warn_user
 
         warn_user(f"{type(self).__name__}.metric is renamed .distance ('metric' means W); "
                   ".metric will be removed in a future release.", FutureWarning)
@@ -143,7 +141,7 @@ class DenseRDMSource(_MetricAlias):
     Y : ndarray, shape (n_models, n_stimuli, n_units)
         Each model's stimulus × unit data (e.g. one time point per model).
     distance : str
-        Neural distance, a name of :data:`mlem_neuro.core.distances.REGISTRY`.
+        Neural distance, a name of :data:`mlem_neuro.core.rdms.distances.REGISTRY`.
     metric : str | None
         Former name of ``distance`` (deprecated; a FutureWarning).
     """
@@ -195,7 +193,7 @@ class SphereRDMSource(_MetricAlias):
     ``"correlation"`` and ``"cosine"`` (``1 − r`` of the sphere's patterns, as for dense
     data) use the Gram form, with per-sphere sums ``A @ x`` and ``A @ x²`` for centring
     and norms.  Each distance's sparse form lives with it
-    (:meth:`mlem_neuro.core.distances.NeuralDistance.membership_sq`).
+    (:meth:`mlem_neuro.core.rdms.distances.NeuralDistance.membership_sq`).
 
     Parameters
     ----------
@@ -245,7 +243,7 @@ class SphereRDMSource(_MetricAlias):
 
     def rdm(self, stimuli, device="cpu"):
         """Distances ``(n_models, n_pairs)`` (torch float64 on ``device``) between
-        ``stimuli``, pairs in :func:`~mlem_neuro.core.pairs.pair_indices` order."""
+        ``stimuli``, pairs in :func:`~mlem_neuro.core.stimuli.pairs.pair_indices` order."""
         dist = get_distance(self.distance)
         stimuli = np.asarray(stimuli)
         XT = np.ascontiguousarray(self.X[stimuli].T)          # (V, n)
@@ -281,8 +279,8 @@ class CondensedRDMSource:
     ----------
     d : ndarray, shape (n_models, n_pairs)
         Distances of every pair of the ``n`` stimuli, in
-        :func:`~mlem_neuro.core.pairs.pair_indices` order (``n_pairs = n (n − 1) / 2``;
-        e.g. the cross-validated distances of :mod:`mlem_neuro.core.crossdist`, which
+        :func:`~mlem_neuro.core.stimuli.pairs.pair_indices` order (``n_pairs = n (n − 1) / 2``;
+        e.g. the cross-validated distances of :mod:`mlem_neuro.core.rdms.crossdist`, which
         can be negative).
     """
 
@@ -316,7 +314,7 @@ class CondensedRDMSource:
 
 def _condensed_columns(stimuli, n):
     """Columns of a condensed RDM of ``n`` stimuli holding the pairs of ``stimuli`` (in
-    :func:`~mlem_neuro.core.pairs.pair_indices` order)."""
+    :func:`~mlem_neuro.core.stimuli.pairs.pair_indices` order)."""
     s = np.asarray(stimuli)
     i, j = pair_indices(len(s))
     a, b = s[i], s[j]
@@ -328,9 +326,9 @@ class RankedRDMSource:
     """The ranks of distances computed elsewhere, within any subset of the stimuli.
 
     ``rdm(stimuli)`` gives each model's average ranks (1-based) of the distances between
-    ``stimuli``: what :func:`~mlem_neuro.core.spearman.rankdata` of
+    ``stimuli``: what :func:`~mlem_neuro.core.ranks.spearman.rankdata` of
     ``CondensedRDMSource(d).rdm(stimuli)`` gives, from one sort per model for all subsets
-    (:class:`~mlem_neuro.core.spearman.SubsetRanks`; its subsets share that sort).  MLEM
+    (:class:`~mlem_neuro.core.ranks.spearman.SubsetRanks`; its subsets share that sort).  MLEM
     sees neural distances only through their ranks, so an analysis of this source equals
     one of ``CondensedRDMSource(d)``; ``ranked = True`` tells training that the targets are
     ranks already.  Used where many cross-validated fits read the same RDMs (the test of
@@ -345,7 +343,7 @@ class RankedRDMSource:
     ranked = True
 
     def __init__(self, d, _ranker=None):
-        from .spearman import SubsetRanks
+        from ..ranks.spearman import SubsetRanks
 
         if _ranker is None:
             d = CondensedRDMSource(d).d

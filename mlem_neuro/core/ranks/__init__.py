@@ -1,0 +1,1 @@
+"""Ranks: exact and soft ranks, Spearman scores, grouped (tied) pairs."""

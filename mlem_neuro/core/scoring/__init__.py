@@ -1,0 +1,1 @@
+"""Scoring fitted models: permutation importances and their nulls."""

@@ -1,0 +1,1 @@
+"""Training: the engine, its backends (compiled loop, torch, reference) and the metric W."""
