@@ -32,7 +32,7 @@ from joblib import effective_n_jobs
 
 from ._jobs import run_jobs as _run_jobs
 from ._provenance import recording
-from ._threads import call_with_threads, torch_threads, worker_threads
+from ._threads import call_with_threads, policy, torch_threads
 from .core.checks import check
 from .core.constants import (  # noqa: F401  (tuning constants, defined there once)
     AUTO_FOLDS,
@@ -562,7 +562,7 @@ def _policy_threads(function):
     @functools.wraps(function)
     def wrapper(source, features, options=None, **kwargs):
         n_jobs = None if options is None else options.n_jobs
-        with torch_threads(worker_threads(effective_n_jobs(n_jobs))):
+        with torch_threads(*policy(effective_n_jobs(n_jobs))):
             return function(source, features, options, **kwargs)
 
     return wrapper
@@ -615,16 +615,16 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     design = null_design(enc_all, space.kinds_, groups, opts.null)
     # random K-fold splits of the stimuli (not runs, not the user's own splits)
     random_split = _int_cv(opts.cv) and groups is None
-    layout, names, flat = [], None, {}
+    plans, names, flat = [], None, {}
     for f, (train, test) in enumerate(folds):
         space = _fold_space(opts, table, train, f, len(folds))
         names = space.feature_names_
-        enc_train = space.transform(table.iloc[train])
         enc_test = space.transform(table.iloc[test])
         _check_fold_scorable(f, enc_test, names, flat, random_split)
         # one seed per fold: every chunk draws the same batches and permutations, so
         # results do not depend on chunk_size or n_jobs
-        layout.append((f, enc_train, enc_test, train, test, int(rng.integers(2**63 - 1))))
+        plans.append(FoldPlan(f, train, test, space.transform(table.iloc[train]), enc_test,
+                              int(rng.integers(2**63 - 1))))
     _warn_flat(flat, random_split)
     held = held_out_columns(opts.held_out_pairs, folds, groups, design.mode)
     untestable = {}
@@ -633,26 +633,28 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
         untestable = _warn_untestable(design, said)
     # drawn after the folds' seeds: the observed results do not depend on n_null
     null = _draw_nulls(opts, enc_all, design, rng) if opts.n_null else None
-    plans = _null_plans(layout, table, opts, null)
-    layout = [(f, sl, *rest, plans[f]) for f, *rest in layout
-              for sl in _chunk_slices(M, len(rest[2]), opts.chunk_size, opts.n_jobs,
-                                      _null_rows(null, plans[f], len(rest[2])))]
+    for plan, null_plan, cols in zip(plans, _null_plans(plans, table, opts, null), held):
+        plan.null, plan.held = null_plan, cols
+        plan.chunks = _chunk_slices(M, len(plan.train), opts.chunk_size, opts.n_jobs,
+                                    _null_rows(null, null_plan, len(plan.train)))
     if opts.level == "term":
-        warn_unidentifiable_terms(layout[0][2], opts.model_interactions)
+        warn_unidentifiable_terms(plans[0].enc_train, opts.model_interactions)
     # torch threads per worker: workers x threads <= cores (main process and each worker)
-    threads = worker_threads(effective_n_jobs(opts.n_jobs))
+    threads = policy(effective_n_jobs(opts.n_jobs))
     # chunk data are cut lazily, as joblib asks for the next job
-    jobs = (delayed(call_with_threads)(threads, _fit_chunk, source.subset(sl), et, ete, tr,
-                                       te, opts, sd, null, setup, plan, held[f])
-            for f, sl, et, ete, tr, te, sd, plan, setup in _shared_setups(layout, opts))
-    logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), len(layout))
-    results = _run_jobs(Parallel, jobs, len(layout), opts.n_jobs, desc,
+    jobs = (delayed(call_with_threads)(threads, _fit_chunk, source.subset(sl), p.enc_train,
+                                       p.enc_test, p.train, p.test, opts, p.seed, null, setup,
+                                       p.null, p.held)
+            for p, sl, setup in _shared_setups(plans, opts))
+    n_chunks = sum(len(p.chunks) for p in plans)
+    logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), n_chunks)
+    results = _run_jobs(Parallel, jobs, n_chunks, opts.n_jobs, desc,
                         estimate=bool(opts.n_null))
     with _COLUMNS_LOCK:                  # the nulls' pair columns are not needed any more
         _COLUMNS.clear()
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
              else list(names))
-    out = _collect(layout, results, folds, terms, names, M)
+    out = _collect(plans, results, folds, terms, names, M)
     _warn_undefined(out, desc)
     out.untestable = untestable
     out.held_out_pairs = "all" if held[0] is None else "between_groups"
@@ -682,22 +684,43 @@ def _warn_undefined(out, desc):
                   stacklevel=7)
 
 
-def _shared_setups(layout, opts):
-    """``layout`` rows with the fold's training setup appended: computed once per fold
-    (lazily, only the current fold's is held) when the fold is split into several chunks,
-    else ``None`` (the chunk computes it)."""
-    chunks = {}
-    for f, *_ in layout:
-        chunks[f] = chunks.get(f, 0) + 1
-    current, setup = None, None
-    for row in layout:
-        f, _, et, _, _, _, sd, plan = row
-        if plan is not None:                 # the fast null plan holds the fold's setup
-            yield (*row, plan.setup)
-            continue
-        if chunks[f] > 1 and current != f:
-            current, setup = f, _fold_setup(et, opts, sd)
-        yield (*row, setup if chunks[f] > 1 else None)
+@dataclass
+class FoldPlan:
+    """One fold, decided before any model is fitted: what :func:`run_cv`'s fold loop
+    runs.
+
+    ``index`` (the fold's number), ``train`` and ``test`` (its stimuli), ``enc_train`` and
+    ``enc_test`` (their encoded features, scaled on the training stimuli), ``seed`` (every
+    chunk of the fold draws the same batches and permutations from it), ``null`` (a
+    :class:`_NullPlan` when the null models relabel the features, else ``None``),
+    ``held`` (the held-out pair columns that score it, ``None`` for all) and ``chunks``
+    (the slices of models fitted together).
+    """
+
+    index: int
+    train: np.ndarray
+    test: np.ndarray
+    enc_train: object
+    enc_test: object
+    seed: int
+    null: object = None
+    held: object = None
+    chunks: list = field(default_factory=list)
+
+
+def _shared_setups(plans, opts):
+    """``(plan, models, setup)`` for every chunk of every fold: the fold's training setup
+    computed once (lazily, only the current fold's is held) when the fold is split into
+    several chunks, else ``None`` (the chunk computes it)."""
+    for plan in plans:
+        if plan.null is not None:            # the fast null plan holds the fold's setup
+            setup = plan.null.setup
+        elif len(plan.chunks) > 1:
+            setup = _fold_setup(plan.enc_train, opts, plan.seed)
+        else:
+            setup = None
+        for models in plan.chunks:
+            yield plan, models, setup
 
 
 @dataclass
@@ -709,19 +732,19 @@ class _NullPlan:
     setup: object
 
 
-def _null_plans(layout, table, opts, null):
-    """Per fold, a :class:`_NullPlan` when its null models can relabel the features (a
-    grouped design trained on full batches, ``level="feature"``, few feature rows), else
-    ``None`` (no nulls, or null models that relabel the data)."""
-    plans = [None] * len(layout)
+def _null_plans(folds, table, opts, null):
+    """Per fold (:class:`FoldPlan`), a :class:`_NullPlan` when its null models can relabel
+    the features (a grouped design trained on full batches, ``level="feature"``, few
+    feature rows), else ``None`` (no nulls, or null models that relabel the data)."""
+    plans = [None] * len(folds)
     if null is None or opts.level != "feature":
         return plans
-    for f, enc_train, _, train, _, seed in layout:
-        setup = _fold_setup(enc_train, opts, seed)
+    for f, fold in enumerate(folds):
+        setup = _fold_setup(fold.enc_train, opts, fold.seed)
         if (setup.groups is None or setup.levels is not None
-                or setup.b < n_pairs(len(train))):
+                or setup.b < n_pairs(len(fold.train))):
             continue
-        space = _fold_space(opts, table, train, f, len(layout))
+        space = _fold_space(opts, table, fold.train, fold.index, len(folds))
         universe = fastnull.code_universe(space.transform(table))
         if universe is not None:
             plans[f] = _NullPlan(universe, setup)
@@ -860,13 +883,14 @@ def _warn_flat(flat, random_split=False):
                       stacklevel=6)   # user > verbose wrapper > public > _fit > run_cv > here
 
 
-def _collect(layout, results, folds, terms, names, M):
+def _collect(plans, results, folds, terms, names, M):
     m, T, F = len(names), len(terms), len(folds)
     out = CVOutput(W=np.empty((F, M, m, m)), score=np.empty((F, M)),
                    importance=np.empty((F, M, T)), importance_perm_std=np.empty((F, M, T)),
                    n_iter=np.empty((F, M), dtype=int), converged=np.empty((F, M), dtype=bool),
                    terms=terms, feature_names=list(names), folds=folds)
-    for (f, sl, *_), r in zip(layout, results):
+    chunks = [(plan.index, sl) for plan in plans for sl in plan.chunks]
+    for (f, sl), r in zip(chunks, results):
         for key in ("W", "score", "importance", "importance_perm_std", "n_iter", "converged"):
             getattr(out, key)[f, sl] = r[key]
         if "null" in r:

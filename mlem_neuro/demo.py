@@ -203,7 +203,7 @@ def xor_comparison(seed):
     """One simulated dataset whose two binary features are coded together (``A XOR B``:
     the pattern moves when exactly one of them is on): p-values of a Mantel and a partial
     Mantel test of each feature's model RDM and of MLEM's tests (the defaults with
-    ``n_null=99``) side by side (``benchmarks/why_mlem.py`` measures the rates)."""
+    ``n_null=99``) side by side (``validation/why_mlem.py`` measures the rates)."""
     import pandas as pd
 
     from . import rsa

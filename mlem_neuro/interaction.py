@@ -29,7 +29,7 @@ stacks that :func:`~mlem_neuro.crossval.run_cv` fits, and replicate ``b`` uses t
 permutation for every model (a max over models gives family-wise error control).
 
 Measured alternatives (additive numeric codes, 32 stimuli, 3 folds, ``n_null = 99``,
-``benchmarks/calib_interactions.py`` settings): permuting residual *ranks* of the RDM
+``validation/calib_interactions.py`` settings): permuting residual *ranks* of the RDM
 (``g(q) + R[π, π]``, ``g`` the isotonic fit of the neural ranks on the diagonal model's
 prediction) rejected 5 of 30 datasets at 0.05 and 9-11 of 30 at 0.1 (2 of 30 at 0.05 with
 i.i.d. noise on the distances instead of the patterns); permuting the residual patterns
@@ -42,7 +42,7 @@ z-scoring) is ``C ε`` with ``C`` the within-run centring; since the run indicat
 among the design's columns, ``Qᵀ C = Qᵀ``, so the rotated residuals are again i.i.d.
 under Gaussian noise and the test stays exact.  Without them the rotation mixed runs and
 rejected additive codes too often on a simulated block design with runs (0.089 at 0.05,
-``benchmarks/calib_runs.py``; method page).
+``validation/calib_runs.py``; method page).
 """
 from __future__ import annotations
 

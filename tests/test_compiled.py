@@ -233,22 +233,21 @@ def test_kernels_run_in_threads():
 
 @pytest.mark.parametrize("grid", [False, True])
 def test_threads_train_the_models_one_thread_trains(grid):
-    """With more than one thread (``MLEM_NEURO_NUM_THREADS``, torch's threads) the loop
-    splits the models between threads (numba's ``prange``): every model's steps depend on
-    it alone, so the fits are those of one thread, bit for bit."""
+    """With more than one thread (the thread policy's cores, ``MLEM_NEURO_NUM_THREADS``)
+    the loop splits the models between threads (numba's ``prange``): every model's steps
+    depend on it alone, so the fits are those of one thread, bit for bit."""
+    from mlem_neuro._threads import torch_threads
+
     enc, targets = _numeric_design() if grid else _design()
     opts = MLEMOptions(max_steps=80)
-    old = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        assert compiled.threads_for(4) == 1
-        one = fit_stack(enc, targets, opts, random_state=np.random.default_rng(5))
-        torch.set_num_threads(2)
+    assert compiled.threads_for(4) == 1                  # outside an analysis: one
+    one = fit_stack(enc, targets, opts, random_state=np.random.default_rng(5))
+    with torch_threads(None, compiled=2):
         if compiled.threads_for(4) < 2:
             pytest.skip("numba has a single thread here")
+        assert compiled.threads_for(1) == 1              # never more threads than models
         two = fit_stack(enc, targets, opts, random_state=np.random.default_rng(5))
-    finally:
-        torch.set_num_threads(old)
+    assert compiled.threads_for(4) == 1                  # restored
     assert grid != one.full_batch
     np.testing.assert_array_equal(two.W, one.W)
     np.testing.assert_array_equal(two.n_iter, one.n_iter)

@@ -237,8 +237,8 @@ def test_the_fast_path_is_used_only_where_it_applies():
         folds = crossval.check_cv(3, len(tab), np.random.default_rng(0))
         for f, (train, test) in enumerate(folds):
             space = opts.feature_space().fit(tab.iloc[train])
-            rows.append((f, space.transform(tab.iloc[train]), space.transform(tab.iloc[test]),
-                         train, test, 1 + f))
+            rows.append(crossval.FoldPlan(f, train, test, space.transform(tab.iloc[train]),
+                                          space.transform(tab.iloc[test]), 1 + f))
         plans = crossval._null_plans(rows, tab, opts, null)
         layout.append((name, [p is not None for p in plans]))
     assert layout == [("categorical", [True] * 3), ("term", [False] * 3),

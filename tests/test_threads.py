@@ -174,8 +174,8 @@ def test_analysis_restores_threads_on_error(data, threads3, monkeypatch):
 
 
 def test_worker_threads_for_n_jobs(data, monkeypatch):
-    """Each joblib worker gets cores // n_jobs threads (at least one) with its chunk, and
-    the main process runs on as many."""
+    """Each joblib worker gets cores // n_jobs threads (at least one) with its chunk, for
+    torch and for the compiled loop, and the main process runs on as many."""
     X, y = data
     calls, main = [], []
 
@@ -195,7 +195,7 @@ def test_worker_threads_for_n_jobs(data, monkeypatch):
         if threads is None:                  # -1: every core joblib counts here
             from joblib import effective_n_jobs
             threads = max(1, 4 // effective_n_jobs(-1))
-        assert calls == [threads] * 3 and main[-1] == threads
+        assert calls == [(threads, threads)] * 3 and main[-1] == threads
 
 
 def test_estimator_runs_on_policy_threads_and_restores(data, threads3, monkeypatch):
@@ -249,3 +249,37 @@ def test_threading_backend_gives_the_serial_numbers(case):
     np.testing.assert_array_equal(threaded.fold_score, ref.fold_score)
     if case == "tests":
         np.testing.assert_array_equal(threaded.pvalues_fwe, ref.pvalues_fwe)
+
+
+def test_the_compiled_loop_takes_the_workers_cores(monkeypatch):
+    """The compiled loop's threads: every core a worker may use (cores // workers), capped
+    by MLEM_NEURO_NUM_THREADS ("off": one); one outside the package's work, and the
+    caller's value restored after a block."""
+    monkeypatch.setattr(_threads, "available_cores", lambda: 8)
+    assert _threads.worker_cores(1) == 8 and _threads.worker_cores(3) == 2
+    assert _threads.worker_cores(16) == 1
+    monkeypatch.setenv(ENV_VAR, "3")
+    assert _threads.worker_cores(1) == 3 and _threads.worker_cores(4) == 2
+    monkeypatch.setenv(ENV_VAR, "off")
+    assert _threads.worker_cores(1) == 1
+    assert _threads.compiled_threads() == 1
+    with torch_threads(None, compiled=4):
+        assert _threads.compiled_threads() == 4
+        with torch_threads(None, compiled=2):
+            assert _threads.compiled_threads() == 2
+        assert _threads.compiled_threads() == 4
+    assert _threads.compiled_threads() == 1
+
+
+def test_an_analysis_gives_the_compiled_loop_the_cores(data, monkeypatch):
+    from mlem_neuro.core.training import compiled
+
+    seen = []
+    real = compiled.threads_for
+    monkeypatch.setattr(compiled, "threads_for", lambda M: seen.append(
+        _threads.compiled_threads()) or real(M))
+    monkeypatch.setattr(_threads, "available_cores", lambda: 2)
+    X, y = data
+    mlem_neuro.mlem_array(X[:, :, None], y, cv=2, n_repeats=1, max_steps=5, verbose="ERROR")
+    assert seen and set(seen) == {2}
+    assert _threads.compiled_threads() == 1

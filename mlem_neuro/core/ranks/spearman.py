@@ -73,7 +73,7 @@ def sort_with_ties(x):
 
     Finite float64 rows on the CPU are sorted by :func:`_packed_order`; the rows it
     leaves out of order (values a relative ``1e-11`` or so apart) are sorted again by
-    :func:`sort_order`, so the order is exact either way (``benchmarks/bench_ranks.py``
+    :func:`sort_order`, so the order is exact either way (``benchmarks/internals/bench_ranks.py``
     measures it against an argsort).
     """
     n = x.shape[-1]

@@ -273,8 +273,8 @@ def _isotonic_method(n_groups, batch_size, n_models, device_type="cpu"):
     cost hardly grows with ``U`` while torchsort's CUDA kernel runs one sequential thread
     per model (measured on an H100, 100 models, b = 8,496: table 2.4-4.1 ms per step for
     U = 16-256, expansion 17.9-22.3 ms).  On the CPU the pool-adjacent-violators pass is
-    used whenever scipy provides it (``benchmarks/bench_soft_rank.py`` measures the three);
-    without it, the table while ``U² ≤ b + 1024``, else the expansion (measured per step
+    used whenever scipy provides it (``benchmarks/internals/bench_soft_rank.py`` measures
+    the three); without it, the table while ``U² ≤ b + 1024``, else the expansion (measured per step
     for 100 models on 2 CPU threads: the table costs about 3.5 µs × U², the expansion about
     4 µs × b + 3 ms).
     """

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from joblib import Parallel, delayed, effective_n_jobs
 
-from ..._threads import call_with_threads, worker_threads
+from ..._threads import call_with_threads, policy
 from ..constants import (
     INTERACTION_BLOCK_BYTES,
     MAX_CODES,
@@ -464,7 +464,7 @@ def interaction_scores(source, table, options, folds, constraints, progress=None
     shared = (groups, D_all, present, counts_tr, counts_te, n_te, (kk, ll), options,
               constraints)
     blocks = [np.arange(lo, min(lo + outer, N)) for lo in range(0, N, outer)]
-    threads = worker_threads(workers)
+    threads = policy(workers)
     from ..._jobs import run_jobs as _run_jobs
 
     # a progress bar at INFO when there are several blocks (e.g. the spheres of a brain)

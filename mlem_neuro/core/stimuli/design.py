@@ -40,7 +40,7 @@ correlate about ``q`` over stimuli, about ``q²`` over pairs.  Nesting is not a
 correlation: ``animacy`` (3 of 8 categories animate) correlates 0.33 with ``category``
 over pairs, yet its test can never move; hence the exact check.
 
-**The threshold, measured** (``benchmarks/design_collinearity.py``): 48 stimuli, a binary
+**The threshold, measured** (``validation/design_collinearity.py``): 48 stimuli, a binary
 ``A`` (balanced) and ``B``, each coded in its own subspace of 16 units plus noise;
 :func:`mlem_neuro.mlem_array` with ``cv=3``, ``n_null=99``; power = share of 200 datasets
 with ``A``'s p < 0.05 (a NaN p-value counts as not significant).  ``B`` is a binary copy

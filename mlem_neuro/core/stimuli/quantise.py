@@ -25,7 +25,7 @@ combinations of the other features stay within :data:`TARGET_CELLS` (a step cost
 model about the same per cell), but at least :data:`MIN_LEVELS` while the cells stay
 within :data:`MAX_CELLS`, and trains pair by pair (exactly) beyond that.  The error this
 introduces is measured by ``benchmarks/bench_numeric.py`` and
-``benchmarks/numeric_recovery.py`` (see the performance page).
+``validation/numeric_recovery.py`` (see the validation page).
 """
 from __future__ import annotations
 

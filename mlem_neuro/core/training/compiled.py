@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from ..._threads import compiled_threads
 from ..constants import (
     ADAM_BETA1,
     ADAM_BETA2,
@@ -523,13 +524,14 @@ def _train_models_parallel(n_chunks, A, k, l, dense, P, rowptr, col, val, counts
 
 
 def threads_for(M):
-    """Threads the compiled loop trains ``M`` models with: torch's intra-op threads (the
-    package sets them per worker, :mod:`mlem_neuro._threads`: one unless
-    ``MLEM_NEURO_NUM_THREADS`` says more), at most one per model, and one outside the
-    main thread (numba's default thread pool must not be entered from two threads)."""
+    """Threads the compiled loop trains ``M`` models with: what the package's thread
+    policy gives the worker (:func:`mlem_neuro._threads.compiled_threads`: its cores,
+    capped by ``MLEM_NEURO_NUM_THREADS``; one outside an analysis), at most one per model,
+    and one outside the main thread (numba's thread pool is not entered from two
+    threads at once: joblib's threading backend and dask run chunks in threads)."""
     if threading.current_thread() is not threading.main_thread():
         return 1
-    return max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS, M))
+    return max(1, min(compiled_threads(), numba.config.NUMBA_NUM_THREADS, M))
 
 
 def _run(*args):
