@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CORE = {"numpy", "scipy", "pandas", "scikit-learn", "joblib", "torch", "torchsort"}
+CORE = {"numpy", "scipy", "pandas", "scikit-learn", "joblib", "torch", "torchsort", "numba"}
 OPTIONAL = {"meeg": {"mne"}, "fmri": {"nilearn", "nibabel"}, "viz": {"matplotlib"}}
 HEAVY = sorted(set().union(*OPTIONAL.values()))
 
