@@ -21,7 +21,7 @@ contains the phases it calls, e.g. "step setup" contains "grouping" and "batch s
 * ``step setup``: ``_StepTargets.__init__`` (term rows, grouping, batch size, ranker);
 * ``pair setup``: ``PairSetup.__init__`` (term rows, grouping, batch size; once per fold
   when a fold's models are split into chunks, inside "step setup" otherwise; newer code);
-* ``grouping``: distinct term rows (``tied.distinct_rows``, or the code-based grouping);
+* ``grouping``: distinct term rows (``grouped.distinct_rows``, or the code-based grouping);
 * ``batch size``: ``engine.resolve_batch_size``;
 * ``fit``: ``fit_stack`` (training, including "step setup");
 * ``importance``: permutation importance on held-out pairs;
@@ -89,7 +89,7 @@ def _wrap(obj, attr, name):
 
 def install_timers():
     from mlem_neuro import crossval
-    from mlem_neuro.core.ranks import tied
+    from mlem_neuro.core.ranks import grouped
     from mlem_neuro.core.rdms import neural, sources
     from mlem_neuro.core.scoring import importance
     from mlem_neuro.core.training import engine
@@ -98,7 +98,7 @@ def install_timers():
     _wrap(neural.NeuralTargets, "from_rdm", "targets")
     if hasattr(engine, "PairSetup"):
         _wrap(engine.PairSetup, "__init__", "pair setup")
-    _wrap(tied, "distinct_rows", "grouping")
+    _wrap(grouped, "distinct_rows", "grouping")
     _wrap(engine, "pair_groups", "grouping")
     _wrap(engine, "resolve_batch_size", "batch size")
     _wrap(crossval, "fit_stack", "fit")

@@ -37,7 +37,7 @@ import pandas as pd
 from _common import add_device_argument, clock, describe, peak_rss_mib, warm_up
 
 import mlem_neuro
-import mlem_neuro.core.ranks.tied as tied
+import mlem_neuro.core.ranks.grouped as grouped
 
 CENTRE_MM = np.array([-42.0, -58.0, -12.0])
 REGION_MM = 12.0
@@ -159,15 +159,15 @@ def run(imgs, table, mask_img, process, args):
 
 def compare(imgs, table, mask_img, region, args):
     process = centres_img(mask_img, region, args.compare_spheres, np.random.default_rng(3))
-    real = tied._isotonic_method
+    real = grouped._isotonic_method
     old = lambda U, b, M, dev="cpu": ("table" if U * U <= float(b) + 1024  # noqa: E731
-                                       and M * U * U <= tied.MAX_TABLE_ELEMENTS
+                                       and M * U * U <= grouped.MAX_TABLE_ELEMENTS
                                        else "expansion")
     try:
-        tied._isotonic_method, tied.USE_FUSED = old, False
+        grouped._isotonic_method, grouped.USE_FUSED = old, False
         before, t_before = run(imgs, table, mask_img, process, args)
     finally:
-        tied._isotonic_method, tied.USE_FUSED = real, True
+        grouped._isotonic_method, grouped.USE_FUSED = real, True
     after, t_after = run(imgs, table, mask_img, process, args)
     print(f"== same maps: {args.compare_spheres} centres, grouped soft ranks by expansion "
           "(before) vs now ==")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.ranks.tied import grouped_soft_spearman
+from mlem_neuro.core.ranks.grouped import grouped_soft_spearman
 from mlem_neuro.core.rdms.neural import NeuralTargets
 from mlem_neuro.core.rdms.sources import DenseRDMSource
 from mlem_neuro.core.stimuli.features import FeatureSpace

@@ -84,7 +84,7 @@ def test_every_tuning_constant_says_what_it_tunes():
 def test_modules_use_the_shared_constants_under_their_old_names():
     from mlem_neuro import crossval
     from mlem_neuro.core import memory
-    from mlem_neuro.core.ranks import tied
+    from mlem_neuro.core.ranks import grouped
     from mlem_neuro.core.rdms import neural
     from mlem_neuro.core.stimuli import quantise
     from mlem_neuro.core.training import batch_size
@@ -93,8 +93,8 @@ def test_modules_use_the_shared_constants_under_their_old_names():
     assert neural.CHUNK_BYTES is constants.NEURAL_CHUNK_BYTES
     assert batch_size.THRESHOLD is constants.BATCH_THRESHOLD
     assert memory.DEFAULT_BYTES is constants.MEMORY_BYTES
-    assert quantise.MAX_CELLS is constants.MAX_CELLS and tied.MAX_GROUPS is constants.MAX_GROUPS
-    assert tied._EPS is spearman._EPS is constants.NORM_EPS
+    assert quantise.MAX_CELLS is constants.MAX_CELLS and grouped.MAX_GROUPS is constants.MAX_GROUPS
+    assert grouped._EPS is spearman._EPS is constants.NORM_EPS
 
 
 def test_the_vocabulary_is_defined_once():

@@ -403,7 +403,7 @@ def test_verbose_decorator_sets_level_for_the_call_only():
 
 def test_batch_size_selection_from_group_counts_equals_per_pair():
     """Grouped term rows give the same correlations, hence the same batch size."""
-    from mlem_neuro.core.ranks.tied import distinct_rows
+    from mlem_neuro.core.ranks.grouped import distinct_rows
     from mlem_neuro.core.stimuli.features import FeatureSpace
     from mlem_neuro.core.training.batch_size import correlation_spread, select_batch_size
     from mlem_neuro.core.training.engine import PairTerms

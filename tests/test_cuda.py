@@ -21,7 +21,7 @@ import torch
 
 from mlem_neuro import MLEM
 from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.ranks import tied
+from mlem_neuro.core.ranks import grouped
 from mlem_neuro.core.ranks.spearman import SubsetRanks, rankdata, soft_spearman, standardize
 from mlem_neuro.core.rdms.neural import NeuralTargets
 from mlem_neuro.core.stimuli.features import FeatureSpace
@@ -72,9 +72,9 @@ def _numeric(n=60, seed=0):
 def test_grouped_soft_rank_values_and_gradients(path, monkeypatch):
     """Grouped soft ranks (float64) on the GPU equal the CPU's, values and gradients;
     the expansion runs torchsort's CUDA kernel."""
-    monkeypatch.setattr(tied, "_isotonic_method", lambda *a: path)
+    monkeypatch.setattr(grouped, "_isotonic_method", lambda *a: path)
     if path == "expansion":
-        assert tied._pav_kernel("cuda") is not None, "torchsort built without CUDA"
+        assert grouped._pav_kernel("cuda") is not None, "torchsort built without CUDA"
     g = torch.Generator().manual_seed(3)
     M, U = 7, 48
     counts = torch.randint(1, 150, (U,), generator=g)
@@ -84,8 +84,8 @@ def test_grouped_soft_rank_values_and_gradients(path, monkeypatch):
     out = {}
     for dev in ("cpu", "cuda"):
         p = pred.clone().to(dev).requires_grad_(True)         # a leaf on each device
-        r = tied.grouped_soft_rank(p, counts.to(dev), 1.0)
-        rho = tied.grouped_soft_spearman(p, counts.to(dev), sums.to(dev), 1.0)
+        r = grouped.grouped_soft_rank(p, counts.to(dev), 1.0)
+        rho = grouped.grouped_soft_spearman(p, counts.to(dev), sums.to(dev), 1.0)
         (r.square().mean() + rho.sum()).backward()
         out[dev] = (_cpu(r), _cpu(rho), _cpu(p.grad))
     assert out["cpu"][2].std() > 1e-4                    # a gradient worth comparing
@@ -283,7 +283,7 @@ def test_grouped_soft_spearman_with_per_model_counts():
     out = {}
     for dev in ("cpu", "cuda"):
         p = pred.clone().to(dev).requires_grad_(True)
-        rho = tied.grouped_soft_spearman(p, counts.to(dev), sums.to(dev), 1.0)
+        rho = grouped.grouped_soft_spearman(p, counts.to(dev), sums.to(dev), 1.0)
         rho.sum().backward()
         out[dev] = (_cpu(rho), _cpu(p.grad))
     assert _report("per-model counts rho", out["cuda"][0], out["cpu"][0]) < 1e-9
@@ -330,21 +330,21 @@ def test_pav_kernel_is_none_without_torchsorts_cuda_extension(monkeypatch):
     torchsort = pytest.importorskip("torchsort")
     monkeypatch.setitem(sys.modules, "torchsort.isotonic_cuda", None)   # import fails
     monkeypatch.delattr(torchsort, "isotonic_cuda", raising=False)      # even if loaded
-    assert tied._pav_kernel("cuda") is None
-    assert tied._pav_kernel("cpu") is not None
+    assert grouped._pav_kernel("cuda") is None
+    assert grouped._pav_kernel("cpu") is not None
 
 
 def test_gpu_prefers_the_interval_table(monkeypatch):
     """On a GPU the interval table is used whenever it fits in memory (torchsort's CUDA
     kernel runs one sequential thread per model); on the CPU scipy's weighted
     pool-adjacent-violators, or without it the table only for few groups."""
-    assert tied._isotonic_method(256, 8496, 100, "cpu") == "pav"
-    assert tied._isotonic_method(256, 8496, 100, "cuda") == "table"
-    too_big = int((tied.MAX_TABLE_ELEMENTS / 100) ** 0.5) + 1
-    assert tied._isotonic_method(too_big, 10**9, 100, "cuda") == "expansion"
-    monkeypatch.setattr(tied, "_scipy_pav", lambda: None)          # scipy < 1.12
-    assert tied._isotonic_method(256, 8496, 100, "cpu") == "expansion"
-    assert tied._isotonic_method(32, 8496, 100, "cpu") == "table"
+    assert grouped._isotonic_method(256, 8496, 100, "cpu") == "pav"
+    assert grouped._isotonic_method(256, 8496, 100, "cuda") == "table"
+    too_big = int((grouped.MAX_TABLE_ELEMENTS / 100) ** 0.5) + 1
+    assert grouped._isotonic_method(too_big, 10**9, 100, "cuda") == "expansion"
+    monkeypatch.setattr(grouped, "_scipy_pav", lambda: None)          # scipy < 1.12
+    assert grouped._isotonic_method(256, 8496, 100, "cpu") == "expansion"
+    assert grouped._isotonic_method(32, 8496, 100, "cpu") == "table"
 
 
 @needs_cuda

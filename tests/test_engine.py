@@ -203,9 +203,9 @@ def test_weighted_isotonic_matches_pool_adjacent_violators(solver, monkeypatch):
     """The interval table and the one-call scipy solver (rows laid end to end) equal a
     row-by-row pool-adjacent-violators reference, rows with very different scales included
     (no block pools across two rows)."""
-    from mlem_neuro.core.ranks.tied import _minmax_isotonic, _pav_isotonic
+    from mlem_neuro.core.ranks.grouped import _minmax_isotonic, _pav_isotonic
     solve = _minmax_isotonic if solver == "table" else _pav_isotonic
-    monkeypatch.setattr("mlem_neuro.core.ranks.tied.PAV_ROWS", 2)      # 5 rows: 3 solver calls
+    monkeypatch.setattr("mlem_neuro.core.ranks.grouped.PAV_ROWS", 2)      # 5 rows: 3 solver calls
     rng = np.random.default_rng(0)
     for U in (1, 2, 7, 40):
         y = rng.standard_normal((5, U)).cumsum(axis=1) * rng.choice([-1, 1], (5, 1))
@@ -238,13 +238,13 @@ def test_grouped_soft_spearman_equals_torchsort_on_the_expanded_batch(cross_ties
     weighted isotonic regression solved by the interval table, by expansion or by
     weighted pool-adjacent-violators, through torch's autograd or (``"fused"``, the CPU
     default) in one numpy pass with the gradient written by hand."""
-    import mlem_neuro.core.ranks.tied as tied
+    import mlem_neuro.core.ranks.grouped as grouped
+    from mlem_neuro.core.ranks.grouped import grouped_soft_rank, grouped_soft_spearman
     from mlem_neuro.core.ranks.spearman import soft_rank
-    from mlem_neuro.core.ranks.tied import grouped_soft_rank, grouped_soft_spearman
-    monkeypatch.setattr(tied, "_isotonic_method",
+    monkeypatch.setattr(grouped, "_isotonic_method",
                         lambda *a: "pav" if path == "fused" else path)
-    monkeypatch.setattr(tied, "USE_FUSED", path == "fused")
-    monkeypatch.setattr(tied, "PAV_ROWS", 4)              # 6 models: 2 calls of the solver
+    monkeypatch.setattr(grouped, "USE_FUSED", path == "fused")
+    monkeypatch.setattr(grouped, "PAV_ROWS", 4)              # 6 models: 2 calls of the solver
     g = torch.Generator().manual_seed(1)
     M, U = 6, 24
     counts = torch.randint(1, 200, (U,), generator=g)
@@ -292,18 +292,18 @@ def test_subset_ranks_equal_rankdata_with_and_without_ties():
 @pytest.mark.parametrize("batch_size", ["full", 400])
 def test_grouped_and_expanded_engines_learn_the_same_metrics(batch_size, path, monkeypatch):
     """The grouped path (few distinct term rows) and the per-pair torchsort path agree."""
-    import mlem_neuro.core.ranks.tied as tied
+    import mlem_neuro.core.ranks.grouped as grouped
     import mlem_neuro.core.training.engine as engine
-    monkeypatch.setattr(tied, "_isotonic_method",
+    monkeypatch.setattr(grouped, "_isotonic_method",
                         lambda *a: "pav" if path == "fused" else path)
-    monkeypatch.setattr(tied, "USE_FUSED", path == "fused")
+    monkeypatch.setattr(grouped, "USE_FUSED", path == "fused")
     Y, y = _stack(M=4, n=60)
     enc = FeatureSpace().fit_transform(y)
     # no early stopping (tol=-inf): the paths compute the soft ranks in float64 vs float32,
     # and a 1e-7 difference could flip one "improved by more than tol" decision
     kw = dict(batch_size=batch_size, max_steps=80, tol=-np.inf, random_state=0)
     fast = _fit(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), **kw)
-    monkeypatch.setattr(tied, "MAX_GROUPS", 0)             # every batch expanded
+    monkeypatch.setattr(grouped, "MAX_GROUPS", 0)             # every batch expanded
     monkeypatch.setattr(engine, "MAX_RANKER_ELEMENTS", 0)  # targets sorted at every step
     slow = _fit(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), **kw)
     assert (fast.n_iter == 80).all() and (slow.n_iter == 80).all()
@@ -345,7 +345,7 @@ def test_early_stopping_with_target_ranks_from_one_sort(monkeypatch):
 @pytest.mark.parametrize("batch_size", ["full", 400])
 def test_grouped_engine_with_tied_targets(batch_size, monkeypatch):
     """Targets with many ties (an integer-valued RDM) give the same fit on both paths."""
-    import mlem_neuro.core.ranks.tied as tied
+    import mlem_neuro.core.ranks.grouped as grouped
     import mlem_neuro.core.training.engine as engine
     from mlem_neuro.core.rdms.neural import rdm_from_rows
     Y, y = _stack(M=3, n=60)
@@ -356,7 +356,7 @@ def test_grouped_engine_with_tied_targets(batch_size, monkeypatch):
     assert len(torch.unique(rdm)) < 20
     kw = dict(batch_size=batch_size, max_steps=60, tol=-np.inf, random_state=0)
     fast = _fit(enc, NeuralTargets.from_rdm(rdm, 60, "cpu"), **kw)
-    monkeypatch.setattr(tied, "MAX_GROUPS", 0)
+    monkeypatch.setattr(grouped, "MAX_GROUPS", 0)
     monkeypatch.setattr(engine, "MAX_RANKER_ELEMENTS", 0)
     slow = _fit(enc, NeuralTargets.from_rdm(rdm, 60, "cpu"), **kw)
     np.testing.assert_allclose(fast.history, slow.history, atol=1e-5)   # measured: 1.5e-6
@@ -366,14 +366,14 @@ def test_grouped_engine_with_tied_targets(batch_size, monkeypatch):
 def test_grouped_soft_ranks_without_torchsorts_kernel_fall_back_to_the_table(monkeypatch):
     """If torchsort's internal kernel table is unavailable, the same values come from the
     interval table."""
-    import mlem_neuro.core.ranks.tied as tied
+    import mlem_neuro.core.ranks.grouped as grouped
     g = torch.Generator().manual_seed(4)
     counts = torch.randint(1, 60, (40,), generator=g)
     pred = torch.randn(3, 40, dtype=torch.float64, generator=g)
-    monkeypatch.setattr(tied, "_isotonic_method", lambda *a: "expansion")
-    expanded = tied.grouped_soft_rank(pred, counts, 1.0)
-    monkeypatch.setattr(tied, "_pav_kernel", lambda device_type: None)
-    np.testing.assert_allclose(tied.grouped_soft_rank(pred, counts, 1.0), expanded,
+    monkeypatch.setattr(grouped, "_isotonic_method", lambda *a: "expansion")
+    expanded = grouped.grouped_soft_rank(pred, counts, 1.0)
+    monkeypatch.setattr(grouped, "_pav_kernel", lambda device_type: None)
+    np.testing.assert_allclose(grouped.grouped_soft_rank(pred, counts, 1.0), expanded,
                                rtol=1e-10)
 
 

@@ -8,7 +8,7 @@ import torch
 
 from mlem_neuro import crossval
 from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.ranks import tied
+from mlem_neuro.core.ranks import grouped
 from mlem_neuro.core.rdms.sources import DenseRDMSource
 from mlem_neuro.core.scoring import fastnull
 from mlem_neuro.core.stimuli.features import FeatureSpace
@@ -167,7 +167,7 @@ def test_per_model_counts_give_the_shared_counts_values_and_gradients():
     out = []
     for c in (counts, counts[None].expand(6, 9)):
         p = pred.clone().requires_grad_(True)
-        rho = tied.grouped_soft_spearman(p, c, sums, 1.0)
+        rho = grouped.grouped_soft_spearman(p, c, sums, 1.0)
         rho.sum().backward()
         out.append((rho.detach(), p.grad))
     np.testing.assert_allclose(out[1][0], out[0][0], rtol=1e-12, atol=1e-12)
@@ -184,8 +184,8 @@ def test_a_missing_row_weighs_nothing():
     with_row = counts.clone()
     with_row[3] = GroupedTargets.ABSENT_COUNT
     keep = [u for u in range(8) if u != 3]
-    a = tied.grouped_soft_spearman(pred, with_row[None].expand(4, 8), sums, 1.0)
-    b = tied.grouped_soft_spearman(pred[:, keep], counts[keep], sums[:, keep], 1.0)
+    a = grouped.grouped_soft_spearman(pred, with_row[None].expand(4, 8), sums, 1.0)
+    b = grouped.grouped_soft_spearman(pred[:, keep], counts[keep], sums[:, keep], 1.0)
     np.testing.assert_allclose(a, b, atol=1e-8)
 
 
@@ -293,10 +293,10 @@ def test_per_model_counts_on_the_torch_path(monkeypatch, method):
     sums = torch.randn(6, 20, dtype=torch.float64, generator=g)
     out = []
     for fused in (True, False):
-        monkeypatch.setattr(tied, "USE_FUSED", fused)
-        monkeypatch.setattr(tied, "_isotonic_method", lambda *a: method)
+        monkeypatch.setattr(grouped, "USE_FUSED", fused)
+        monkeypatch.setattr(grouped, "_isotonic_method", lambda *a: method)
         p = pred.clone().requires_grad_(True)
-        rho = tied.grouped_soft_spearman(p, counts, sums, 1.0)
+        rho = grouped.grouped_soft_spearman(p, counts, sums, 1.0)
         rho.sum().backward()
         out.append((rho.detach(), p.grad))
     assert out[0][1].abs().max() > 1e-3                  # a gradient worth comparing

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from mlem_neuro.core.ranks import tied
+from mlem_neuro.core.ranks import grouped
 from mlem_neuro.core.stimuli.features import FeatureSpace
 from mlem_neuro.core.stimuli.pairs import pair_indices
 from mlem_neuro.core.training.metric import term_index
@@ -46,8 +46,8 @@ def test_groups_from_codes_equal_unique_over_all_pairs(design, interactions):
     terms = PairTerms(enc.to_torch("cpu", torch.float32), len(table), k, l)
     codes = terms.codes()
     assert codes.pays() and codes.n_codes < len(table)
-    fast = tied.distinct_rows(None, codes)
-    ref = tied.distinct_rows(terms.all)
+    fast = grouped.distinct_rows(None, codes)
+    ref = grouped.distinct_rows(terms.all)
     assert ref is not None
     assert torch.equal(fast[0], ref[0]) and torch.equal(fast[1], ref[1])
 
@@ -65,9 +65,9 @@ def test_groups_from_codes_on_a_list_of_pairs(design, monkeypatch):
     flip = np.arange(len(i)) % 3 == 0                               # some pairs as (j, i)
     i, j = np.where(flip, j, i), np.where(flip, i, j)
     pairs = PairFeatures(enc.to_torch("cpu", torch.float64), i, j)
-    monkeypatch.setattr(tied.PairCodes, "BLOCK", 333)
-    fast = tied.distinct_rows(None, pairs.codes())
-    ref = tied.distinct_rows(pairs.distances(slice(0, len(i))))
+    monkeypatch.setattr(grouped.PairCodes, "BLOCK", 333)
+    fast = grouped.distinct_rows(None, pairs.codes())
+    ref = grouped.distinct_rows(pairs.distances(slice(0, len(i))))
     assert torch.equal(fast[0], ref[0]) and torch.equal(fast[1], ref[1])
 
 
@@ -78,9 +78,9 @@ def test_groups_from_codes_read_in_row_blocks(monkeypatch):
     enc = space.fit_transform(table)
     k, l = term_index(enc.n_features)
     terms = PairTerms(enc.to_torch("cpu", torch.float32), len(table), k, l)
-    monkeypatch.setattr(tied.PairCodes, "BLOCK", 200)      # 2 rows of 90 stimuli per block
-    fast = tied.distinct_rows(None, terms.codes())
-    ref = tied.distinct_rows(terms.all)
+    monkeypatch.setattr(grouped.PairCodes, "BLOCK", 200)      # 2 rows of 90 stimuli per block
+    fast = grouped.distinct_rows(None, terms.codes())
+    ref = grouped.distinct_rows(terms.all)
     assert torch.equal(fast[0], ref[0]) and torch.equal(fast[1], ref[1])
 
 
@@ -91,7 +91,7 @@ def test_codes_do_not_pay_for_numeric_features():
     enc = FeatureSpace().fit_transform(pd.DataFrame({"x": rng.random(40)}))
     terms = PairTerms(enc.to_torch("cpu", torch.float32), 40, *term_index(1))
     assert not terms.codes().pays()
-    assert tied.distinct_rows(terms.all, terms.codes()) is None     # 780 distinct rows
+    assert grouped.distinct_rows(terms.all, terms.codes()) is None     # 780 distinct rows
 
 
 @pytest.mark.parametrize("compiled", [True, False])
@@ -166,15 +166,15 @@ def test_grouped_path_when_the_term_rows_do_not_fit(monkeypatch):
     real = engine.PairTerms.build
     monkeypatch.setattr(engine.PairTerms, "build",
                         lambda self, **kw: built.append(1) or real(self, **kw))
-    grouped = engine.fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), opts,
-                               random_state=0)
+    by_group = engine.fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), opts,
+                                random_state=0)
     assert not built                                           # grouped: no rows built
-    monkeypatch.setattr(tied.PairCodes, "pays", lambda self: False)   # the old behaviour
+    monkeypatch.setattr(grouped.PairCodes, "pays", lambda self: False)   # the old behaviour
     per_pair = engine.fit_stack(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), opts,
                                 random_state=0)
-    assert built and grouped.batch_size == per_pair.batch_size
-    np.testing.assert_allclose(grouped.history, per_pair.history, atol=1e-5)
-    np.testing.assert_allclose(grouped.W, per_pair.W, atol=5e-6)
+    assert built and by_group.batch_size == per_pair.batch_size
+    np.testing.assert_allclose(by_group.history, per_pair.history, atol=1e-5)
+    np.testing.assert_allclose(by_group.W, per_pair.W, atol=5e-6)
 
 
 def test_fold_setup_once_per_fold_gives_the_same_results(monkeypatch):

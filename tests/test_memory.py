@@ -82,7 +82,7 @@ def test_blockwise_term_importance_equals_in_memory(design, budget, monkeypatch)
     enc_t, i, j, W, target = _problem(design)
     k, l = term_index(3)
     D = enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
-    lean = _Spy(monkeypatch, "_lean_term")
+    lean = _Spy(monkeypatch, "_blockwise_term")
     ref = term_importance(W, D, target, k, l, 3, np.random.default_rng(1))
     assert lean.calls == 0
     monkeypatch.setenv(ENV_VAR, budget)
@@ -97,7 +97,7 @@ def test_blockwise_term_importance_equals_in_memory(design, budget, monkeypatch)
 @pytest.mark.parametrize("design", ["categorical", "numeric", "mixed"])
 def test_blockwise_feature_importance_equals_in_memory(design, budget, monkeypatch):
     enc_t, i, j, W, target = _problem(design)
-    lean = _Spy(monkeypatch, "_lean_feature")
+    lean = _Spy(monkeypatch, "_blockwise_feature")
     ref = feature_importance(W, enc_t, i, j, target, 3, np.random.default_rng(2))
     monkeypatch.setenv(ENV_VAR, budget)
     for pairs in ((i, j), (None, None)):          # explicit pairs, or all pairs generated
@@ -117,7 +117,7 @@ def test_blockwise_baseline_matches_scipy(design, monkeypatch):
                 for m in range(2)]
     np.testing.assert_allclose(baseline_scores(W, D, target, k, l), expected, atol=1e-12)
     monkeypatch.setenv(ENV_VAR, TINY)
-    lean = _Spy(monkeypatch, "_lean_base")
+    lean = _Spy(monkeypatch, "_blockwise_base")
     got = baseline_scores(W, PairFeatures(enc_t), target, k, l)
     assert lean.calls == 1
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
@@ -189,7 +189,7 @@ def test_per_pair_path_keeps_exact_ties_like_grouped_path(level, monkeypatch):
     np.testing.assert_allclose(per_pair[0], grouped[0], rtol=0, atol=1e-13)
     np.testing.assert_allclose(per_pair[1], grouped[1], rtol=0, atol=1e-13)
     monkeypatch.setenv(ENV_VAR, TINY)
-    monkeypatch.setattr(importance, "_lean_groups", lambda pairs, blocks: None)
+    monkeypatch.setattr(importance, "_blockwise_groups", lambda pairs, blocks: None)
     lean_per_pair = run()
     np.testing.assert_allclose(lean_per_pair[0], grouped[0], rtol=0, atol=1e-13)
 
@@ -224,7 +224,7 @@ def test_estimator_results_do_not_depend_on_the_budget(distance, budget, monkeyp
     expected = spearmanr(squareform(ref["rdm"], checks=False), ref["transform"])[0]
     assert ref["score"] == pytest.approx(expected, abs=1e-12)
     monkeypatch.setenv(ENV_VAR, budget)
-    chunked = _Spy(monkeypatch, "_lean_term")
+    chunked = _Spy(monkeypatch, "_blockwise_term")
     got = _all_results(est, X, y)
     assert chunked.calls == 1
     assert got["score"] == pytest.approx(ref["score"], abs=1e-12)
@@ -307,14 +307,14 @@ def test_pair_indices_beyond_the_budget_are_refused_before_allocating(monkeypatc
 def test_code_tables_beyond_the_budget_are_skipped(monkeypatch):
     """Many distinct stimuli: the S x S tables of PairCodes are not built (they took
     6.4 GB for 40,000 stimuli); training goes pair by pair, and the fit still works."""
-    from mlem_neuro.core.ranks import tied
+    from mlem_neuro.core.ranks import grouped
 
     values = torch.arange(3000, dtype=torch.float64)[:, None]
-    codes = tied.PairCodes.from_values(values, torch.zeros(3000, 1, dtype=torch.bool),
+    codes = grouped.PairCodes.from_values(values, torch.zeros(3000, 1, dtype=torch.bool),
                                        rows_of=lambda a, b: (values[a] - values[b]).abs())
     asked = []
     real_zeros = torch.zeros
-    monkeypatch.setattr(tied.torch, "zeros",
+    monkeypatch.setattr(grouped.torch, "zeros",
                         lambda *a, **k: asked.append(a) or real_zeros(*a, **k))
     monkeypatch.setenv(ENV_VAR, "64MiB")                  # 3,000^2 x 16 bytes > 16 MiB
     assert codes.distinct_rows() is None

@@ -209,18 +209,18 @@ def test_cell_renumbering_and_capped_counts_equal_torch_unique(span):
 
 
 def test_distinct_rows_skips_the_row_sort_for_numeric_rows():
-    from mlem_neuro.core.ranks import tied
+    from mlem_neuro.core.ranks import grouped
 
     rng = np.random.default_rng(4)
     numeric = torch.as_tensor(rng.uniform(0, 1, (500, 3)))
-    assert tied.distinct_rows(numeric) is None
+    assert grouped.distinct_rows(numeric) is None
     few = torch.as_tensor(rng.integers(0, 2, (500, 3)), dtype=torch.float64)
-    uniq, inv = tied.distinct_rows(few)
+    uniq, inv = grouped.distinct_rows(few)
     ref = torch.unique(few, dim=0, return_inverse=True)
     assert torch.equal(uniq, ref[0]) and torch.equal(inv, ref[1])
     # every column has 2 values but the rows are not 4 times fewer than the pairs
     many = torch.as_tensor(rng.integers(0, 2, (500, 9)), dtype=torch.float64)
-    assert tied.distinct_rows(many) is None
+    assert grouped.distinct_rows(many) is None
 
 
 def _blocks_case(P=12720, U=600, M=20, seed=0):
@@ -263,8 +263,8 @@ def test_grid_block_batches_sum_the_batch_standardised_ranks(seed):
     by at most 0.00041 over these 3 seeds (12,720 pairs, 20 models; 0.0012 at 3,160 pairs,
     0.00017 at 51,040).  Bound: 0.0015.
     """
+    from mlem_neuro.core.ranks.grouped import grouped_spearman
     from mlem_neuro.core.ranks.spearman import SubsetRanks
-    from mlem_neuro.core.ranks.tied import grouped_spearman
 
     rng, uid, U, cell_pred, values = _blocks_case(seed=seed)
     P = uid.shape[0]

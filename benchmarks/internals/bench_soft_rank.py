@@ -6,16 +6,16 @@ the soft Spearman three ways, side by side in one run:
 
 * per pair: :func:`mlem_neuro.core.ranks.spearman.soft_spearman` on the ``M × b`` predictions
   (torchsort sorts them);
-* grouped, interval table: :func:`mlem_neuro.core.ranks.tied.grouped_soft_spearman` with the
+* grouped, interval table: :func:`mlem_neuro.core.ranks.grouped.grouped_soft_spearman` with the
   ``O(U²)`` min-max solution of the weighted isotonic regression;
 * grouped, expansion: the same with torchsort's pool-adjacent-violators kernel on the sorted
   groups expanded to the ``b`` pairs (``O(b)``, no sort of the pairs);
 * grouped, PAV: scipy's weighted pool-adjacent-violators over the ``U`` groups (``O(U)``),
   inside torch's autograd chain;
 * grouped, fused (CPU only): the same solver inside one numpy pass with the gradient written
-  by hand (:class:`mlem_neuro.core.ranks.tied._SoftSpearmanPAV`), the engine's CPU path.
+  by hand (:class:`mlem_neuro.core.ranks.grouped._SoftSpearmanPAV`), the engine's CPU path.
 
-It also prints which one the engine picks (:func:`mlem_neuro.core.ranks.tied._isotonic_method`,
+It also prints which one the engine picks (:func:`mlem_neuro.core.ranks.grouping._isotonic_method`,
 then the fused pass on the CPU).  All give the same values and gradients
 (``tests/test_engine.py``).
 
@@ -33,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/_common.py
 from _common import add_device_argument, clock, describe  # noqa: E402
 
-import mlem_neuro.core.ranks.tied as tied  # noqa: E402
+import mlem_neuro.core.ranks.grouped as grouping  # noqa: E402
 from mlem_neuro.core.ranks.spearman import soft_spearman  # noqa: E402
 
 
@@ -58,7 +58,7 @@ def main():
     print(f"{'pairs b':>8} {'groups U':>9} {'per pair':>9} "
           + " ".join(f"{n:>9}" for n in names) + f" {'engine uses':>12} {'speed-up':>9}")
     g = torch.Generator().manual_seed(0)
-    real, fused = tied._isotonic_method, tied.USE_FUSED
+    real, fused = grouping._isotonic_method, grouping.USE_FUSED
     try:
         for b in (1000, 2850, 8496):
             for U in (16, 32, 64, 128, 256):
@@ -75,19 +75,19 @@ def main():
                     soft_spearman(pairs, target).sum().backward()
 
                 def grouped():
-                    tied.grouped_soft_spearman(pred, counts, sums, 1.0).sum().backward()
+                    grouping.grouped_soft_spearman(pred, counts, sums, 1.0).sum().backward()
 
                 t_pair = timed(per_pair, args.repeats, dev)
                 times = {}
                 for name in names:
-                    tied.USE_FUSED = name == "fused"
-                    tied._isotonic_method = (lambda *a, m=name: "pav" if m == "fused"
+                    grouping.USE_FUSED = name == "fused"
+                    grouping._isotonic_method = (lambda *a, m=name: "pav" if m == "fused"
                                              else m)
                     if name == "pav" and dev != "cpu":
                         times[name] = float("nan")
                         continue
                     times[name] = timed(grouped, args.repeats, dev)
-                tied._isotonic_method, tied.USE_FUSED = real, fused
+                grouping._isotonic_method, grouping.USE_FUSED = real, fused
                 choice = real(U, b, M, torch.device(dev).type)
                 if choice == "pav" and fused and dev == "cpu":
                     choice = "fused"
@@ -95,7 +95,7 @@ def main():
                       + " ".join(f"{times[n]:>9.2f}" for n in names)
                       + f" {choice:>12} {t_pair / times[choice]:>8.1f}x")
     finally:
-        tied._isotonic_method, tied.USE_FUSED = real, fused
+        grouping._isotonic_method, grouping.USE_FUSED = real, fused
 
 
 if __name__ == "__main__":

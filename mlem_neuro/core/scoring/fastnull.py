@@ -14,7 +14,7 @@ distinct feature-distance rows.  Per null model and fold that is:
   pass over the pairs per null model, shared by all models: :func:`group_sums`), then
   grouped full-batch training (:func:`~mlem_neuro.core.training.engine.fit_grouped`) exactly
   as the observed model trains (same steps, same stopping rule);
-* held out: the exact Spearman of the grouped predictions (:func:`~mlem_neuro.core.ranks.tied.
+* held out: the exact Spearman of the grouped predictions (:func:`~mlem_neuro.core.ranks.grouped.
   grouped_spearman`), and for a feature's test its importance with the same importance
   permutations of the held-out stimuli as the observed importance (the feature's values
   taken from another held-out stimulus are one more feature row, among the rows of
@@ -43,8 +43,8 @@ from ..constants import (
     STACK_ARRAYS,
 )
 from ..memory import memory_budget
+from ..ranks.grouped import MAX_GROUPS, grouped_spearman
 from ..ranks.spearman import _EPS, rankdata, sort_with_ties, standardize
-from ..ranks.tied import MAX_GROUPS, grouped_spearman
 from ..stimuli.pairs import n_pairs, pair_indices
 from ..training import compiled
 from ..training.engine import fit_grouped
@@ -89,7 +89,7 @@ class CodeUniverse:
 def code_universe(enc):
     """:class:`CodeUniverse` of ``enc`` (a fold's encoding of every stimulus), or ``None``
     when its rows are too many (:data:`MAX_STIMULUS_CODES`, :data:`MAX_CODES`,
-    :data:`~mlem_neuro.core.ranks.tied.MAX_GROUPS`)."""
+    :data:`~mlem_neuro.core.ranks.grouped.MAX_GROUPS`)."""
     from ..stimuli.features import EncodedFeatures
 
     dims = enc.values.shape[1]

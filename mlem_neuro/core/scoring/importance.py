@@ -34,8 +34,8 @@ import torch
 from ...utils import warn_user
 from ..constants import MIN_BLOCK_PAIRS  # noqa: F401  (tuning constants, defined there once)
 from ..memory import check_memory, memory_budget
+from ..ranks.grouped import MAX_GROUPS, PairCodes, distinct_rows, grouped_spearman
 from ..ranks.spearman import rankdata, sort_with_ties, standardize
-from ..ranks.tied import MAX_GROUPS, PairCodes, distinct_rows, grouped_spearman
 from ..rdms.neural import CHUNK_BYTES
 from ..stimuli.pairs import linear_to_pair
 from ..stimuli.pairs import n_pairs as count_pairs
@@ -141,7 +141,7 @@ class PairFeatures:
 
     def codes(self):
         """The pairs' distance rows as a function of stimulus codes
-        (:class:`~mlem_neuro.core.ranks.tied.PairCodes`, for :func:`distinct_rows`)."""
+        (:class:`~mlem_neuro.core.ranks.grouped.PairCodes`, for :func:`distinct_rows`)."""
         return PairCodes.from_values(self.enc.values, self.enc.missing, self._at, self.i,
                                      self.j)
 
@@ -184,7 +184,7 @@ def _in_memory(P, M, m, T, K):
     return P * per_pair <= memory_budget() // 8
 
 
-def _check_lean(P, M):
+def _check_blockwise(P, M):
     """Refuse up front when the per-pair vectors of the block-wise path exceed the budget."""
     check_memory(8 * P * (2 * M + 5),
                  f"exact Spearman over {P:,} stimulus pairs ({M} model(s): target ranks, "
@@ -398,9 +398,9 @@ def baseline_scores(W, D, target, k, l):
     target = torch.as_tensor(target, device=pairs.device)
     P, M = pairs.n_pairs, W.shape[0]
     if not _in_memory(P, M, pairs.n_features, len(k), 1):
-        _check_lean(P, M)
+        _check_blockwise(P, M)
         blocks = pair_blocks(P, 8 * (3 * pairs.n_features + 2 * len(k) + 4))
-        return _lean_base(w, pairs, _lean_target_ranks(target), k, l, blocks, None)
+        return _blockwise_base(w, pairs, _blockwise_target_ranks(target), k, l, blocks, None)
     D = pairs.distances(slice(0, P))
     q = _fold(w, D, terms=(k, l))
     return _score(q, standardize(rankdata(target.double())))
@@ -465,7 +465,7 @@ def term_importance(W, D, target, k, l, n_permutations, rng, select=None):
         order; e.g. a null model that needs one term's importance).
 
     When the term rows take few distinct values (categorical features), pairs are scored by
-    group (:func:`~mlem_neuro.core.ranks.tied.grouped_spearman`): same scores, no sort of every
+    group (:func:`~mlem_neuro.core.ranks.grouped.grouped_spearman`): same scores, no sort of every
     permuted pair.
     """
     pairs = _as_pairs(D)
@@ -476,8 +476,8 @@ def term_importance(W, D, target, k, l, n_permutations, rng, select=None):
     if _in_memory(P, M, pairs.n_features, len(k), n_permutations):
         return _term_importance_batched(w, pairs.distances(slice(0, P)), target, k, l,
                                         n_permutations, rng, select)
-    _check_lean(P, M)
-    return _lean_term(w, pairs, target, k, l, n_permutations, rng, select)
+    _check_blockwise(P, M)
+    return _blockwise_term(w, pairs, target, k, l, n_permutations, rng, select)
 
 
 def _feature_drops_per_pair(W, w, D, k, l, f, skip, d_new, base, tz):
@@ -580,8 +580,8 @@ def feature_importance(W, enc_t, i, j, target, n_permutations, rng, select=None)
     P, M, m = pairs.n_pairs, W.shape[0], W.shape[-1]
     if _in_memory(P, M, m, m * (m + 1) // 2 + m, n_permutations):
         return _feature_importance_batched(W, pairs, target, n_permutations, rng, select)
-    _check_lean(P, M)
-    return _lean_feature(W, pairs, target, n_permutations, rng, select)
+    _check_blockwise(P, M)
+    return _blockwise_feature(W, pairs, target, n_permutations, rng, select)
 
 
 # ------------------------------------------------------------------ block-wise path
@@ -603,7 +603,7 @@ def _centred_ranks(starts, P, sl):
     return (starts[run] + nxt - 1).to(torch.float64) / 2.0 - (P - 1) / 2.0
 
 
-def _lean_ranks(x):
+def _blockwise_ranks(x):
     """``standardize(rankdata(x))`` of a 1-D tensor with one sort and no full-size copies."""
     P = x.shape[0]
     s, order = torch.sort(x)
@@ -618,7 +618,7 @@ def _lean_ranks(x):
     return out.div_(max(math.sqrt(sumsq), 1e-12))
 
 
-def _lean_spearman(q, tz):
+def _blockwise_spearman(q, tz):
     """Exact Spearman of ``q (P,)`` against standardised ranks ``tz (P,)``, one sort."""
     P = q.shape[0]
     s, order = torch.sort(q)
@@ -632,9 +632,9 @@ def _lean_spearman(q, tz):
     return dot / math.sqrt(sumsq) if sumsq > 0 else 0.0
 
 
-def _lean_target_ranks(target):
+def _blockwise_target_ranks(target):
     """Standardised exact ranks ``(M, P)`` of each model's target, one model at a time."""
-    return torch.stack([_lean_ranks(row.double()) for row in target])
+    return torch.stack([_blockwise_ranks(row.double()) for row in target])
 
 
 def _column_values(pairs, blocks):
@@ -651,12 +651,13 @@ def _column_values(pairs, blocks):
     return vals
 
 
-def _lean_groups(pairs, blocks):
+def _blockwise_groups(pairs, blocks):
     """``(uniq (U, m), uid (P,))``: the distinct feature-distance rows and each pair's row.
 
-    ``None`` when there are more than :data:`~mlem_neuro.core.ranks.tied.MAX_GROUPS` rows (or more
-    than a quarter of the pairs): the pairs are then scored one by one.  Found from the
-    stimuli's codes when that pays (:class:`~mlem_neuro.core.ranks.tied.PairCodes`, same result).
+    ``None`` when there are more than :data:`~mlem_neuro.core.ranks.grouped.MAX_GROUPS`
+    rows (or more than a quarter of the pairs): the pairs are then scored one by one.
+    Found from the stimuli's codes when that pays
+    (:class:`~mlem_neuro.core.ranks.grouped.PairCodes`, same result).
     """
     if isinstance(pairs, PairFeatures):
         codes = pairs.codes()
@@ -708,11 +709,11 @@ def _per_pair_pass(fill, tz, blocks):
     q = torch.empty(M, P, dtype=torch.float64, device=tz.device)
     for sl in blocks:
         q[:, sl] = fill(sl)
-    return torch.tensor([_lean_spearman(q[r], tz[r]) for r in range(M)],
+    return torch.tensor([_blockwise_spearman(q[r], tz[r]) for r in range(M)],
                         dtype=torch.float64, device=tz.device)
 
 
-def _lean_base(w, pairs, tz, k, l, blocks, groups):
+def _blockwise_base(w, pairs, tz, k, l, blocks, groups):
     """Baseline scores ``(M,)`` block by block (grouped when ``groups`` is given)."""
     if groups is not None:
         uniq, uid = groups
@@ -722,14 +723,14 @@ def _lean_base(w, pairs, tz, k, l, blocks, groups):
                           tz, blocks)
 
 
-def _lean_term(w, pairs, target, k, l, K, rng, select=None):
+def _blockwise_term(w, pairs, target, k, l, K, rng, select=None):
     """:func:`term_importance` walking the pairs in blocks (see the module notes)."""
     M, T = w.shape
     P = pairs.n_pairs
     blocks = pair_blocks(P, 8 * (4 * pairs.n_features + 3 * T + 6) * M)
-    tz = _lean_target_ranks(target)
-    groups = _lean_groups(pairs, blocks)
-    base = _lean_base(w, pairs, tz, k, l, blocks, groups)
+    tz = _blockwise_target_ranks(target)
+    groups = _blockwise_groups(pairs, blocks)
+    base = _blockwise_base(w, pairs, tz, k, l, blocks, groups)
     select = range(T) if select is None else select
     drops = torch.empty(M, len(select), K, dtype=torch.float64, device=tz.device)
     for c, t in enumerate(select):
@@ -746,7 +747,7 @@ def _lean_term(w, pairs, target, k, l, K, rng, select=None):
                                       blocks, tz)
             else:
                 score = _per_pair_pass(
-                    lambda sl: _lean_term_block(w, pairs, k, l, t, sl, perm[sl], rest), tz,
+                    lambda sl: _blockwise_term_block(w, pairs, k, l, t, sl, perm[sl], rest), tz,
                     blocks)
             drops[:, c, r] = base - score
     return drops, base
@@ -781,7 +782,7 @@ def _term_keys(uid, vinv, sl, perm):
     return uid[sl] * (int(vinv.max()) + 1) + vinv[uid.index_select(0, perm[sl])]
 
 
-def _lean_term_block(w, pairs, k, l, t, sl, src, rest=None):
+def _blockwise_term_block(w, pairs, k, l, t, sl, src, rest=None):
     """Predictions ``(M, len)`` of the pairs ``sl`` when term ``t`` takes the value it has
     at the pairs ``src`` (``rest``: the other terms' sum of every pair, when kept)."""
     if rest is None:
@@ -793,16 +794,16 @@ def _lean_term_block(w, pairs, k, l, t, sl, src, rest=None):
     return _term_q(w, rest, t, _term_col(D, 0, 0 if a == b else 1))
 
 
-def _lean_feature(W, pairs, target, K, rng, select=None):
+def _blockwise_feature(W, pairs, target, K, rng, select=None):
     """:func:`feature_importance` walking the pairs in blocks (see the module notes)."""
     M, m = W.shape[0], W.shape[-1]
     k, l = term_index(m, True)
     w = term_weights(W, k, l)
     P = pairs.n_pairs
     blocks = pair_blocks(P, 8 * (5 * m + 3 * len(k) + 6) * M)
-    tz = _lean_target_ranks(target)
-    groups = _lean_groups(pairs, blocks)
-    base = _lean_base(w, pairs, tz, k, l, blocks, groups)
+    tz = _blockwise_target_ranks(target)
+    groups = _blockwise_groups(pairs, blocks)
+    base = _blockwise_base(w, pairs, tz, k, l, blocks, groups)
     select = range(m) if select is None else select
     drops = torch.empty(M, len(select), K, dtype=torch.float64, device=tz.device)
     for c, f in enumerate(select):
@@ -821,7 +822,7 @@ def _lean_feature(W, pairs, target, K, rng, select=None):
                     tried = True
                     parts = _cached_parts(lambda sl: _feature_parts(
                         W, w, pairs.distances(sl), k, l, f, skip), blocks, M, P, tz.device)
-                score = _per_pair_pass(lambda sl: _lean_feature_block(
+                score = _per_pair_pass(lambda sl: _blockwise_feature_block(
                     W, w, pairs, k, l, f, skip, sl, perm, parts), tz, blocks)
             drops[:, c, r] = base - score
     return drops, base
@@ -858,7 +859,7 @@ def _feature_keys(pairs, uid, vals, f, sl, perm, index=None):
     return uid[sl] * len(vals) + idx
 
 
-def _lean_feature_block(W, w, pairs, k, l, f, skip, sl, perm, parts=None):
+def _blockwise_feature_block(W, w, pairs, k, l, f, skip, sl, perm, parts=None):
     """Predictions ``(M, len)`` of the pairs ``sl`` with feature ``f``'s stimuli relabelled
     (``parts``: ``A`` and ``B`` of every pair, when kept)."""
     if parts is None:

@@ -4,7 +4,7 @@ With numeric features the pairs' term rows rarely repeat, so every training step
 batch pair by pair (a sort of each model's ``b`` predictions).  Rounding each numeric
 feature's pair distances onto ``q`` equally spaced values spanning ``[0, max]`` puts the
 pairs into at most ``q ** m`` cells (``m`` numeric features), and training takes the
-grouped path of categorical designs (:mod:`mlem_neuro.core.ranks.tied`) on the cells: no
+grouped path of categorical designs (:mod:`mlem_neuro.core.ranks.grouped`) on the cells: no
 per-pair sort, target ranks summed per cell.  A cell's term row is the mean of its pairs'
 exact term rows, so its prediction ``tw · row`` is the mean of its pairs' exact quadratic
 forms (the quadratic form is linear in the term row); the rounded rows themselves would
@@ -36,7 +36,7 @@ import torch
 
 from ..constants import DISTINCT_SAMPLE as _SAMPLE
 from ..constants import MAX_CELLS, MAX_LEVELS, MIN_LEVELS, N_BLOCKS, TARGET_CELLS
-from ..ranks import tied
+from ..ranks import grouped
 from ..ranks.spearman import rankdata
 from ..training import batch_size, compiled
 from ..training.metric import term_matrix
@@ -160,7 +160,7 @@ def training_groups(enc_t, n, k, l, numeric_levels, D=None, P=None):
     if levels is None:
         return None, None
     n_cells, inverse = cell_index(D, levels, counts)
-    if D.shape[0] < 8 or n_cells > tied.MAX_GROUPS or 4 * n_cells > D.shape[0]:
+    if D.shape[0] < 8 or n_cells > grouped.MAX_GROUPS or 4 * n_cells > D.shape[0]:
         return None, None
     if P is None:
         P = term_matrix(D, k, l)

@@ -8,14 +8,15 @@ fixed blocks of pairs drawn at random, the same blocks for every model at a step
 (:class:`~mlem_neuro.core.stimuli.quantise.GridBlocks`): every step's blocks are drawn first, from
 the same stream.  :func:`train` runs each model to its own stop: the metric ``W`` from
 the parameters and AdamW in float32, the predictions and the grouped soft Spearman in
-float64 (a weighted pool-adjacent-violators, :class:`~mlem_neuro.core.ranks.tied._SoftSpearmanPAV`'s
-forward and backward), the gradient by hand and the stopping rule of
-:mod:`mlem_neuro.core.training.engine`.  Gradient, for ``W = W0 / ‖W0‖_F`` and the term weights
-``w_t = W[k_t, l_t]``, ``q = P w``: ``∂/∂W0 = (G − W ⟨G, W⟩) / ‖W0‖`` with ``G`` the gradient
-scattered to ``(k_t, l_t)``; ``spd``: ``W0 = L Lᵀ``, ``∂/∂L = (G0 + G0ᵀ) L``, strict lower
-part to ``A``, diagonal times ``sigmoid`` (softplus); ``diagonal``: ``W0 =
-diag(softplus(a))``; ``none``: ``W0 = (A + Aᵀ) / 2``.  ``tests/test_backends.py`` compares
-it with torch's autograd.
+float64 (a weighted pool-adjacent-violators,
+:class:`~mlem_neuro.core.ranks.grouped._SoftSpearmanPAV`'s forward and backward), the
+gradient by hand and the stopping rule of :mod:`mlem_neuro.core.training.engine`.
+Gradient, for ``W = W0 / ‖W0‖_F`` and the term weights
+``w_t = W[k_t, l_t]``, ``q = P w``: ``∂/∂W0 = (G − W ⟨G, W⟩) / ‖W0‖`` with ``G`` the
+gradient scattered to ``(k_t, l_t)``; ``spd``: ``W0 = L Lᵀ``, ``∂/∂L = (G0 + G0ᵀ) L``,
+strict lower part to ``A``, diagonal times ``sigmoid`` (softplus); ``diagonal``:
+``W0 = diag(softplus(a))``; ``none``: ``W0 = (A + Aᵀ) / 2``.  ``tests/test_compiled.py``
+compares it with torch's autograd, ``tests/test_backends.py`` with the reference backend.
 
 The kernels are compiled by numba on first use and cached on disk (``cache=True``): the
 first call of a fresh install compiles them (seconds, see the performance page), later

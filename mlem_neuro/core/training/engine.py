@@ -8,7 +8,7 @@ only what the models still training need, never a Python loop over models.  The 
 AdamW without weight decay (torch's defaults), applied to the active rows.
 
 When the pairs' term rows take few distinct values (categorical designs), soft ranks are
-computed on groups of identical pairs (:mod:`mlem_neuro.core.ranks.tied`), and mini-batch target
+computed on groups of identical pairs (:mod:`mlem_neuro.core.ranks.grouped`), and mini-batch target
 ranks come from one sort of all pairs per model (:class:`~mlem_neuro.core.ranks.spearman.
 SubsetRanks`): no step sorts the batch.  Both give the same numbers as the per-pair path.
 On the CPU the steps of such grouped designs (full batches and the grid's mini-batches
@@ -31,7 +31,7 @@ from ..constants import ADAM_EPS as _ADAM_EPS
 from ..constants import FULL_BATCH_PAIRS, MAX_RANKER_ELEMENTS, MAX_TERM_ELEMENTS
 from ..memory import memory_budget
 from ..options import MLEMOptions
-from ..ranks import tied
+from ..ranks import grouped
 from ..ranks.spearman import (
     SOFT_RANK_STRENGTH,
     SubsetRanks,
@@ -84,8 +84,8 @@ class PairTerms:
         return term_matrix(D, self.k, self.l)
 
     def codes(self):
-        """The rows of all pairs as a function of stimulus codes (:class:`tied.PairCodes`)."""
-        return tied.PairCodes.from_values(self.enc_t.values, self.enc_t.missing,
+        """The rows of all pairs as a function of stimulus codes (:class:`grouped.PairCodes`)."""
+        return grouped.PairCodes.from_values(self.enc_t.values, self.enc_t.missing,
                                           self._compute)
 
     def take(self, lin, i=None, j=None):
@@ -148,10 +148,10 @@ class PairSetup:
         # found from the stimuli's codes when that pays (no row of every pair is built)
         codes = self.terms.codes()
         if codes.pays():
-            groups = tied.distinct_rows(None, codes)
+            groups = grouped.distinct_rows(None, codes)
         else:
             self.terms.build(keep_distances=True)           # the grid's cells need them
-            groups = tied.distinct_rows(self.terms.all) if self.terms.all is not None else None
+            groups = grouped.distinct_rows(self.terms.all) if self.terms.all is not None else None
         if groups is None:
             self.terms.build()
         self.levels = None
@@ -280,7 +280,7 @@ class _StepTargets:
                                  self.t_active)
         P, counts, t = self._grouped_batch()
         q = quadratic_forms(tw.double(), P)
-        return tied.grouped_soft_spearman(predict(q, constraint), counts, t,
+        return grouped.grouped_soft_spearman(predict(q, constraint), counts, t,
                                           SOFT_RANK_STRENGTH).to(self.dtype)
 
     def _grouped_batch(self):
@@ -407,7 +407,7 @@ class GroupedTargets:
     models with relabelled features, :mod:`mlem_neuro.core.scoring.fastnull`): the distinct
     feature-distance rows ``D_uniq`` are shared, each model has its own pairs per row
     (``counts``) and its own sums of standardised target ranks per row.  The steps are
-    those of the grouped full batch of :func:`fit_stack` (:func:`tied.grouped_soft_spearman`
+    those of the grouped full batch of :func:`fit_stack` (:func:`grouped.grouped_soft_spearman`
     with a row of counts per model).
 
     Parameters
@@ -445,7 +445,7 @@ class GroupedTargets:
 
     def soft_spearman(self, tw, constraint):
         q = quadratic_forms(tw.double(), self.P_uniq)
-        return tied.grouped_soft_spearman(predict(q, constraint), self.c_active,
+        return grouped.grouped_soft_spearman(predict(q, constraint), self.c_active,
                                           self.t_active, SOFT_RANK_STRENGTH).to(tw.dtype)
 
     def numpy_batch(self):
