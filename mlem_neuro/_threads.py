@@ -18,7 +18,8 @@ The compiled training loop (:mod:`mlem_neuro.core.training.compiled`) is differe
 splits a stack's models between threads once per stack (numba's ``prange``), with no
 barrier per operation to spin at, and each model's fit is the same on any thread.  It
 takes every core the worker may use, ``available_cores() // n_workers``
-(:func:`worker_cores`; ``MLEM_NEURO_NUM_THREADS`` caps it): measured on the whole-brain
+(:func:`worker_cores`; ``MLEM_NEURO_NUM_THREADS`` caps it), for stacks of at least
+``COMPILED_PARALLEL_MODELS`` models: measured on the whole-brain
 benchmark, 2,000 spheres on 2 cores, 2 threads took 38 s against 59-61 s for one (1.6x),
 at the memory of one process (``n_jobs=2``: 35 s, twice the memory).
 """

@@ -110,6 +110,10 @@ FULL_BATCH_PAIRS = 2**18
 #: the most features the compiled loop trains (W at most 64 x 64): the grid's block
 #: masks are one 64-bit word, and beyond it torch's batched algebra is as fast
 COMPILED_MAX_FEATURES = 64
+#: models below which a stack trains on one thread even when the compiled loop may use
+#: more: a small stack gains little, and the parallel kernel's first compile costs about
+#: 12 s once per installation (a first small analysis: 5 s instead of 17.6 s)
+COMPILED_PARALLEL_MODELS = 32
 #: float64 values of the grid's per-step counts the compiled loop keeps (64 MiB):
 #: computed once per step for all models; beyond it, once per model and step
 COMPILED_COUNT_CACHE = 2**23

@@ -41,6 +41,7 @@ from ..constants import (
     BLOCK_VAR_EPS,
     COMPILED_COUNT_CACHE,
     COMPILED_MAX_FEATURES,
+    COMPILED_PARALLEL_MODELS,
     NORM_EPS,
     PREDICT_EPS,
     SOFT_RANK_STRENGTH,
@@ -52,6 +53,8 @@ USE_COMPILED = os.environ.get("MLEM_NEURO_NO_COMPILED", "") in ("", "0")
 CONSTRAINT_CODES = {"spd": 0, "diagonal": 1, "none": 2}
 #: the most features the compiled loop trains
 MAX_FEATURES = COMPILED_MAX_FEATURES
+#: models from which a stack may train on several threads
+PARALLEL_MODELS = COMPILED_PARALLEL_MODELS
 _SPD, _DIAGONAL, _NONE = CONSTRAINT_CODES.values()
 _EPS = NORM_EPS
 _Q_EPS = PREDICT_EPS
@@ -529,8 +532,9 @@ def threads_for(M):
     policy gives the worker (:func:`mlem_neuro._threads.compiled_threads`: its cores,
     capped by ``MLEM_NEURO_NUM_THREADS``; one outside an analysis), at most one per model,
     and one outside the main thread (numba's thread pool is not entered from two
-    threads at once: joblib's threading backend and dask run chunks in threads)."""
-    if threading.current_thread() is not threading.main_thread():
+    threads at once: joblib's threading backend and dask run chunks in threads) or for
+    fewer than :data:`~mlem_neuro.core.constants.COMPILED_PARALLEL_MODELS` models."""
+    if threading.current_thread() is not threading.main_thread() or M < PARALLEL_MODELS:
         return 1
     return max(1, min(compiled_threads(), numba.config.NUMBA_NUM_THREADS, M))
 
