@@ -254,3 +254,29 @@ def test_threads_train_the_models_one_thread_trains(grid, monkeypatch):
     np.testing.assert_array_equal(two.W, one.W)
     np.testing.assert_array_equal(two.n_iter, one.n_iter)
     np.testing.assert_array_equal(two.history, one.history)
+
+
+def test_without_numba_torch_trains_and_a_warning_says_so(tmp_path):
+    """numba is a dependency, but a machine without it (a GPU node carrying few wheels)
+    still imports the package and trains the same models with torch, saying why it is
+    slower."""
+    import subprocess
+    import sys
+
+    code = ("import sys, warnings; sys.modules['numba'] = None\n"
+            "import numpy as np, pandas as pd, mlem_neuro\n"
+            "from mlem_neuro.core.training import compiled\n"
+            "assert not compiled.built() and compiled.numba_version() is None\n"
+            "rng = np.random.default_rng(0)\n"
+            "t = pd.DataFrame({'a': np.tile(['x', 'y'], 12)})\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    res = mlem_neuro.mlem_array(rng.standard_normal((24, 4, 2)), t, cv=2,\n"
+            "                               n_repeats=1, max_steps=5, verbose='ERROR')\n"
+            "assert res.provenance['training'] == ['torch (cpu)'], res.provenance\n"
+            "assert res.provenance['compiled_training'] is False\n"
+            "assert any('numba is not installed' in str(x.message) for x in w)\n"
+            "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]

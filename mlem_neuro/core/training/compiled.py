@@ -25,13 +25,24 @@ processes load them.  Set ``MLEM_NEURO_NO_COMPILED=1`` (or :data:`USE_COMPILED` 
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
+import warnings
 
-import numba
 import numpy as np
 import torch
-from numba import njit, prange
+
+try:
+    import numba
+    from numba import njit, prange
+except ImportError:        # numba is a dependency; without it torch trains, numpy scores
+    numba = None
+    prange = range
+
+    def njit(*args, **kwargs):
+        """No numba: the functions stay Python (never called: the kernels are off)."""
+        return args[0] if args and callable(args[0]) else (lambda f: f)
 
 from ..._threads import compiled_threads
 from ..constants import (
@@ -47,8 +58,10 @@ from ..constants import (
     SOFT_RANK_STRENGTH,
 )
 
-#: whether the CPU uses the compiled kernels (training, scores, rank sums).
-USE_COMPILED = os.environ.get("MLEM_NEURO_NO_COMPILED", "") in ("", "0")
+#: whether the CPU uses the compiled kernels (training, scores, rank sums): numba is
+#: installed and ``MLEM_NEURO_NO_COMPILED`` is not set.
+USE_COMPILED = (numba is not None
+                and os.environ.get("MLEM_NEURO_NO_COMPILED", "") in ("", "0"))
 
 CONSTRAINT_CODES = {"spd": 0, "diagonal": 1, "none": 2}
 #: the most features the compiled loop trains
@@ -85,10 +98,20 @@ def built():
 def available(data, m, dev, dtype):
     """Whether :func:`train` runs ``data``'s steps: grouped full batches, or the grid's
     mini-batches of blocks, on the CPU in float32, with 1 to :data:`MAX_FEATURES`
-    features and :data:`USE_COMPILED` set."""
-    return (USE_COMPILED and dev.type == "cpu" and dtype == torch.float32 and data.grouped
-            and (data.full or getattr(data, "blocks", None) is not None)
-            and 1 <= m <= MAX_FEATURES)
+    features and :data:`USE_COMPILED` set (without numba: a warning, once)."""
+    applies = (dev.type == "cpu" and dtype == torch.float32 and data.grouped
+               and (data.full or getattr(data, "blocks", None) is not None)
+               and 1 <= m <= MAX_FEATURES)
+    if applies and numba is None:
+        _warn_no_numba()
+    return USE_COMPILED and applies
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_no_numba():
+    warnings.warn("numba is not installed: the CPU trains categorical designs with torch "
+                  "(several times slower; the same models). Install numba (a dependency "
+                  "of mlem_neuro) for the compiled loop.", RuntimeWarning, stacklevel=4)
 
 
 # ---------------------------------------------------------------------------- training
@@ -534,7 +557,8 @@ def threads_for(M):
     and one outside the main thread (numba's thread pool is not entered from two
     threads at once: joblib's threading backend and dask run chunks in threads) or for
     fewer than :data:`~mlem_neuro.core.constants.COMPILED_PARALLEL_MODELS` models."""
-    if threading.current_thread() is not threading.main_thread() or M < PARALLEL_MODELS:
+    if (numba is None or threading.current_thread() is not threading.main_thread()
+            or M < PARALLEL_MODELS):
         return 1
     return max(1, min(compiled_threads(), numba.config.NUMBA_NUM_THREADS, M))
 
@@ -996,4 +1020,5 @@ def block_tables(key, block, ranks, n_keys, K):
 
 
 def numba_version():
-    return numba.__version__
+    """numba's version, ``None`` when it is not installed."""
+    return None if numba is None else numba.__version__
