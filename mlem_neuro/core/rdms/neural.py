@@ -58,9 +58,10 @@ def rdm_all_pairs(Y, metric):
     the Gram matrix is turned into distances in place and its upper triangle read off in
     order, instead of gathering ``sq[i]``, ``sq[j]`` and ``G[i, j]`` with two index arrays
     of every pair (measured, Gram products included: 2.0 s instead of 4.1 s for 10 models
-    of 2,560 stimuli; no index arrays are held).  On the CPU, with the compiled library
-    built, one compiled pass reads the pairs off the Gram matrices
-    (:func:`~mlem_neuro.core.training.compiled.condensed`: the same operations in the same order).
+    of 2,560 stimuli; no index arrays are held).  On the CPU, with the compiled kernels on,
+    one compiled pass reads the pairs off the Gram matrices
+    (:func:`~mlem_neuro.core.training.compiled.condensed`: the same operations in the same
+    order).
     """
     M, n, _ = Y.shape
     metric = _metric(metric)
