@@ -90,8 +90,8 @@ _inline = njit(cache=True, nogil=True, error_model="numpy", inline="always")
 
 
 def built():
-    """Whether the compiled kernels are in use (numba is a dependency: always, unless
-    :data:`USE_COMPILED` is off)."""
+    """Whether the compiled kernels are in use: numba is installed and
+    :data:`USE_COMPILED` is on."""
     return USE_COMPILED
 
 
@@ -533,21 +533,19 @@ def _train_models_parallel(n_chunks, A, k, l, dense, P, rowptr, col, val, counts
     for c in prange(n_chunks):
         s = c * M // n_chunks
         e = (c + 1) * M // n_chunks
-        cnt = counts[s:e] if counts.shape[0] == M else counts[0:counts.shape[0]]
-        tgt = targets[s:e] if targets.shape[0] == M else targets[0:targets.shape[0]]
-        hst = history[s:e] if keep_history else history[0:history.shape[0]]
-        fr = first_rho[s:e] if first_rho.shape[0] == M else first_rho[0:0]
-        fg = first_grad[s:e] if first_grad.shape[0] == M else first_grad[0:0]
-        if use_blocks:
-            _train_models(A[s:e], k, l, dense, P, rowptr, col, val, cnt, tgt, True, draws,
-                          Cb, Tb[s:e], S1[s:e], S2[s:e], constraint, strength, tol,
-                          patience, corr, n_iter[s:e], converged[s:e], best_score[s:e],
-                          hst, keep_history, fr, fg)
-        else:
-            _train_models(A[s:e], k, l, dense, P, rowptr, col, val, cnt, tgt, False, draws,
-                          Cb, Tb, S1, S2, constraint, strength, tol, patience, corr,
-                          n_iter[s:e], converged[s:e], best_score[s:e], hst, keep_history,
-                          fr, fg)
+        # the per-model arrays are cut to the chunk; shared (or placeholder) ones are not
+        _train_models(A[s:e], k, l, dense, P, rowptr, col, val, _rows(counts, s, e, M),
+                      _rows(targets, s, e, M), use_blocks, draws, Cb, _rows(Tb, s, e, M),
+                      _rows(S1, s, e, M), _rows(S2, s, e, M), constraint, strength, tol,
+                      patience, corr, n_iter[s:e], converged[s:e], best_score[s:e],
+                      _rows(history, s, e, M) if keep_history else history, keep_history,
+                      _rows(first_rho, s, e, M), _rows(first_grad, s, e, M))
+
+
+@_inline
+def _rows(x, s, e, M):
+    """Rows ``s:e`` of a per-model array (``M`` rows), else all of ``x``."""
+    return x[s:e] if x.shape[0] == M else x[0:x.shape[0]]
 
 
 def threads_for(M):
@@ -748,6 +746,17 @@ def _feature_keys_kernel(A, B, Wff, d, bits, q, keys):
     return 0
 
 
+@_inline
+def _order_flag(x, prev):
+    """Of a sorted row's value ``x`` after ``prev``: 1 when out of order (values that
+    differ only in the packed keys' dropped bits), 2 when equal (ranks to average)."""
+    if x < prev:
+        return 1
+    if x == prev:
+        return 2
+    return 0
+
+
 @_jit
 def _sorted_scores_kernel(q, keys, bits, tz, tz_div, c, rho, flags):
     """After each row of keys is sorted: ``rho[r] = Σ_pos c[pos] tz[r // tz_div][order]``;
@@ -763,10 +772,7 @@ def _sorted_scores_kernel(q, keys, bits, tz, tz_div, c, rho, flags):
         for p in range(n):
             idx = keys[r, p] & mask
             x = q[r, idx]
-            if x < prev:
-                flag |= 1
-            elif x == prev:
-                flag |= 2
+            flag |= _order_flag(x, prev)
             prev = x
             acc += c[p] * t[idx]
         rho[r] = acc
@@ -862,12 +868,7 @@ def _rank_walk_kernel(x, keys, bits, J, U, labels, rsum, flags):
             idx = kp & mask
             hi = kp >> bits
             if hi == prev_hi:        # same kept bits: only the values can tell the order
-                v = x[r, idx]
-                u = x[r, prev_idx]
-                if v < u:
-                    flag |= 1
-                elif v == u:
-                    flag |= 2
+                flag |= _order_flag(x[r, idx], x[r, prev_idx])
             prev_hi = hi
             prev_idx = idx
             for c in range(C):
