@@ -13,7 +13,10 @@ Distances, for a pair of stimuli ``(i, j)`` and one feature:
   so that neighbouring levels are ``1 / (n_categories - 1)`` apart and the extremes ``1``.
 * ``"numeric"`` (numeric columns): ``|x_i - x_j|`` after min-max scaling fitted on the
   stimuli passed to :meth:`FeatureSpace.fit` (training stimuli map to ``[0, 1]``; held-out
-  stimuli may fall outside).
+  stimuli may fall outside).  Integer columns are taken minus their training minimum in
+  exact integer arithmetic before they become floats, so ``10**17 + k`` keeps its unit
+  gaps; a warning says when distinct integers still became one float (a range beyond
+  ``2**53``).
 * multi-column features (``groups``): Euclidean distance between the min-max scaled vectors.
 * missing value (NaN / None / pd.NA) on either side: ``missing_distance`` (default ``0``, the
   choice of the MLEM paper).
@@ -25,11 +28,14 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from numbers import Number
 
 import numpy as np
 import pandas as pd
 
+from ...utils import check_real, warn_user
 from ..checks import FEATURE_KINDS as KINDS
+from ..checks import is_int
 from ..constants import DISTANCE_GRID
 
 
@@ -95,7 +101,9 @@ def as_feature_table(y, *, name="y"):
 
 def _check_cells(col, name):
     """Refuse columns a feature cannot be read from: dates and durations (compared as
-    labels, every pair would differ) and cells holding containers (lists, dicts...)."""
+    labels, every pair would differ), complex numbers (:func:`~mlem_neuro.utils.check_real`),
+    cells holding containers (lists, dicts...) and object columns mixing booleans with
+    numbers (:func:`_check_bools_and_numbers`)."""
     dtype = col.dtype
     if (pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype)
             or isinstance(dtype, pd.PeriodDtype)):
@@ -103,6 +111,7 @@ def _check_cells(col, name):
             f"{name} column {col.name!r} holds dates or durations ({dtype}), which would be "
             "compared as labels (every pair differing). Convert it to numbers first, e.g. "
             f"(t - t.min()).dt.total_seconds() for a numeric feature.")
+    check_real(dtype, f"{name} column {col.name!r}")
     if not pd.api.types.is_object_dtype(dtype):
         return
     bad = col.map(lambda v: isinstance(v, (list, tuple, dict, set, np.ndarray)))
@@ -113,6 +122,32 @@ def _check_cells(col, name):
             f"{example!r}): a cell must hold one value. For a vector feature put each "
             "component in a column of its own and compare them together with "
             f"feature_groups={{{str(col.name)!r}: [...columns...]}}.")
+    complex_cells = col.map(lambda v: isinstance(v, (complex, np.complexfloating)))
+    if complex_cells.any():
+        check_real(np.asarray(col[complex_cells].iloc[0]), f"{name} column {col.name!r}")
+    _check_bools_and_numbers(col, name)
+
+
+def _check_bools_and_numbers(col, name):
+    """Refuse an object column mixing booleans and numbers.
+
+    Python counts ``True == 1`` and ``False == 0`` (and hashes them alike), so such a
+    column's levels would merge ``True`` with ``1`` -- or not, had the user meant them
+    apart: the column is ambiguous, and the user says which it is by converting it.
+    Strings stay apart from numbers (``'1' != 1`` in Python too).
+    """
+    present = col[col.notna()]
+    bools = present.map(lambda v: isinstance(v, (bool, np.bool_)))
+    numbers = present.map(lambda v: not isinstance(v, (bool, np.bool_))
+                          and isinstance(v, (Number, np.number)))
+    if bools.any() and numbers.any():
+        examples = list(dict.fromkeys(map(repr, present[bools])))[:2] + list(
+            dict.fromkeys(map(repr, present[numbers])))[:2]
+        raise TypeError(
+            f"{name} column {col.name!r} mixes booleans and numbers (e.g. "
+            f"{', '.join(examples)}): Python counts True == 1 and False == 0, so their "
+            "levels would merge. Convert the column first: .astype(str) keeps True and 1 "
+            "apart, .astype(float) makes True the number 1.")
 
 
 def _check_names(names):
@@ -133,13 +168,69 @@ def _infer_kind(col: pd.Series) -> str:
     return "categorical"  # object, string (pandas 2 and 3), anything else hashable
 
 
-def _numeric_values(col: pd.Series, fname: str) -> np.ndarray:
+def _integers(col: pd.Series):
+    """``col``'s values as Python ints (``None`` where missing) when the column holds
+    integers only (an integer dtype, or an object column of ints; not bools), else
+    ``None``."""
+    dtype = col.dtype
+    if pd.api.types.is_bool_dtype(dtype):
+        return None
+    if pd.api.types.is_integer_dtype(dtype):
+        return col.to_numpy(dtype=object, na_value=None).tolist()
+    if not pd.api.types.is_object_dtype(dtype):
+        return None
+    miss = col.isna().to_numpy()
+    values = col.tolist()
+    if not all(m or is_int(v) for v, m in zip(values, miss)):
+        return None
+    return [None if m else int(v) for v, m in zip(values, miss)]
+
+
+def _integer_offset(col: pd.Series):
+    """The smallest value of an integer column (a Python int), else ``0``: numeric values
+    are taken minus it, in exact integer arithmetic (:func:`_numeric_values`)."""
+    ints = _integers(col)
+    present = [v for v in ints if v is not None] if ints is not None else []
+    return min(present) if present else 0
+
+
+def _numeric_values(col: pd.Series, fname: str, offset=0) -> np.ndarray:
+    """The floats of ``col`` minus ``offset`` (an int).
+
+    For an integer column the subtraction is exact (Python ints) before the conversion to
+    float, so ``10**17 + k`` minus ``10**17`` gives ``k`` exactly, where the floats of
+    ``10**17 + k`` are 16 apart.  Where values and offset are within ``2**53`` (every
+    such int is a float) float arithmetic gives the very same, correctly rounded numbers.
+    """
+    ints = _integers(col)
+    if ints is not None and any(v is not None and abs(v) > 2**53 for v in ints + [offset]):
+        return np.array([np.nan if v is None else float(v - offset) for v in ints])
     try:
-        return pd.to_numeric(col, errors="raise").to_numpy(dtype=float, na_value=np.nan)
+        values = pd.to_numeric(col, errors="raise")
     except (ValueError, TypeError):
         raise ValueError(f"feature {fname!r} was declared numeric but column "
                          f"{col.name!r} holds non-numeric values (e.g. "
                          f"{col.dropna().iloc[0]!r}); declare it 'categorical'.") from None
+    check_real(values, f"feature column {col.name!r}")
+    values = values.to_numpy(dtype=float, na_value=np.nan)
+    return values - float(offset) if offset else values
+
+
+def _warn_merged_integers(col: pd.Series, fname: str, offset, vals):
+    """Warn when distinct integers of ``col`` became one float (their range is beyond
+    ``2**53``, where float64 no longer holds every integer)."""
+    ints = _integers(col)
+    if ints is None:
+        return
+    n_ints = len({v for v in ints if v is not None})
+    n_floats = len(np.unique(vals[~np.isnan(vals)]))
+    if n_floats < n_ints:
+        present = [v for v in ints if v is not None]
+        warn_user(f"feature {fname!r} holds integers spanning {max(present) - offset} "
+                  f"(more than 2**53, the float64 integers): {n_ints} distinct values "
+                  f"became {n_floats} floats, so some stimuli with different values are "
+                  "compared as equal. Store it in coarser units, or as categorical if it "
+                  "is an identifier.")
 
 
 @dataclass
@@ -150,7 +241,8 @@ class _Spec:
     categories: list | None = None   # categorical / ordinal levels (training)
     lo: np.ndarray | None = None     # numeric min (per column)
     scale: np.ndarray | None = None  # numeric 1 / (max - min)
-    unit: float = 1.0                # numeric: exact power-of-two prescaling (extremes)
+    exponent: int = 0                # numeric: exact power-of-two prescaling (extremes)
+    offsets: list | None = None      # numeric: integer columns' minimum (Python ints)
     missing: float = 0.0
 
 
@@ -283,21 +375,25 @@ class _TorchEncoded:
 def _fit_numeric(spec, sub):
     """Min-max scaling of a numeric (possibly multi-column) feature."""
     name = spec.name
-    vals = np.column_stack([_numeric_values(sub[c], name) for c in spec.columns])
+    spec.offsets = [_integer_offset(sub[c]) for c in spec.columns]
+    vals = np.column_stack([_numeric_values(sub[c], name, o)
+                            for c, o in zip(spec.columns, spec.offsets)])
+    for k, c in enumerate(spec.columns):
+        _warn_merged_integers(sub[c], name, spec.offsets[k], vals[:, k])
     if np.isinf(vals).any():
         raise ValueError(f"feature {name!r} holds infinite values.")
     ok = ~np.isnan(vals).any(axis=1)
     if not ok.any():
         raise ValueError(f"feature {name!r} is missing (NaN) for every stimulus: "
                          "it carries no distance; drop it from the table.")
-    spec.unit = _power_of_two_unit(vals[ok])
+    spec.exponent = _power_of_two_exponent(vals[ok])
     top = float(np.max(np.abs(vals[ok])))
     if 0 < top < np.finfo(float).tiny:
         warnings.warn(f"feature {name!r} holds subnormal numbers (up to {top:.3g}), which "
                       f"keep only about {int(np.log2(top / 5e-324)) + 1} of 53 bits: "
                       "nearby values may have been rounded together. Store it in other "
                       "units (e.g. times 1e300).", UserWarning, stacklevel=3)
-    vals = vals * spec.unit
+    vals = np.ldexp(vals, spec.exponent)
     lo = vals[ok].min(axis=0)
     rng = vals[ok].max(axis=0) - lo
     if np.all(rng == 0):
@@ -306,15 +402,16 @@ def _fit_numeric(spec, sub):
     spec.lo, spec.scale = lo, np.where(rng > 0, 1.0 / np.where(rng > 0, rng, 1), 0)
 
 
-def _power_of_two_unit(vals):
-    """``1`` for values of ordinary magnitude; for tiny or huge ones (a range of 1e-320,
-    whose inverse overflows, or values near 1e300), the power of two that brings the
-    largest magnitude to [0.5, 1): scaling by it is exact, so distances keep their ties
-    and their order."""
+def _power_of_two_exponent(vals):
+    """``0`` for values of ordinary magnitude; for tiny or huge ones (a range of 1e-320,
+    whose inverse overflows, or values near 1e300), the exponent ``e`` such that
+    ``ldexp(vals, e)`` brings the largest magnitude to [0.5, 1): exact, so distances keep
+    their ties and their order.  An exponent, not a factor: ``2**1062``, which subnormal
+    values need, is no float (it overflows)."""
     top = float(np.max(np.abs(vals)))
     if top == 0 or 2.0 ** -500 <= top <= 2.0 ** 500:
-        return 1.0
-    return float(np.ldexp(1.0, -np.frexp(top)[1]))
+        return 0
+    return -int(np.frexp(top)[1])
 
 
 def _fit_levels(spec, sub):
@@ -329,7 +426,14 @@ def _fit_levels(spec, sub):
         if isinstance(col.dtype, pd.CategoricalDtype):
             cats = list(col.dtype.categories)
         else:
-            cats = sorted(present.unique())
+            try:
+                cats = sorted(present.unique())
+            except TypeError:
+                types = sorted({type(v).__name__ for v in present})
+                raise ValueError(f"feature {name!r} is declared ordinal but its values "
+                                 f"({', '.join(types)}) have no order between them; pass "
+                                 "an ordered pandas Categorical, e.g. pd.Categorical("
+                                 "values, categories=[...], ordered=True).") from None
             if not pd.api.types.is_numeric_dtype(col.dtype):
                 # sorted strings are alphabetical ("high" < "low" < "medium", "10" < "2")
                 warnings.warn(f"feature {name!r} is declared ordinal on unordered values: "
@@ -354,8 +458,12 @@ _FITTERS = {"numeric": _fit_numeric, "ordinal": _fit_levels, "categorical": _fit
 def _encode_numeric(spec, sub, n):
     """Block ``(n, n_columns)`` of values minus the training minimum (unscaled), missing
     rows (0 in the block), indicator flag, column scales."""
-    vals = np.column_stack([_numeric_values(sub[c], spec.name) for c in spec.columns])
-    vals = vals * getattr(spec, "unit", 1.0) - spec.lo
+    offsets = getattr(spec, "offsets", None) or [0] * len(spec.columns)
+    vals = np.column_stack([_numeric_values(sub[c], spec.name, o)
+                            for c, o in zip(spec.columns, offsets)])
+    # ``unit``: the prescaling factor of specs pickled before ``exponent`` replaced it
+    vals = np.ldexp(vals, getattr(spec, "exponent", 0)) * getattr(spec, "unit", 1.0) \
+        - spec.lo
     m = np.isnan(vals).any(axis=1)
     return np.where(m[:, None], 0.0, vals), m, False, spec.scale
 
