@@ -19,7 +19,7 @@ from .core.constants import (  # noqa: F401  (tuning constants, defined there on
 from .core.constants import (
     TWIN_REGRESSORS as _TWIN_REGRESSORS,
 )
-from .utils import logger, verbose
+from .utils import logger, verbose, warn_user
 
 __all__ = ["trial_images"]
 
@@ -237,18 +237,27 @@ def _run_of_volumes(volumes, r):
 
 def _check_header_tr(img, t_r, r):
     """Warn when the run's header gives another repetition time than ``t_r`` (onsets in
-    seconds would then be placed at the wrong scans)."""
+    seconds would then be placed at the wrong scans).
+
+    The header's time is ``pixdim[4]`` (``get_zooms()[3]``) in its time unit; with the unit
+    unset (``xyzt_units`` 0, common) it is read as seconds, as the NIfTI tools write it,
+    except the value 1 that nibabel and others write when they know no TR."""
     header = getattr(img, "header", None)
     if header is None or not hasattr(header, "get_zooms") or len(header.get_zooms()) < 4:
         return
     tr = float(header.get_zooms()[3])
     unit = header.get_xyzt_units()[1] if hasattr(header, "get_xyzt_units") else "sec"
     tr = tr / 1000.0 if unit == "msec" else tr / 1e6 if unit == "usec" else tr
-    if tr > 0 and unit in ("sec", "msec", "usec") and abs(tr - t_r) > 0.01 * t_r:
-        warnings.warn(f"t_r={t_r:g} s, but the header of bold_imgs[{r}] gives a repetition "
-                      f"time of {tr:g} s: events would be placed at the wrong scans if t_r "
-                      "is wrong. Check the acquisition's TR (BIDS: RepetitionTime in the "
-                      "bold.json sidecar).", UserWarning, stacklevel=4)
+    unset = unit == "unknown"
+    if unset and tr == 1.0:         # the placeholder of a header that knows no TR
+        return
+    if tr > 0 and unit in ("sec", "msec", "usec", "unknown") and abs(tr - t_r) > 0.01 * t_r:
+        warn_user(f"t_r={t_r:g} s, but the header of bold_imgs[{r}] gives a repetition "
+                  f"time of {tr:g} s"
+                  f"{' (its time unit is unset: read as seconds)' if unset else ''}; "
+                  f"t_r={t_r:g} s is used, and events would be placed at the wrong scans if "
+                  "it is wrong. Check the acquisition's TR (BIDS: RepetitionTime in the "
+                  "bold.json sidecar).")
 
 
 def _feature_columns(evs, feature_cols):

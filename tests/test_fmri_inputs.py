@@ -38,6 +38,32 @@ def test_a_t_r_other_than_the_headers_warns(sim, monkeypatch):
             trial_images(tagged, events, 3.0, mask_img=mask)
 
 
+def test_a_header_tr_without_time_units_is_read_as_seconds(sim, monkeypatch):
+    """xyzt units unset (common): pixdim[4] = 3.0 is still a TR in seconds, so t_r=2.0
+    warns, naming both values and the one used; nibabel's placeholder 1.0 does not."""
+    runs, events, _, _, mask = sim
+    _no_fit(monkeypatch)
+
+    def with_tr(tr):
+        out = []
+        for img in runs:
+            img = nib.Nifti1Image(np.asarray(img.dataobj), img.affine)
+            img.header.set_zooms((*img.header.get_zooms()[:3], tr))
+            assert img.header.get_xyzt_units() == ("unknown", "unknown")
+            out.append(img)
+        return out
+
+    with pytest.warns(UserWarning, match=r"t_r=2 s, but the header of bold_imgs\[0\] gives "
+                      r"a repetition time of 3 s \(its time unit is unset: read as "
+                      r"seconds\); t_r=2 s is used"), pytest.raises(AssertionError):
+        trial_images(with_tr(3.0), events, T_R, mask_img=mask)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        for tr, t_r in ((1.0, T_R), (3.0, 3.0)):       # placeholder, or the header's TR
+            with pytest.raises(AssertionError, match="fitted before"):
+                trial_images(with_tr(tr), events, t_r, mask_img=mask)
+
+
 def test_events_with_identical_regressors_are_refused(sim, monkeypatch):
     runs, events, _, _, mask = sim
     _no_fit(monkeypatch)
