@@ -89,6 +89,36 @@ def collect(device=None, training=None):
                 training=None if training is None else sorted(training))
 
 
+def check_recorded(provenance):
+    """``provenance`` read from a result file, checked to be what :func:`collect` writes
+    (``None``: a file written before provenance was recorded, ``{}``); ``ValueError``
+    naming the field that is not (the file was written by other means).
+
+    Keys :func:`collect` does not write are kept: a newer version may record more.
+    """
+    if provenance is None:
+        return {}
+    if not isinstance(provenance, dict):
+        raise ValueError(f"'provenance' is a {type(provenance).__name__} "
+                         f"({_short(provenance)}), not a JSON object")
+    versions = provenance.get("versions", {})
+    if not isinstance(versions, dict) or not all(
+            v is None or isinstance(v, str) for v in versions.values()):
+        raise ValueError("'provenance' field 'versions' is not an object of version "
+                         f"strings ({_short(versions)})")
+    training = provenance.get("training")
+    if training is not None and not (isinstance(training, list)
+                                     and all(isinstance(t, str) for t in training)):
+        raise ValueError("'provenance' field 'training' is not a list of strings "
+                         f"({_short(training)})")
+    return provenance
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def describe(provenance):
     """One line for a summary: ``"mlem_neuro 0.x, torch 2.y (cpu), python 3.z"``."""
     if not provenance:

@@ -44,6 +44,19 @@ def test_provenance_is_saved_and_read_back_and_old_files_say_unknown(result, tmp
     with open(tmp_path / "old_mlem.npz", "wb") as f:
         np.savez(f, __header__=np.array(json.dumps(header)), **entries)
     assert read_result(tmp_path / "old_mlem.npz").provenance == {}
+    # a provenance that is no record (a string): refused, naming the field; it was read,
+    # and then repr raised AttributeError
+    header["provenance"] = "mlem_neuro 0.1"
+    with open(tmp_path / "bad_mlem.npz", "wb") as f:
+        np.savez(f, __header__=np.array(json.dumps(header)), **entries)
+    with pytest.raises(ValueError, match=r"\(bad header\): 'provenance' is a str"):
+        read_result(tmp_path / "bad_mlem.npz")
+    # one that records more than this version writes is read as it is
+    header["provenance"] = dict(result.provenance, gpu_name="H200")
+    with open(tmp_path / "new_mlem.npz", "wb") as f:
+        np.savez(f, __header__=np.array(json.dumps(header)), **entries)
+    back = read_result(tmp_path / "new_mlem.npz")
+    assert back.provenance["gpu_name"] == "H200" and "mlem_neuro" in repr(back)
 
 
 def test_the_command_line_summary_says_what_computed_it(tmp_path, capsys):

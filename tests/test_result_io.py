@@ -198,6 +198,21 @@ def _set_array(key, value):
     (_timecourse, _set_array("array__times", np.zeros(4)),
      "inconsistent contents", "times has shape"),
     (_brainmap, _set_array("array__affine", np.eye(3)), "inconsistent contents", "4x4"),
+    # read as floats, the imaginary part was dropped (a ComplexWarning only)
+    (_timecourse, _set_array("array__fold_score", np.zeros((2, 5)) + 1j), "complex array",
+     "'fold_score' holds complex values (complex128)"),
+    (_timecourse, _set_array("array__times", np.zeros(5) + 1j), "complex array",
+     "'times' holds complex values"),
+    # read, then repr raised AttributeError ('str' object has no attribute 'get')
+    (_timecourse, _set_header("provenance", "made by hand"), "bad header",
+     "'provenance' is a str ('made by hand'), not a JSON object"),
+    (_timecourse, _set_header("provenance", {"versions": "1.0"}), "bad header",
+     "'provenance' field 'versions' is not an object of version strings"),
+    (_timecourse, _set_header("provenance", {"training": "numba"}), "bad header",
+     "'provenance' field 'training' is not a list of strings"),
+    (_timecourse, _set_header("settings", "cv=2"), "bad header",
+     "'settings' is a str ('cv=2'), not a JSON object"),
+    (_timecourse, _set_header("terms", "ab"), "bad header", "'terms' is a str"),
 ])
 def test_read_result_damaged_contents(tmp_path, make, edit, what, detail):
     fname = make().save(tmp_path / "sub-01_mlem.npz")
@@ -314,6 +329,32 @@ def test_settings_with_numpy_values_and_bytes_paths_save_and_read(tmp_path):
     back = read_result(os.fsencode(fname))
     assert back.settings["n"] == 3 and back.settings["folds"] == [0, 1, 2]
     assert back.settings["flag"] is True and back.settings["x"] == 1.5
+
+
+def test_settings_sets_are_saved_as_sorted_lists_and_objects_are_refused(tmp_path):
+    """A set was saved as its repr, the string '{1, 2}'."""
+    res = _timecourse()
+    res.settings.update(levels={2, 1, 3}, names=frozenset({"b", "a"}), mixed={1, "a"},
+                        nested={"pair": (1, {0.5})})
+    back = read_result(res.save(tmp_path / "sets_mlem.npz"))
+    assert back.settings["levels"] == [1, 2, 3] and back.settings["names"] == ["a", "b"]
+    assert back.settings["mixed"] == ["a", 1]       # unorderable: by repr, "'a'" < "1"
+    assert back.settings["nested"] == {"pair": [1, [0.5]]}
+    for value, what in [(object(), r"settings\['thing'\] holds a object"),
+                        ({"deep": [np.datetime64("2020-01-01")]},
+                         r"settings\['thing'\]\['deep'\]\[0\] holds a datetime64"),
+                        (1 + 2j, r"settings\['thing'\] holds complex values")]:
+        res.settings["thing"] = value
+        with pytest.raises(TypeError, match=what):
+            res.save(tmp_path / "bad_mlem.npz")
+        assert not (tmp_path / "bad_mlem.npz").exists()
+
+
+def test_complex_fold_arrays_are_refused_by_the_constructor():
+    res = _timecourse()
+    with pytest.raises(ValueError, match="fold_score holds complex values"):
+        TimeCourseResult(res.fold_importance, res.fold_score + 1j, res.fold_weights,
+                         res.n_iter, res.terms, res.feature_names, times=res.times)
 
 
 def test_memory_budget_names_its_variable_when_out_of_range(monkeypatch):

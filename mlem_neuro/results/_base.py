@@ -5,6 +5,7 @@ import contextlib
 import importlib
 import json
 import math
+import numbers
 import os
 import stat
 import tempfile
@@ -18,10 +19,12 @@ import numpy as np
 import pandas as pd
 
 from .._docs import fill_doc
+from .._provenance import check_recorded
 from .._provenance import collect as collect_provenance
 from ..core.memory import memory_budget
 from ..core.options import jsonable
 from ..stats.familywise import familywise_over_tests
+from ..utils import check_real
 
 #: result class name → module defining it (read_result imports it on demand).
 RESULT_MODULES = {
@@ -73,6 +76,11 @@ class BaseResult:
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, tests=None, pvalues=None,
                  pvalues_fwe=None):
+        for name, values in (("fold_importance", fold_importance),
+                             ("fold_score", fold_score), ("fold_weights", fold_weights),
+                             ("pvalues", pvalues), ("pvalues_fwe", pvalues_fwe)):
+            if values is not None:
+                check_real(values, name)
         self.fold_importance = np.asarray(fold_importance, dtype=float)
         self.fold_score = np.asarray(fold_score, dtype=float)
         self.fold_weights = np.asarray(fold_weights, dtype=float)
@@ -318,7 +326,7 @@ class BaseResult:
         for name in self._extra_arrays:
             arrays[name] = np.asarray(getattr(self, name))
         meta = dict(terms=self.terms, feature_names=self.feature_names,
-                    settings=jsonable(self.settings), extra=self._extra_meta(),
+                    settings=_json_settings(self.settings), extra=self._extra_meta(),
                     provenance=jsonable(self.provenance))
         if self.tests is not None:
             arrays.update(pvalues=self.pvalues, pvalues_fwe=self.pvalues_fwe)
@@ -340,7 +348,7 @@ class BaseResult:
                   terms=meta["terms"], feature_names=meta["feature_names"],
                   settings=meta["settings"], **tests, **extra_arrays, **meta["extra"])
         # files written before provenance was recorded have none: {} (unknown)
-        res.provenance = meta.get("provenance") or {}
+        res.provenance = check_recorded(meta.get("provenance"))
         return res
 
     def save(self, fname, overwrite=False):
@@ -349,6 +357,11 @@ class BaseResult:
         The file is written under a temporary name in the same folder and moved into
         place only once complete, so an interrupted save never leaves a truncated file
         nor destroys the file it was replacing.
+
+        :attr:`settings` are stored as JSON: numpy numbers and arrays are read back as
+        Python numbers and lists, tuples as lists, sets as lists in sorted order, dict
+        keys as strings.  Any other value (an object, a function) is refused with a
+        ``TypeError`` naming its key, not stored as its ``repr``.
 
         Parameters
         ----------
@@ -388,6 +401,34 @@ class BaseResult:
             note += f", mlem_neuro {versions['mlem_neuro']}"
         return (f"<{type(self).__name__} | {M} models, {T} terms, {self.n_folds} fold(s), "
                 f"mean score {np.nanmean(self.score):.3f}{note}>")
+
+
+def _json_settings(value, where="settings"):
+    """``value`` as the JSON a result file stores (see :meth:`BaseResult.save`): numbers,
+    strings, ``None``, lists and string-keyed dicts; sets become sorted lists (by value,
+    or by ``repr`` when their items do not compare); ``TypeError`` naming ``where`` for a
+    value JSON cannot hold."""
+    if isinstance(value, (set, frozenset)):
+        try:
+            items = sorted(value)
+        except TypeError:
+            items = sorted(value, key=repr)
+        return [_json_settings(v, f"{where}[{k}]") for k, v in enumerate(items)]
+    if isinstance(value, dict):
+        return {str(k): _json_settings(v, f"{where}[{k!r}]") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_settings(v, f"{where}[{k}]") for k, v in enumerate(value)]
+    if isinstance(value, (complex, np.complexfloating)) or (
+            isinstance(value, np.ndarray) and value.dtype.kind == "c"):
+        raise TypeError(f"{where} holds complex values ({value!r:.80}), which a result "
+                        "file does not store; save abs(value), .real or .imag instead.")
+    if isinstance(value, np.ndarray):
+        return _json_settings(value.tolist(), where)
+    if value is None or isinstance(value, (bool, np.bool_, str, numbers.Real, np.number)):
+        return jsonable(value)
+    raise TypeError(f"{where} holds a {type(value).__name__} ({value!r:.80}), which a "
+                    "result file cannot store (its settings are JSON: numbers, strings, "
+                    "lists, dicts). Store a plain value instead, e.g. str(value).")
 
 
 def _new_file_mode():
@@ -467,7 +508,12 @@ class _ArchiveArrays(Mapping):
             if key not in self._names:
                 raise KeyError(key)
             _check_entry(self._archive, f"array__{key}", self._fname)
-            self._read[key] = self._archive[f"array__{key}"]
+            values = self._archive[f"array__{key}"]
+            if values.dtype.kind == "c":     # read as floats, the imaginary part would go
+                raise _damaged(self._fname, "complex array",
+                               f"the entry {key!r} holds complex values ({values.dtype}); "
+                               "a result's arrays are real")
+            self._read[key] = values
         return self._read[key]
 
     def __iter__(self):
@@ -546,6 +592,29 @@ def _result_class(fname, header):
     return getattr(importlib.import_module(RESULT_MODULES[kind]), kind)
 
 
+#: header field -> (JSON type it holds, what that is called)
+_HEADER_TYPES = {"terms": (list, "a list"), "feature_names": (list, "a list"),
+                 "tests": (list, "a list"), "settings": (dict, "a JSON object"),
+                 "extra": (dict, "a JSON object")}
+
+
+def _check_header_types(fname, meta):
+    """The header's fields hold what ``.save()`` writes (absent ones are left to the
+    reader, which names them; ``tests`` may be null); the error names the first field
+    that does not, where it would otherwise be misread (a string of terms split into
+    letters) or fail later (``repr`` of a string provenance)."""
+    for key, (kind, what) in _HEADER_TYPES.items():
+        value = meta.get(key)
+        if key in meta and not isinstance(value, kind) and not (key == "tests"
+                                                                 and value is None):
+            raise _damaged(fname, "bad header",
+                           f"{key!r} is a {type(value).__name__} ({value!r:.60}), not {what}")
+    try:
+        check_recorded(meta.get("provenance"))
+    except ValueError as err:
+        raise _damaged(fname, "bad header", err) from None
+
+
 def read_result(fname):
     """Read a result saved with ``.save()`` (any MLEM result class).
 
@@ -576,6 +645,7 @@ def read_result(fname):
     with _open_archive(fname) as (header, arrays):
         cls = _result_class(fname, header)
         meta = {k: v for k, v in header.items() if k not in ("format", "kind")}
+        _check_header_types(fname, meta)
         try:
             return cls._from_state(arrays, meta)
         except KeyError as err:
