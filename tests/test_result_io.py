@@ -363,3 +363,16 @@ def test_memory_budget_names_its_variable_when_out_of_range(monkeypatch):
     monkeypatch.setenv("MLEM_NEURO_MEMORY", "1e400")
     with pytest.raises(ValueError, match="MLEM_NEURO_MEMORY must be a finite size"):
         memory_budget()
+
+
+def test_a_bad_memory_budget_is_not_reported_as_a_damaged_file(tmp_path, monkeypatch):
+    """MLEM_NEURO_MEMORY=abc: reading a good file says what is wrong with the variable (its
+    name and value), not that the file is truncated or corrupt."""
+    fname = _timecourse().save(tmp_path / "ok.npz")
+    monkeypatch.setenv("MLEM_NEURO_MEMORY", "abc")
+    with pytest.raises(ValueError, match=r"environment variable MLEM_NEURO_MEMORY must be a "
+                                         r"size .*got 'abc'\. Set it") as err:
+        read_result(fname)
+    assert "corrupt" not in str(err.value) and "readable" not in str(err.value)
+    monkeypatch.delenv("MLEM_NEURO_MEMORY")
+    assert read_result(fname).terms == _timecourse().terms

@@ -42,9 +42,19 @@ def parse_size(text, name=ENV_VAR):
 
 
 def memory_budget():
-    """The budget in bytes (``MLEM_NEURO_MEMORY``, default 4 GiB)."""
+    """The budget in bytes (``MLEM_NEURO_MEMORY``, default 4 GiB).
+
+    An unreadable value raises a ValueError that names the environment variable and its
+    value (whatever the call was doing when it read the budget)."""
     env = os.environ.get(ENV_VAR)
-    return DEFAULT_BYTES if env in (None, "") else parse_size(env)
+    if env in (None, ""):
+        return DEFAULT_BYTES
+    try:
+        return parse_size(env)
+    except ValueError as err:
+        raise ValueError(f"the environment variable {err}. Set it to a size such as "
+                         f"{ENV_VAR}=16GiB, or unset it for the default "
+                         f"({format_bytes(DEFAULT_BYTES)}).") from None
 
 
 def format_bytes(nbytes):

@@ -539,6 +539,7 @@ _ARCHIVE_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError, 
 def _open_archive(fname):
     """``(header dict, arrays mapping)`` of a result file, the arrays read on demand while
     the archive is open; ValueError when it is damaged or not a result file."""
+    memory_budget()     # a bad MLEM_NEURO_MEMORY says so, not that the file is damaged
     if not stat.S_ISREG(fname.stat().st_mode):
         raise _damaged(fname, "not a regular file",
                        "result files are .npz files written by .save() (a pipe, socket or "
