@@ -282,3 +282,33 @@ def test_without_numba_torch_trains_and_a_warning_says_so(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", False), ("0", False), ("false", False), ("False", False), (" no ", False),
+    ("off", False), ("1", True), ("true", True), ("YES", True), ("on", True)])
+def test_no_compiled_reads_yes_no_words(text, expected):
+    """``MLEM_NEURO_NO_COMPILED=false`` leaves the kernels on (it switched them off)."""
+    assert compiled.env_flag(compiled.NO_COMPILED_VAR,
+                             {compiled.NO_COMPILED_VAR: text}) is expected
+    assert compiled.env_flag(compiled.NO_COMPILED_VAR, {}) is False
+
+
+def test_no_compiled_refuses_other_words():
+    with pytest.raises(ValueError, match=r"MLEM_NEURO_NO_COMPILED='maybe' is not a yes/no"):
+        compiled.env_flag(compiled.NO_COMPILED_VAR, {compiled.NO_COMPILED_VAR: "maybe"})
+
+
+def test_no_compiled_false_at_import():
+    """The flag as the package reads it at import, in a fresh process."""
+    import os
+    import subprocess
+    import sys
+    code = ("from mlem_neuro.core.training import compiled; "
+            "print(compiled.USE_COMPILED)")
+    out = {}
+    for text in ("false", "true"):
+        env = dict(os.environ, MLEM_NEURO_NO_COMPILED=text)
+        out[text] = subprocess.run([sys.executable, "-c", code], env=env, text=True,
+                                   capture_output=True, check=True).stdout.strip()
+    assert out == {"false": str(compiled.numba is not None), "true": "False"}

@@ -18,15 +18,23 @@ strict lower part to ``A``, diagonal times ``sigmoid`` (softplus); ``diagonal``:
 ``W0 = diag(softplus(a))``; ``none``: ``W0 = (A + Aᵀ) / 2``.  ``tests/test_compiled.py``
 compares it with torch's autograd, ``tests/test_backends.py`` with the reference backend.
 
-The kernels are compiled by numba on first use and cached on disk (``cache=True``): the
-first call of a fresh install compiles them (seconds, see the performance page), later
-processes load them.  Set ``MLEM_NEURO_NO_COMPILED=1`` (or :data:`USE_COMPILED` to
-``False``) to train with torch and score in numpy instead.
+The kernels are compiled by numba on first use and cached on disk: the first call of a
+fresh install compiles them (seconds, see the performance page), later processes load
+them.  The cache goes where numba puts it (``NUMBA_CACHE_DIR`` when set, else the
+package's ``__pycache__`` folders, else ``~/.cache/numba``); where none of them can be
+written (a shared read-only install, a read-only home), it goes to a private folder of
+the user's in the temporary directory (:func:`fallback_cache_dir`), and where that cannot
+be had either the kernels compile in every process without a disk cache; each fallback
+says so once, with a :class:`RuntimeWarning` at import.  Set ``MLEM_NEURO_NO_COMPILED``
+to a true word (``1``, ``true``, ``yes``, ``on``; :data:`USE_COMPILED` to ``False``) to
+train with torch and score in numpy instead.
 """
 from __future__ import annotations
 
 import functools
 import os
+import stat
+import tempfile
 import threading
 import warnings
 
@@ -58,10 +66,29 @@ from ..constants import (
     SOFT_RANK_STRENGTH,
 )
 
+#: the environment variable that switches the compiled kernels off
+NO_COMPILED_VAR = "MLEM_NEURO_NO_COMPILED"
+_TRUE_WORDS = ("1", "true", "yes", "on")
+_FALSE_WORDS = ("", "0", "false", "no", "off")
+
+
+def env_flag(name, environ=None):
+    """The boolean environment variable ``name``: ``True`` for ``1 / true / yes / on``,
+    ``False`` for ``0 / false / no / off`` or unset (any case, spaces ignored); any
+    other word is a ``ValueError`` naming the variable."""
+    text = (os.environ if environ is None else environ).get(name, "").strip().lower()
+    if text in _TRUE_WORDS:
+        return True
+    if text in _FALSE_WORDS:
+        return False
+    raise ValueError(f"{name}={text!r} is not a yes/no word: use one of "
+                     f"{', '.join(_TRUE_WORDS)} (on) or {', '.join(_FALSE_WORDS[1:])} "
+                     f"(off), or unset it.")
+
+
 #: whether the CPU uses the compiled kernels (training, scores, rank sums): numba is
-#: installed and ``MLEM_NEURO_NO_COMPILED`` is not set.
-USE_COMPILED = (numba is not None
-                and os.environ.get("MLEM_NEURO_NO_COMPILED", "") in ("", "0"))
+#: installed and ``MLEM_NEURO_NO_COMPILED`` is not a true word.
+USE_COMPILED = numba is not None and not env_flag(NO_COMPILED_VAR)
 
 CONSTRAINT_CODES = {"spd": 0, "diagonal": 1, "none": 2}
 #: the most features the compiled loop trains
@@ -84,9 +111,90 @@ _TOP = np.uint64(1) << np.uint64(63)
 _ONE = np.uint64(1)
 _INT64_MIN = np.int64(-(2 ** 63))
 
-_jit = njit(cache=True, nogil=True, error_model="numpy")
+# ------------------------------------------------------------- the kernels' disk cache
+
+_CACHE_LOCK = threading.Lock()
+#: where the kernels are cached: "numba" (numba's own places), a folder (the fallback),
+#: or None (no disk cache); decided by the first kernel and kept for the others
+_CACHE_PLAN = []
+
+
+def fallback_cache_dir():
+    """The user's private cache folder in the temporary directory
+    (``<tmp>/mlem_neuro-numba-<uid>``, made with mode 0700), or ``None`` when it cannot be
+    made or is not safe: not a folder of this user's, or writable by others (numba's
+    cache is loaded as code, so nobody else may write there)."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    name = "mlem_neuro-numba" + ("" if uid is None else f"-{uid}")
+    path = os.path.join(tempfile.gettempdir(), name)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        info = os.lstat(path)
+        if not stat.S_ISDIR(info.st_mode):
+            return None
+        if uid is not None and (info.st_uid != uid
+                                or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+            return None
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError:
+        return None
+    return path
+
+
+def _cached_njit(func, options, plan):
+    """``njit(cache=True, **options)(func)`` with the cache of ``plan`` ("numba": numba's
+    own locators; a folder: numba's ``CACHE_DIR`` set to it for this kernel alone)."""
+    if plan == "numba":
+        return njit(cache=True, **options)(func)
+    saved = numba.config.CACHE_DIR
+    numba.config.CACHE_DIR = plan       # read when the kernel's cache is located, here
+    try:
+        return njit(cache=True, **options)(func)
+    finally:
+        numba.config.CACHE_DIR = saved
+
+
+def _kernel(**options):
+    """numba's ``njit(**options)`` with an on-disk cache where one can be written: numba's
+    own places, else :func:`fallback_cache_dir`, else none (the kernels then compile in
+    every process).  The first kernel decides for all, and a fallback warns once."""
+    def decorate(func):
+        if numba is None:
+            return func
+        with _CACHE_LOCK:
+            if not _CACHE_PLAN:
+                try:
+                    kernel = njit(cache=True, **options)(func)
+                    _CACHE_PLAN.append("numba")
+                    return kernel
+                except RuntimeError as err:      # numba: "cannot cache function ..."
+                    if "cannot cache" not in str(err):
+                        raise
+                folder = fallback_cache_dir()
+                _CACHE_PLAN.append(folder)
+                if folder is not None:
+                    warnings.warn(
+                        "mlem_neuro: numba cannot write its cache next to the package or "
+                        f"in the home folder; the compiled kernels are cached in {folder} "
+                        "instead. Set NUMBA_CACHE_DIR to a writable folder to choose "
+                        "where.", RuntimeWarning, stacklevel=2)
+                else:
+                    warnings.warn(
+                        "mlem_neuro: no writable, private folder for numba's cache (next "
+                        "to the package, in the home folder or in the temporary "
+                        "directory): the compiled kernels compile in every process "
+                        "(seconds at the first analysis). Set NUMBA_CACHE_DIR to a "
+                        "writable folder to keep them.", RuntimeWarning, stacklevel=2)
+            plan = _CACHE_PLAN[0]
+        if plan is None:
+            return njit(cache=False, **options)(func)
+        return _cached_njit(func, options, plan)
+    return decorate
+
+
+_jit = _kernel(nogil=True, error_model="numpy")
 #: the step's parts, inlined into the loops that call them (no call overhead per step)
-_inline = njit(cache=True, nogil=True, error_model="numpy", inline="always")
+_inline = _kernel(nogil=True, error_model="numpy", inline="always")
 
 
 def built():
@@ -521,7 +629,7 @@ def _train_models(A, k, l, dense, P, rowptr, col, val, counts, targets, use_bloc
         best_score[i] = np.float64(best)
 
 
-@njit(cache=True, nogil=True, error_model="numpy", parallel=True)
+@_kernel(nogil=True, error_model="numpy", parallel=True)
 def _train_models_parallel(n_chunks, A, k, l, dense, P, rowptr, col, val, counts, targets,
                            use_blocks, draws, Cb, Tb, S1, S2, constraint, strength, tol,
                            patience, corr, n_iter, converged, best_score, history,
