@@ -289,3 +289,23 @@ def test_warning_when_no_model_can_pass_over_tests():
         _timecourse(p, n_null=69).significant("a", corrected="all")          # 3 / 70
     with pytest.warns(UserWarning, match="3 tests"):
         _timecourse(p, n_null=69).significant("a", alpha=0.04, corrected="all")
+
+
+@pytest.mark.parametrize("corrected", [False, True, "all"])
+def test_significant_on_an_untestable_test_warns_and_stays_a_mask(corrected):
+    """A test that could not be run (its p-values all NaN, e.g. a feature nested in
+    another): significant() says so, naming the test and why, and still returns a boolean
+    mask (all False) that plotting code can index with."""
+    import warnings
+
+    p = P_FWE.copy()
+    p[:, 1] = np.nan
+    res = _timecourse(p)
+    res.settings["untestable_tests"] = {"a": "it is nested in 'b'"}
+    with pytest.warns(UserWarning, match=r"the test of 'a' could not be run: it is nested "
+                                         r"in 'b': its p-values are all NaN"):
+        mask = res.significant("a", corrected=corrected)
+    assert mask.dtype == bool and not mask.any()
+    with warnings.catch_warnings():       # a test that was run: no warning
+        warnings.simplefilter("error")
+        res.significant("b", corrected=corrected)

@@ -177,6 +177,11 @@ class BaseResult:
         Returns
         -------
         mask : ndarray of bool (n_models,)
+            False where the p-value is NaN (a model whose score is undefined, or a test
+            that could not be run).  A test that could not be run at all (every p-value
+            NaN: :attr:`untestable_tests`) gives all False with a warning naming it and
+            why: a boolean mask, not NaN, so that plotting and indexing code keeps
+            working, but never silently.
 
         Notes
         -----
@@ -206,6 +211,12 @@ class BaseResult:
                           "can be significant. Run the analysis with more null "
                           f"relabellings (n_null >= {_least_n_null(alpha)}, e.g. 99).",
                           UserWarning, stacklevel=2)
+        if np.isnan(p[:, k]).all():
+            why = self.untestable_tests.get(test)
+            warnings.warn(f"the test of {test!r} could not be run"
+                          f"{': ' + why if why else ''}: its p-values are all NaN (not "
+                          "testable), so no model is marked significant; that is no "
+                          "evidence against an effect.", UserWarning, stacklevel=2)
         return p[:, k] < alpha
 
     # ------------------------------------------------------------- summaries
