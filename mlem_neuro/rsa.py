@@ -46,6 +46,7 @@ def _z(a):
     return a / np.linalg.norm(a, axis=-1, keepdims=True)
 
 
+@renamed(n_permutations="n_null")
 def mantel_tests(X, table, n_null=999, random_state=None, *, n_permutations=None):
     """Mantel and partial Mantel p-values of every feature of ``table``.
 
@@ -61,8 +62,9 @@ def mantel_tests(X, table, n_null=999, random_state=None, *, n_permutations=None
     random_state : None | int | numpy Generator
         Seeds the permutations.
     n_permutations : int | None
-        Former name of ``n_null`` (deprecated; a FutureWarning).  In the analyses
-        ``n_permutations`` counts the shuffles of the permutation *importance*.
+        Former name of ``n_null`` (deprecated; a FutureWarning; both names: a
+        TypeError).  In the analyses ``n_permutations`` counts the shuffles of the
+        permutation *importance*.
 
     Returns
     -------
@@ -71,8 +73,7 @@ def mantel_tests(X, table, n_null=999, random_state=None, *, n_permutations=None
         (Mantel, one-sided: greater) and ``p_partial`` (partial Mantel, the other
         features' model RDMs removed; equal to ``p`` with one feature).
     """
-    n_permutations = check("n_null", renamed("mantel_tests", "n_permutations", "n_null",
-                                             n_permutations, n_null), low=1)
+    n_permutations = check("n_null", n_null, low=1)
     X = np.asarray(X, dtype=float)
     n = X.shape[0]
     rng = check_random_state(random_state)

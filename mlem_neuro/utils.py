@@ -97,16 +97,44 @@ def check_device(device):
     return torch.device(check("device", device))
 
 
-def renamed(func, old, new, old_value, new_value):
-    """The value of a parameter renamed from ``old`` to ``new`` in ``func``: ``new_value``,
-    or ``old_value`` (with a FutureWarning) when only the old name was given.  The old
-    names stay for one release, so that one name has one meaning across the package
-    (``n_null`` for null permutations, ``random_state`` for seeds)."""
-    if old_value is None:
-        return new_value
-    warn_user(f"{func}: {old}= is renamed {new}= (one name across the package); "
-              f"{old}= will be removed in a future release.", FutureWarning)
-    return old_value
+def renamed(**old_to_new):
+    """Decorate a function (or an ``__init__``) whose parameters were renamed: each keyword
+    ``old="new"`` keeps the keyword-only ``old`` working for one release, so that one name
+    has one meaning across the package (``n_null`` for null permutations,
+    ``random_state`` for seeds).
+
+    A call with ``old=`` (not ``None``) alone gets a FutureWarning and runs with the value
+    under ``new``; the function then sees ``old=None``.  A call that gives both names is a
+    TypeError naming both, whatever the values (equal ones too, as in MNE): the call is
+    read from the arguments actually passed (:meth:`inspect.Signature.bind_partial`), so
+    ``new`` given at its default value counts as given, and neither name silently wins.
+    """
+    def decorate(function):
+        sig = inspect.signature(function)
+        name = function.__qualname__.removesuffix(".__init__")
+        for old, new in old_to_new.items():
+            if sig.parameters[old].kind is not inspect.Parameter.KEYWORD_ONLY or \
+                    sig.parameters[old].default is not None or new not in sig.parameters:
+                raise RuntimeError(f"{name}: the former name {old!r} must be keyword-only "
+                                   f"with default None, and {new!r} a parameter")
+
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            for old, new in old_to_new.items():
+                if kwargs.get(old) is None:
+                    continue
+                given = sig.bind_partial(*args, **kwargs).arguments
+                if new in given:
+                    raise TypeError(f"{name}: {old}= is the former name of {new}=; give "
+                                    f"{new}= only (got {old}={kwargs[old]!r} and "
+                                    f"{new}={given[new]!r}).")
+                warn_user(f"{name}: {old}= is renamed {new}= (one name across the package); "
+                          f"{old}= will be removed in a future release.", FutureWarning)
+                kwargs[new] = kwargs.pop(old)
+            return function(*args, **kwargs)
+
+        return wrapper
+    return decorate
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))

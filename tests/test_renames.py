@@ -95,3 +95,65 @@ def test_command_line_seed_is_random_state():
     assert parser.parse_args([*argv, "--seed", "3"]).seed == 3
     assert parser.parse_args([*argv, "--random-state", "3"]).seed == 3
     assert parser.parse_args(["demo", "--random-state", "4"]).seed == 4
+
+
+def _cluster_test(**kw):
+    from mlem_neuro.stats import permutation_cluster_test
+
+    return permutation_cluster_test([], "a", **kw)
+
+
+def _second_level(**kw):
+    from mlem_neuro.stats import second_level_maps
+
+    return second_level_maps([], "a", **kw)
+
+
+_Y = np.random.default_rng(0).standard_normal((2, 8, 4))
+_A = sp.csr_matrix(np.array([[1, 1, 0, 1], [0, 1, 1, 1]]))
+
+
+@pytest.mark.parametrize("call, old, new", [
+    pytest.param(lambda: mantel_tests(*_data(), n_null=99, n_permutations=9),
+                 "n_permutations", "n_null", id="mantel"),
+    pytest.param(lambda: mantel_tests(*_data(), 99, n_permutations=99),   # equal, positional
+                 "n_permutations", "n_null", id="mantel-equal"),
+    pytest.param(lambda: _cluster_test(n_null=16, n_permutations=4, random_state=0, seed=1),
+                 "n_permutations", "n_null", id="cluster"),
+    pytest.param(lambda: _cluster_test(random_state=None, seed=1),   # new name at its default
+                 "seed", "random_state", id="cluster-seed"),
+    pytest.param(lambda: _second_level(n_null=10, n_perm=5), "n_perm", "n_null",
+                 id="second-level"),
+    pytest.param(lambda: DenseRDMSource(_Y, distance="euclidean", metric="correlation"),
+                 "metric", "distance", id="dense"),                  # new name at its default
+    pytest.param(lambda: DenseRDMSource(_Y, "euclidean", metric="correlation"),
+                 "metric", "distance", id="dense-positional"),
+    pytest.param(lambda: SphereRDMSource(_Y[0], _A, distance="cosine", metric="correlation"),
+                 "metric", "distance", id="sphere"),
+    pytest.param(lambda: SpaceTimeRDMSource(_Y.transpose(1, 0, 2), _A, distance="euclidean",
+                                            metric="euclidean"),
+                 "metric", "distance", id="spacetime-equal"),
+])
+def test_giving_the_old_and_the_new_name_is_an_error(call, old, new):
+    """Neither name silently wins (the old one used to): the call is refused, naming both,
+    even with the new name at its default value or both names at one value."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # refused before any FutureWarning
+        with pytest.raises(TypeError, match=rf"{old}= is the former name of {new}=; give "
+                                            rf"{new}= only"):
+            call()
+
+
+def test_the_old_name_alone_still_reaches_the_function():
+    from mlem_neuro.utils import renamed
+
+    @renamed(old="new")
+    def f(a, new=1, *, old=None):
+        return a, new, old
+
+    assert f(0) == (0, 1, None) and f(0, 2) == (0, 2, None)
+    with pytest.warns(FutureWarning, match="f: old= is renamed new="):
+        assert f(0, old=3) == (0, 3, None)
+    assert f(0, old=None) == (0, 1, None)             # None: the old name not given
+    with pytest.raises(RuntimeError, match="keyword-only"):
+        renamed(old="new")(lambda new=1, old=None: new)

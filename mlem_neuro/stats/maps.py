@@ -5,6 +5,8 @@ import os
 
 import numpy as np
 
+from ..utils import renamed
+
 __all__ = ["second_level_maps"]
 
 
@@ -40,6 +42,7 @@ def _same_grid(r, ref, what, ref_what="results[0]"):
                          "(nilearn.image.resample_to_img) and test them with nilearn.")
 
 
+@renamed(n_perm="n_null")
 def second_level_maps(results, term, mask_img=None, n_null=10000, two_sided_test=False,
                       n_jobs=None, random_state=None, *, additive=None, n_perm=None,
                       **kwargs):
@@ -77,7 +80,7 @@ def second_level_maps(results, term, mask_img=None, n_null=10000, two_sided_test
         like ``results`` but with ``constraint="diagonal"``, with the same ``cv`` and an int
         ``random_state`` (same folds; a warning says when they differ).
     n_perm : int | None
-        Former name of ``n_null`` (deprecated; a FutureWarning).
+        Former name of ``n_null`` (deprecated; a FutureWarning; both names: a TypeError).
     **kwargs
         Passed to ``non_parametric_inference`` (``smoothing_fwhm``, ``threshold``,
         ``tfce``...).
@@ -110,9 +113,6 @@ def second_level_maps(results, term, mask_img=None, n_null=10000, two_sided_test
     import pandas as pd
     from nilearn.glm.second_level import non_parametric_inference
 
-    from ..utils import renamed
-
-    n_null = renamed("second_level_maps", "n_perm", "n_null", n_perm, n_null)
     subjects = _load_results(results)
     if additive is not None or (term == "interactions" and term not in subjects[0].terms):
         imgs = _gain_imgs(subjects, additive, term, two_sided_test)

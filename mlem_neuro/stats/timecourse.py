@@ -204,6 +204,7 @@ def _finite(data, what):
 
 @verbose
 @fill_doc
+@renamed(n_permutations="n_null", seed="random_state")
 def permutation_cluster_test(results, term=None, *, measure="importance", additive=None,
                              n_null=1024, threshold=None, tail=1, random_state=None,
                              n_jobs=None, verbose=None, n_permutations=None, seed=None):
@@ -249,9 +250,9 @@ def permutation_cluster_test(results, term=None, *, measure="importance", additi
         Passed to MNE.
     %(verbose)s
     n_permutations : int | None
-        Former name of ``n_null`` (deprecated; a FutureWarning).
+        Former name of ``n_null`` (deprecated; a FutureWarning; both names: a TypeError).
     seed : None | int
-        Former name of ``random_state`` (deprecated; a FutureWarning).
+        Former name of ``random_state`` (deprecated; a FutureWarning; both names: a TypeError).
 
     Returns
     -------
@@ -281,9 +282,6 @@ def permutation_cluster_test(results, term=None, *, measure="importance", additi
     """
     from mne.stats import permutation_cluster_1samp_test
 
-    n_null = renamed("permutation_cluster_test", "n_permutations", "n_null", n_permutations,
-                     n_null)
-    seed = renamed("permutation_cluster_test", "seed", "random_state", seed, random_state)
     check("measure", measure)
     check("tail", tail)
     if measure == "interactions" and tail != 1:
@@ -292,7 +290,7 @@ def permutation_cluster_test(results, term=None, *, measure="importance", additi
                          f"tail={tail}")
     n_null = check("n_null", n_null, low=1, hint=" (sign-flip permutations of the cluster "
                                                  "test)")
-    seed = check("random_state", seed)
+    seed = check("random_state", random_state)
     results, name, X = _check_results(results, term, measure, additive)
     if not np.isfinite(X).all():
         raise ValueError(f"the time courses of {name!r} hold NaN or infinite values.")

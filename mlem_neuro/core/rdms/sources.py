@@ -69,6 +69,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ...utils import renamed
 from ..constants import SPHERE_BLOCK_BYTES as BLOCK_BYTES  # noqa: F401  (tuning constants, defined there once)
 from ..stimuli.pairs import pair_indices
 from .distances import get_distance
@@ -114,13 +115,6 @@ class RDMSource(Protocol):
         """
 
 
-def _distance_arg(cls, distance, metric):
-    """``distance``, or the former ``metric=`` (with a FutureWarning)."""
-    from ...utils import renamed
-
-    return renamed(cls, "metric", "distance", metric, distance)
-
-
 class _MetricAlias:
     """``.metric``: the former name of ``.distance`` (one release, a FutureWarning)."""
 
@@ -143,14 +137,14 @@ class DenseRDMSource(_MetricAlias):
     distance : str
         Neural distance, a name of :data:`mlem_neuro.core.rdms.distances.REGISTRY`.
     metric : str | None
-        Former name of ``distance`` (deprecated; a FutureWarning).
+        Former name of ``distance`` (deprecated; a FutureWarning; both names: a TypeError).
     """
 
     #: it holds the response patterns, whose residuals the test of interactions permutes
     supports_interaction_test = True
 
+    @renamed(metric="distance")
     def __init__(self, Y, distance="euclidean", *, metric=None):
-        distance = _distance_arg("DenseRDMSource", distance, metric)
         get_distance(distance)
         self.Y = Y
         self.distance = distance
@@ -203,14 +197,14 @@ class SphereRDMSource(_MetricAlias):
     distance : {"euclidean", "correlation", "cosine"}
         Neural distance.
     metric : str | None
-        Former name of ``distance`` (deprecated; a FutureWarning).
+        Former name of ``distance`` (deprecated; a FutureWarning; both names: a TypeError).
     """
 
     #: it holds the response patterns, whose residuals the test of interactions permutes
     supports_interaction_test = True
 
+    @renamed(metric="distance")
     def __init__(self, X, A, distance="euclidean", *, metric=None):
-        distance = _distance_arg("SphereRDMSource", distance, metric)
         get_distance(distance, where=" for searchlight and ROI analyses")
         self.X = np.asarray(X, dtype=np.float64)
         self.A = sp.csr_matrix(A, dtype=np.float64)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from ...utils import renamed
 from .sources import SphereRDMSource
 
 __all__ = ["SpaceTimeRDMSource"]
@@ -35,7 +36,7 @@ class SpaceTimeRDMSource(SphereRDMSource):
     distance : {"euclidean", "correlation", "cosine"}
         Neural distance between the patterns of a neighbourhood at one time point.
     metric : str | None
-        Former name of ``distance`` (deprecated; a FutureWarning).
+        Former name of ``distance`` (deprecated; a FutureWarning; both names: a TypeError).
 
     Notes
     -----
@@ -47,11 +48,10 @@ class SpaceTimeRDMSource(SphereRDMSource):
     analyses only ever use :meth:`subset` and :meth:`rdm`.
     """
 
+    @renamed(metric="distance")
     def __init__(self, data, neighbourhoods, distance="euclidean", *, metric=None):
         from .distances import get_distance
-        from .sources import _distance_arg
 
-        distance = _distance_arg("SpaceTimeRDMSource", distance, metric)
         get_distance(distance, where=" for searchlight and ROI analyses")
         data = np.asarray(data, dtype=np.float64)
         if data.ndim != 3:
