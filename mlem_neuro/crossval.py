@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
+import math
 import numbers
 import threading
 import warnings
@@ -42,6 +44,7 @@ from .core.constants import (  # noqa: F401  (tuning constants, defined there on
     CHUNK_BYTES,
     MAX_CHUNK_MODELS,
     MAX_SPLIT_DRAWS,
+    SPLITS_PER_REPEAT,
 )
 from .core.constants import (
     FAST_NULL_ARRAYS as _FAST_NULL_ARRAYS,
@@ -71,7 +74,7 @@ from .core.stimuli.features import as_feature_table
 from .core.stimuli.pairs import kfold_stimuli, n_pairs, pair_indices
 from .core.training.engine import PairSetup, fit_stack
 from .core.training.metric import term_index, term_names
-from .utils import check_device, check_random_state, logger
+from .utils import check_device, check_random_state, logger, warn_user
 
 
 @dataclass
@@ -110,6 +113,9 @@ class CVOutput:
     interaction_seed : int | None
         With tests of a model with interactions, the seed of the test of interactions
         that :func:`mlem_neuro.inference.run_analysis` adds to :attr:`tests`.
+    n_repeats_capped : str | None
+        Why fewer repeats of an int ``cv`` were run than ``n_repeats`` asked for (fewer
+        distinct splits exist, :func:`check_cv`); ``None`` when none were left out.
     """
 
     W: np.ndarray
@@ -128,6 +134,7 @@ class CVOutput:
     held_out_pairs: str = "all"
     training: set = field(default_factory=set)
     interaction_seed: int = None
+    n_repeats_capped: str = None
 
     def pvalues(self):
         """``(names, pvalues, pvalues_fwe)`` of :attr:`tests`, or ``(None, None, None)``
@@ -236,8 +243,10 @@ def resolve_n_repeats(n_repeats, cv, n, n_models=1):
     (:data:`AUTO_FOLDS`): the training costs about what 10 repeats of ``cv=2`` cost for
     200 stimuli x 100 time points.  With ``cv=2``: 50 repeats for one region or time point
     of up to 900 stimuli, or 100 time points of 90 stimuli or fewer; 10 for 100 time
-    points of 200 stimuli; 6 for a whole-brain searchlight.
+    points of 200 stimuli; 6 for a whole-brain searchlight.  :func:`check_cv` then caps
+    the repeats at the number of distinct splits (:func:`n_distinct_splits`).
     """
+    n_repeats = check("n_repeats", n_repeats)      # at most MAX_REPEATS, before any work
     if not (isinstance(n_repeats, str) and n_repeats == "auto"):
         return int(n_repeats)
     if not _int_cv(cv):
@@ -248,32 +257,41 @@ def resolve_n_repeats(n_repeats, cv, n, n_models=1):
     return max(1, int(round(min(high, max(low, folds)) / int(cv))))
 
 
-def check_cv(cv, n, rng, groups=None, n_repeats=1, usable=None, n_models=1):
+def check_cv(cv, n, rng, groups=None, n_repeats=1, usable=None, n_models=1, notes=None):
     """Folds ``[(train, test), ...]`` of ``n`` stimuli from ``cv`` (validated).
 
     With ``groups``, an int ``cv`` gives :class:`~sklearn.model_selection.GroupKFold`
     folds, a splitter receives the groups, and every fold is checked to keep each group
-    on one side.  ``n_repeats > 1`` (an int ``cv`` only) draws that many independent
+    on one side.  ``n_repeats > 1`` (an int ``cv`` only) draws that many *distinct*
     K-fold splits, one after the other: ``n_repeats × cv`` folds.  ``usable(train,
     test)`` (an int ``cv``; with groups, repeated splits only) says whether a fold can be
     used: a random split
     with an unusable fold is drawn again (up to :data:`MAX_SPLIT_DRAWS` times), so a
     split that works is the one that would have been drawn anyway.  ``n_repeats="auto"``
     is resolved by :func:`resolve_n_repeats`.
+
+    When fewer distinct (usable) splits exist than repeats asked for
+    (:func:`n_distinct_splits`: 2 runs as groups have one split into 2 folds), every one
+    of them is used once and the repeats are capped there: quietly with ``"auto"``, with
+    a warning for an int.  ``notes`` (a dict), if given, then receives
+    ``"n_repeats_capped"``: why.
     """
     cv = check("cv", cv)                 # explicit folds become a list
     groups = check_groups(groups, n)
+    auto = isinstance(n_repeats, str) and n_repeats == "auto"
     n_repeats = resolve_n_repeats(n_repeats, cv, n, n_models)
     if cv is None:
         idx = np.arange(n)
         return [(idx, idx)]
     if _int_cv(cv):
-        if groups is None:
-            return [fold for _ in range(n_repeats)
-                    for fold in _usable_split(n, int(cv), rng, usable)]
-        folds = [fold for _ in range(n_repeats)
-                 for fold in _usable_group_split(int(cv), groups, rng, n_repeats > 1,
-                                                 usable)]
+        folds, capped = _repeated_splits(int(cv), n, rng, groups, n_repeats, usable)
+        if capped:
+            if not auto:
+                warn_user(f"n_repeats={n_repeats}: {capped}, so {len(folds) // int(cv)} "
+                          "repeat(s) are run (repeating a split would only make the "
+                          "folds' spread look smaller).")
+            if notes is not None:
+                notes["n_repeats_capped"] = capped
     elif hasattr(cv, "split"):
         folds = cv.split(np.zeros((n, 1)), None, groups)
     else:
@@ -293,32 +311,135 @@ def check_cv(cv, n, rng, groups=None, n_repeats=1, usable=None, n_models=1):
     return out
 
 
-def _usable_group_split(cv, groups, rng, repeated, usable):
-    """One grouped K-fold split; with ``repeated`` (shuffled group folds), drawn again
-    while a fold is not ``usable``, as :func:`_usable_split` does for stimuli."""
-    first = list(_group_kfold(cv, groups, rng, repeated))
-    if not repeated or usable is None or all(usable(tr, te) for tr, te in first):
-        return first
-    for _ in range(2, MAX_SPLIT_DRAWS + 1):
-        split = list(_group_kfold(cv, groups, rng, repeated))
-        if all(usable(tr, te) for tr, te in split):
-            return split
-    return first
+def n_distinct_splits(n_units, cv):
+    """How many distinct splits of ``n_units`` stimuli (or groups) into ``cv`` folds the
+    random K-fold splits here give: the partitions into ``cv`` unlabelled blocks of the
+    sizes :func:`numpy.array_split` gives (``r`` blocks of ``q + 1`` and ``cv - r`` of
+    ``q``, ``n_units = q cv + r``), ``n_units! / ((q + 1)!**r q!**(cv - r) r! (cv - r)!)``.
+
+    An exact int; ``math.inf`` when it exceeds 2**63 (it never caps repeats then; its
+    exact value would take long to compute for 10**5 stimuli); 0 when ``n_units < cv``.
+    """
+    n_units, cv = int(n_units), int(cv)
+    if n_units < cv:
+        return 0
+    q, r = divmod(n_units, cv)
+    lg = math.lgamma
+    log_count = (lg(n_units + 1) - r * lg(q + 2) - (cv - r) * lg(q + 1) - lg(r + 1)
+                 - lg(cv - r + 1))
+    if log_count > 63 * math.log(2):
+        return math.inf
+    f = math.factorial
+    return f(n_units) // (f(q + 1) ** r * f(q) ** (cv - r) * f(r) * f(cv - r))
 
 
-def _usable_split(n, cv, rng, usable):
-    """One random K-fold split whose folds are all ``usable`` (see :func:`check_cv`)."""
-    first = kfold_stimuli(n, cv, rng)
-    if usable is None or all(usable(tr, te) for tr, te in first):
-        return first
-    for draw in range(2, MAX_SPLIT_DRAWS + 1):
-        split = kfold_stimuli(n, cv, rng)
-        if all(usable(tr, te) for tr, te in split):
-            logger.info("cv: random split %d kept; the earlier ones held out all the "
-                        "stimuli of a feature value (or only stimuli alike) in some fold",
-                        draw)
-            return split
-    return first
+def _partitions(units, sizes):
+    """Every partition of ``units`` (a tuple) into unlabelled blocks of ``sizes`` (a
+    tuple; blocks as tuples), each once: the first unit's block is chosen first."""
+    if not units:
+        yield ()
+        return
+    first, rest = units[0], units[1:]
+    for size in sorted(set(sizes)):
+        left = list(sizes)
+        left.remove(size)
+        for others in itertools.combinations(rest, size - 1):
+            taken = set(others)
+            remaining = tuple(u for u in rest if u not in taken)
+            for tail in _partitions(remaining, tuple(left)):
+                yield ((first,) + others,) + tail
+
+
+def _split_key(split):
+    """What makes two splits the same: their held-out sets, in any order."""
+    return frozenset(hash(np.asarray(te, dtype=np.int64).tobytes()) for _, te in split)
+
+
+def _repeated_splits(cv, n, rng, groups, n_repeats, usable):
+    """``n_repeats`` distinct K-fold splits of the stimuli (or of the groups), their folds
+    one after the other, and why fewer were drawn (``""`` when none were left out).
+
+    With few distinct splits (fewer than :data:`SPLITS_PER_REPEAT` x ``n_repeats``)
+    every one is listed and the repeats drawn from the list without replacement; else
+    random splits are drawn as before, a split already drawn being drawn again."""
+    if groups is None:
+        units, what, least = n, "stimuli", 3 * cv       # kfold_stimuli's own minimum
+        def draw():
+            return kfold_stimuli(n, cv, rng)
+
+        def folds_of(blocks):
+            return [(np.setdiff1d(np.arange(n), block), np.array(sorted(block)))
+                    for block in blocks]
+    else:
+        labels, inverse = np.unique(groups, return_inverse=True)
+        units, what, least = len(labels), "groups", cv   # _group_kfold says if fewer
+        repeated = n_repeats > 1
+        usable = usable if repeated else None           # one grouped split: as it comes
+
+        def draw():
+            return list(_group_kfold(cv, groups, rng, repeated))
+
+        def folds_of(blocks):
+            return [(np.flatnonzero(~np.isin(inverse, block)),
+                     np.flatnonzero(np.isin(inverse, block))) for block in blocks]
+    count = n_distinct_splits(units, cv) if units >= least else math.inf
+    if n_repeats == 1 or count >= SPLITS_PER_REPEAT * n_repeats:
+        return _draw_distinct(draw, n_repeats, usable), ""
+    q, r = divmod(units, cv)
+    blocks = list(_partitions(tuple(range(units)), (q + 1,) * r + (q,) * (cv - r)))
+    kept, first = [], None
+    for i in rng.permutation(len(blocks)):
+        split = folds_of(blocks[i])
+        first = split if first is None else first
+        if usable is None or all(usable(tr, te) for tr, te in split):
+            kept.append(split)
+            if len(kept) == n_repeats:
+                break
+    split_word = "split" if count == 1 else "splits"
+    if len(kept) == n_repeats:
+        capped = ""
+    elif len(kept) == count:
+        capped = f"only {count} distinct {split_word} of {units} {what} into {cv} folds"
+    else:
+        usable_word = (f"only {len(kept)} of the {count} distinct {split_word}" if kept
+                       else f"none of the {count} distinct {split_word}")
+        verb = "have" if len(kept) > 1 else "has"
+        capped = (f"{usable_word} of {units} {what} into {cv} folds {verb} every fold "
+                  "usable (features that can be encoded on its training stimuli, held-out "
+                  "pairs that can be scored)")
+        if not kept:                    # one split: its folds' own errors say what is wrong
+            kept = [first]
+    return [fold for split in kept for fold in split], capped
+
+
+def _draw_distinct(draw, n_repeats, usable):
+    """``n_repeats`` random splits from ``draw()``, each new and with every fold
+    ``usable`` (see :func:`check_cv`): a split is drawn again, up to
+    :data:`MAX_SPLIT_DRAWS` times, when it was drawn before or has an unusable fold;
+    past that the first new draw is kept, and its folds' own errors say what is
+    wrong."""
+    seen, out = set(), []
+    for _ in range(n_repeats):
+        first, unusable = None, 0
+        for _ in range(MAX_SPLIT_DRAWS):
+            split = draw()
+            key = _split_key(split)
+            if key in seen:
+                continue
+            first = split if first is None else first
+            if usable is None or all(usable(tr, te) for tr, te in split):
+                if unusable:
+                    logger.info("cv: a random split kept after %d with a fold that held "
+                                "out all the stimuli of a feature value (or only stimuli "
+                                "alike)", unusable)
+                break
+            unusable += 1
+        else:
+            split = split if first is None else first
+            key = _split_key(split)
+        seen.add(key)
+        out.extend(split)
+    return out
 
 
 def fold_usable(options, table):
@@ -599,7 +720,9 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
         raise ValueError(f"the feature table has {len(table)} rows but the data have {n} "
                          "stimuli; they must match one-to-one.")
     rng = check_random_state(opts.random_state)
-    folds = check_cv(opts.cv, n, rng, groups, opts.n_repeats, fold_usable(opts, table), M)
+    notes = {}
+    folds = check_cv(opts.cv, n, rng, groups, opts.n_repeats, fold_usable(opts, table), M,
+                     notes=notes)
     # nested, duplicate, collinear features (and features constant within groups): said
     # before any fit, with what they do to the importances and tests
     # (a marginal test can move a nested feature: only the importances' sharing is said)
@@ -657,6 +780,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     out = _collect(plans, results, folds, terms, names, M)
     _warn_undefined(out, desc)
     out.untestable = untestable
+    out.n_repeats_capped = notes.get("n_repeats_capped")
     out.held_out_pairs = "all" if held[0] is None else "between_groups"
     if null is not None:
         _add_tests(out)
@@ -917,6 +1041,8 @@ def result_settings(options, out, groups=None, **extra):
     settings["training_used"] = sorted(out.training)
     if _int_cv(options.cv):             # what n_repeats="auto" (or an int) gave
         settings["n_repeats_used"] = len(out.folds) // int(options.cv)
+    if out.n_repeats_capped:            # fewer distinct splits than repeats asked for
+        settings["n_repeats_capped"] = out.n_repeats_capped
     if out.untestable:                  # why those tests' p-values are NaN
         settings["untestable_tests"] = dict(out.untestable)
     settings.update({k: jsonable(v) for k, v in extra.items()})

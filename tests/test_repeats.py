@@ -135,3 +135,136 @@ def test_searchlight_and_cli_take_n_repeats(tmp_path):
     assert back.settings["n_repeats"] == 2 and back.n_folds == 6
     assert main(["epochs", str(tmp_path / "x-epo.fif"), "--cv", "0", "--n-repeats", "2",
                  "--out", str(tmp_path / "bad")]) == 2
+
+
+# ---------------------------------------------------------------- bounds on n_repeats
+def test_n_repeats_above_the_maximum_is_refused_before_any_work(small, capsys):
+    """n_repeats=10**7 used to be accepted and draw folds for minutes (4.2 s per 10**5
+    repeats of 40 stimuli): the registry refuses it, naming the value and the bound, in
+    the options, the drivers and the command line alike."""
+    from mlem_neuro.cli import main
+    from mlem_neuro.core.constants import MAX_REPEATS
+
+    match = f"n_repeats must be at most {MAX_REPEATS}; got {10**7}"
+    data, table, times = small
+    with pytest.raises(ValueError, match=match):
+        MLEMOptions(n_repeats=10**7)
+    with pytest.raises(ValueError, match=match):
+        mlem_neuro.mlem_array(data, table, times=times, n_repeats=10**7, **FAST)
+    with pytest.raises(ValueError, match=match):
+        check_cv(2, 40, np.random.default_rng(0), n_repeats=10**7)
+    assert len(check_cv(2, 40, np.random.default_rng(0), n_repeats=MAX_REPEATS)) == 2000
+    with pytest.raises(SystemExit):
+        main(["epochs", "x-epo.fif", "--n-repeats", str(10**7), "--out", "o"])
+    assert f"must be at most {MAX_REPEATS}; got {10**7}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("n_units, cv, grouped", [
+    (6, 2, False), (7, 2, False), (9, 3, False), (8, 2, False),
+    (2, 2, True), (5, 2, True), (7, 3, True)])
+def test_n_distinct_splits_counts_what_the_splitter_draws(n_units, cv, grouped):
+    """The count is that of the distinct splits random draws reach (stimuli: array_split
+    of a permutation; groups: shuffled GroupKFold), and of the listed partitions."""
+    from mlem_neuro.crossval import _group_kfold, _partitions, _split_key, n_distinct_splits
+
+    rng = np.random.default_rng(0)
+    if grouped:
+        groups = np.repeat(np.arange(n_units), 3)
+        draws = [list(_group_kfold(cv, groups, rng, True)) for _ in range(1000)]
+    else:
+        from mlem_neuro.core.stimuli.pairs import kfold_stimuli
+        draws = [kfold_stimuli(n_units, cv, rng) for _ in range(3000)]
+    count = n_distinct_splits(n_units, cv)
+    assert len({_split_key(split) for split in draws}) == count
+    q, r = divmod(n_units, cv)
+    parts = list(_partitions(tuple(range(n_units)), (q + 1,) * r + (q,) * (cv - r)))
+    assert len(parts) == len({frozenset(map(frozenset, p)) for p in parts}) == count
+    assert n_distinct_splits(2, 2) == 1 and n_distinct_splits(4, 2) == 3
+    assert n_distinct_splits(10**5, 2) == float("inf")        # never a cap, and fast
+
+
+def _blocks(folds, cv):
+    return [{tuple(te) for _, te in folds[k:k + cv]} for k in range(0, len(folds), cv)]
+
+
+def test_two_runs_auto_runs_their_one_split_once(small):
+    """2 runs as groups, cv=2, "auto": one split exists; it used to be repeated 50 times
+    (100 folds, the spread shrinking as if they were independent)."""
+    data, table, times = small
+    runs = np.repeat([0, 1], 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")             # "auto" caps quietly
+        notes = {}
+        folds = check_cv(2, 40, np.random.default_rng(0), groups=runs, n_repeats="auto",
+                         notes=notes)
+    assert len(folds) == 2
+    assert notes == {"n_repeats_capped": "only 1 distinct split of 2 groups into 2 folds"}
+    res = mlem_neuro.mlem_array(data, table, times=times, groups=runs, cv=2,
+                                n_repeats="auto", random_state=0, **FAST)
+    assert res.n_folds == 2 and res.settings["n_repeats_used"] == 1
+    assert res.settings["n_repeats"] == "auto"
+    assert res.settings["n_repeats_capped"] == ("only 1 distinct split of 2 groups into 2 "
+                                                "folds")
+    # not capped: no such key
+    res = mlem_neuro.mlem_array(data, table, times=times, cv=4, n_repeats=2, random_state=0,
+                                **FAST)
+    assert "n_repeats_capped" not in res.settings
+
+
+def test_an_int_above_the_distinct_splits_is_capped_with_a_warning():
+    groups = np.repeat(np.arange(4), 5)           # 4 groups into 2 folds: 3 splits
+    with pytest.warns(UserWarning, match=r"n_repeats=5: only 3 distinct splits of 4 groups "
+                                         r"into 2 folds, so 3 repeat\(s\) are run"):
+        folds = check_cv(2, 20, np.random.default_rng(0), groups=groups, n_repeats=5)
+    assert len(folds) == 6
+    assert len({frozenset(b) for b in _blocks(folds, 2)}) == 3      # each split once
+    for block in _blocks(folds, 2):
+        assert sorted(i for te in block for i in te) == list(range(20))
+
+
+def test_few_splits_are_drawn_without_replacement():
+    """8 stimuli into 2 folds have 35 splits: 30 repeats are 30 distinct splits (30 random
+    draws of 35 repeat some almost surely), and 50 are capped at the 35."""
+    for seed in range(3):
+        folds = check_cv(2, 8, np.random.default_rng(seed), n_repeats=30)
+        assert len(folds) == 60 and len({frozenset(b) for b in _blocks(folds, 2)}) == 30
+    with pytest.warns(UserWarning, match="only 35 distinct splits of 8 stimuli"):
+        folds = check_cv(2, 8, np.random.default_rng(0), n_repeats=50)
+    assert len({frozenset(b) for b in _blocks(folds, 2)}) == 35 == len(folds) // 2
+    # many splits: random draws, still distinct
+    folds = check_cv(2, 12, np.random.default_rng(0), n_repeats=200)   # of 462
+    assert len({frozenset(b) for b in _blocks(folds, 2)}) == 200
+
+
+def test_the_cap_counts_only_usable_splits():
+    """Splits with an unusable fold are not drawn: with stimuli 0 and 1 never held out
+    together, 20 of the 35 splits of 8 stimuli remain."""
+    def usable(train, test):
+        return not {0, 1} <= set(test.tolist())
+
+    notes = {}
+    with pytest.warns(UserWarning, match="only 20 of the 35 distinct splits of 8 stimuli"):
+        folds = check_cv(2, 8, np.random.default_rng(0), n_repeats=30, usable=usable,
+                         notes=notes)
+    assert len(folds) == 40 and all(usable(tr, te) for tr, te in folds)
+    assert notes["n_repeats_capped"].startswith("only 20 of the 35")
+
+
+def test_the_interaction_test_draws_the_same_capped_folds(small, monkeypatch):
+    """The test of interactions draws its folds again (mlem_neuro/interaction.py): the
+    same capped split as the analysis, not 50 copies of it."""
+    from mlem_neuro.core.scoring import fastnull
+
+    seen, original = [], fastnull.interaction_scores
+
+    def recording(null_source, table, options, folds, *args, **kw):
+        seen.append(folds)
+        return original(null_source, table, options, folds, *args, **kw)
+
+    monkeypatch.setattr(fastnull, "interaction_scores", recording)
+    data, table, times = small
+    runs = np.repeat([0, 1], 20)
+    res = mlem_neuro.mlem_array(data[:, :, :2], table, times=times[:2], groups=runs, cv=2,
+                                n_repeats="auto", n_null=2, random_state=0, **FAST)
+    assert "interactions" in res.tests and len(seen) == 1 and len(seen[0]) == 2
+    assert [te.tolist() for _, te in seen[0]] == res.settings["fold_test_indices"]

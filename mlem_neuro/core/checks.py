@@ -24,6 +24,8 @@ import numbers
 
 import numpy as np
 
+from .constants import AUTO_FOLDS, MAX_REPEATS
+
 #: the metric W's parametrisations: MLEM (spd), FR-RSA (diagonal), FR-RSA-I (none)
 CONSTRAINTS = ("spd", "diagonal", "none")
 #: neural distances computed from the trials of each item in independent partitions
@@ -112,9 +114,10 @@ def real(name, value, strict, hint=""):
     return value
 
 
-def int_or(words, low, hint):
+def int_or(words, low, hint, high=None, high_hint=""):
     """A check accepting ``words`` (``None`` or strings) as they are, else an int >=
-    ``low`` (``numeric_levels``, ``n_repeats``)."""
+    ``low`` (``numeric_levels``, ``n_repeats``) and, with ``high``, <= ``high``
+    (``high_hint`` saying why)."""
     allowed = f"{', '.join(repr(w) for w in words)} or an int >= {low}"
 
     def check(name, value):
@@ -125,6 +128,8 @@ def int_or(words, low, hint):
             raise TypeError(f"{name} must be {allowed}; got {value!r}.{hint}")
         if value < low:
             raise ValueError(f"{name} must be {allowed}; got {value}.{hint}")
+        if high is not None and value > high:
+            raise ValueError(f"{name} must be at most {high}; got {value}.{high_hint}")
         return int(value)
     return check
 
@@ -318,7 +323,10 @@ CHECKS = {
     "null": choice(NULLS),
     "n_repeats": int_or(("auto",), 1, (
         " (repetitions of an int cv with new random folds; 'auto' chooses them from the "
-        "number of stimuli)")),
+        "number of stimuli)"), high=MAX_REPEATS, high_hint=(
+        f" Beyond {MAX_REPEATS} repeats the spread due to the split is under 3% of one "
+        f"split's and the training costs that many analyses ('auto' gives at most "
+        f"{AUTO_FOLDS[1]} folds in all).")),
     "numeric_levels": int_or(("auto", None), 2, (
         " It is the grid of numeric feature distances in training: 'auto' (default), an "
         "int >= 2, or None for exact per-pair training.")),

@@ -154,6 +154,18 @@ AUTO_FOLDS = (12, 100)
 #: spheres); the training cost, about ``folds x stimuli**2 x models``, is kept at the
 #: reference's (measured: ``validation/power_defaults.py``, ``bench_defaults_cost.py``)
 AUTO_REFERENCE_FOLDS, AUTO_REFERENCE_STIMULI, AUTO_REFERENCE_MODELS = 20, 200, 100
+#: the most repetitions of an int cv accepted (``n_repeats``), refused up front above it:
+#: twenty times the most that ``"auto"`` gives (50 repeats of ``cv=2``, 100 folds).  The
+#: spread due to the split falls as ``1 / sqrt(n_repeats)`` (0.46-0.55 of one split's
+#: with 4 repeats, ``tests/test_repeats.py``): at 1000 it is 3 % of one split's, while
+#: the training costs 1000 analyses.  Drawing the folds took 4.2 s per 10**5 repeats (40
+#: stimuli, ``cv=2``), so ``n_repeats=10**7`` ran for minutes before any training.
+MAX_REPEATS = 1000
+#: the distinct splits of the stimuli (or groups) into folds are listed, and repeats drawn
+#: from the list without replacement, when there are fewer than this many times the
+#: repeats asked for; with more, random splits are drawn and one already drawn is drawn
+#: again (on average at most this many draws per repeat).
+SPLITS_PER_REPEAT = 2
 #: quantile bins of a numeric feature when it defines the strata of another feature's null.
 NULL_BINS = 5
 #: degree of the polynomial by which a numeric or ordinal feature enters the null's main
