@@ -1,6 +1,7 @@
 """The :class:`MLEM` estimator: one model, scikit-learn contract."""
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -12,6 +13,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._docs import fill_doc
 from ._threads import limit_threads
 from .core.checks import check
+from .core.constants import MIN_BLOCK_PAIRS, PRECOMPUTED_PAIR_BYTES, TRAIN_PAIR_BYTES
 from .core.memory import check_memory, memory_budget
 from .core.options import MLEMOptions
 from .core.ranks.spearman import constant_rows
@@ -25,6 +27,7 @@ from .core.scoring.importance import (
     term_importance,
     warn_unidentifiable_terms,
 )
+from .core.stimuli.design import design_message, diagnose_design
 from .core.stimuli.features import as_feature_table
 from .core.stimuli.pairs import linear_to_pair, n_pairs, pair_indices
 from .core.training.engine import fit_stack
@@ -160,6 +163,11 @@ class MLEM(BaseEstimator):
             if X.shape[1] != n:
                 raise ValueError("with distance='precomputed', X must be a square (n_stimuli, "
                                  f"n_stimuli) dissimilarity matrix; got shape {X.shape}.")
+            check_memory(PRECOMPUTED_PAIR_BYTES * n_pairs(n),
+                         f"checking and condensing the precomputed {n:,} x {n:,} "
+                         "dissimilarity matrix (its pair indices and both triangles)",
+                         "pass fewer stimuli, or the neural data with a distance such as "
+                         "'euclidean' (whose pairs are computed a batch at a time)")
             iu = np.triu_indices(n, k=1)
             up, low = X[iu], X.T[iu]
             if not np.isfinite(up).all() or not np.isfinite(low).all():
@@ -218,6 +226,13 @@ class MLEM(BaseEstimator):
     def fit(self, X, y):
         """Learn ``W`` from neural data ``X`` and feature table ``y``.
 
+        The features go through the analyses' design diagnostics first (a warning for a
+        copied, nested or strongly correlated feature, whose importance is then shared).
+        Many stimuli train on mini-batches of pairs within the memory budget
+        (``MLEM_NEURO_MEMORY``, default 4 GiB: 40,000 stimuli took 5 s and 40 MiB); a
+        ``batch_size`` (``"full"`` or an int) or a precomputed matrix whose pairs would
+        not fit is refused before any work, with a ``MemoryError`` naming the budget.
+
         Parameters
         ----------
         X : array (n_stimuli, n_units) | (n_stimuli, n_stimuli)
@@ -235,7 +250,11 @@ class MLEM(BaseEstimator):
             dev = check_device(opts.device)
             X, table = self._check_Xy(X, y)
             _check_not_constant(X, self.distance)
+            _check_batch_memory(X.shape[0], opts.batch_size)
             space = opts.feature_space().fit(table)
+            # the analyses' design diagnostics, with what they do to the importance
+            for finding in diagnose_design(table, space):
+                warn_user(design_message(finding, 0))
             enc = space.transform(table)
             res = fit_stack(enc, self._targets(X, dev), opts,
                             random_state=opts.random_state)
@@ -253,6 +272,30 @@ class MLEM(BaseEstimator):
                         "early-stopped" if self.converged_ else "max_steps reached",
                         self.train_score_)
         return self
+
+    def _undefined_predictions(self, pairs, what):
+        """Whether every pair of ``pairs`` (:class:`PairFeatures`) gets the same predicted
+        distance (Spearman undefined: stimuli identical in every feature, or all equally far
+        apart in what ``W_`` weighs): then a warning says the ``what`` is NaN.  Equal means
+        equal up to the rounding that :func:`constant_rows` allows neural distances.  The
+        first :data:`MIN_BLOCK_PAIRS` pairs are looked at first, then the others a block
+        at a time, until two predictions differ."""
+        W = torch.as_tensor(self.W_, dtype=torch.float64, device=pairs.device)
+        P, f = pairs.n_pairs, min(pairs.n_pairs, MIN_BLOCK_PAIRS)
+        blocks = [slice(0, f)] + [slice(f + sl.start, f + sl.stop) for sl in
+                                  pair_blocks(P - f, 8 * (4 * len(self.W_) + 4))]
+        lo, hi = math.inf, -math.inf
+        for sl in blocks:
+            D = pairs.distances(sl)
+            q = torch.einsum("pa,ab,pb->p", D, W, D)
+            lo, hi = min(lo, float(q.min())), max(hi, float(q.max()))
+            if not constant_rows(torch.tensor([[lo, hi]], dtype=torch.float64))[0]:
+                return False
+        warn_user(f"every pair of these stimuli has the same predicted distance (stimuli "
+                  f"identical in every feature the model weighs, or all equally far apart "
+                  f"in them): the Spearman correlation is undefined, so the {what} is NaN. "
+                  "Evaluate on stimuli that differ in their features.")
+        return True
 
     @property
     def _interaction_terms(self):
@@ -372,11 +415,13 @@ class MLEM(BaseEstimator):
         Returns
         -------
         score : float
-            Spearman ρ over the pairs.
+            Spearman ρ over the pairs; NaN, with a warning, when it is undefined: every
+            pair has the same neural distance, or the same predicted distance (e.g.
+            stimuli identical in every feature).
         """
         with use_log_level(self.verbose):
             _, pairs, target = self._eval_data(X, y)
-            if _undefined(target, "score"):
+            if _undefined(target, "score") or self._undefined_predictions(pairs, "score"):
                 return float("nan")
             k, l = term_index(len(self.feature_names_in_), True)
             return float(baseline_scores(self.W_[None], pairs, target, k, l)[0])
@@ -422,6 +467,8 @@ class MLEM(BaseEstimator):
             rng = check_random_state(self.random_state if random_state is None
                                      else random_state)
             enc_t, pairs, target = self._eval_data(X, y)
+            undefined = (_undefined(target, "permutation importance")
+                         or self._undefined_predictions(pairs, "permutation importance"))
             names = list(self.feature_names_in_)
             if level == "term":
                 warn_unidentifiable_terms(self.feature_space_.transform(as_feature_table(y)),
@@ -436,7 +483,7 @@ class MLEM(BaseEstimator):
                                                  n_perm, rng)
                 index, kinds = names, ["feature"] * len(names)
             d = drops[0].cpu().numpy()
-            if _undefined(target, "permutation importance"):
+            if undefined:
                 d, base = np.full_like(d, np.nan), np.full(1, np.nan)
             df = _ImportanceFrame({"importance": d.mean(axis=1),
                                    "importance_perm_std": (d.std(axis=1, ddof=1)
@@ -487,6 +534,20 @@ def _undefined(target, what):
                   f"correlation is undefined, so the {what} is NaN.", UserWarning,
                   stacklevel=4)
     return True
+
+
+def _check_batch_memory(n, batch_size):
+    """Refuse, before any work, a ``batch_size`` (``"full"`` or an int) whose training steps
+    would exceed the memory budget (``"auto"`` takes mini-batches of at most 2**18 pairs)."""
+    if batch_size == "auto":
+        return
+    P = n_pairs(n)
+    b = P if batch_size == "full" else min(int(batch_size), P)
+    check_memory(TRAIN_PAIR_BYTES * b,
+                 f"training on {'all' if b == P else 'batches of ' + format(b, ',') + ' of'} "
+                 f"the {P:,} pairs of {n:,} stimuli (batch_size={batch_size!r}, about "
+                 f"{TRAIN_PAIR_BYTES} bytes a pair)",
+                 "use batch_size='auto' (mini-batches of pairs) or a smaller batch_size")
 
 
 def _check_not_constant(X, distance):

@@ -327,3 +327,25 @@ def test_errors():
         diagnose_design(table, space, groups=np.arange(5))
     with pytest.raises(ValueError, match="threshold must be in"):
         diagnose_design(table, space, threshold=1.5)
+
+
+def test_the_estimator_warns_about_a_duplicated_feature_as_the_analyses_do():
+    """MLEM.fit runs the analyses' design diagnostics: a copied feature (whose importance
+    splits between the copies) is warned with the analyses' message, at the user's line."""
+    from mlem_neuro import MLEM
+
+    rng = np.random.default_rng(0)
+    y = pd.DataFrame({"a": rng.standard_normal(40), "b": rng.integers(0, 3, 40) > 0})
+    X = np.c_[y["a"], y["b"]] + 0.3 * rng.standard_normal((40, 2))
+    y2 = y.assign(a2=y["a"])
+    space = FeatureSpace().fit(y2)
+    expected = [design_message(f, 0) for f in diagnose_design(y2, space)]
+    assert len(expected) == 1 and "'a2' duplicates 'a'" in expected[0]
+    with pytest.warns(UserWarning) as record:
+        MLEM(max_steps=5, random_state=0).fit(X, y2)
+    design = [w for w in record if str(w.message).startswith("design:")]
+    assert [str(w.message) for w in design] == expected
+    assert design[0].filename == __file__
+    with warnings.catch_warnings():                       # no copy: no warning
+        warnings.simplefilter("error", UserWarning)
+        MLEM(max_steps=5, random_state=0).fit(X, y)

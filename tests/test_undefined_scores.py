@@ -62,3 +62,28 @@ def test_estimator_scores_of_constant_distances_are_nan_and_fitting_them_is_refu
         MLEM(distance="precomputed", max_steps=10).fit(const, y)
     with pytest.raises(ValueError, match="nothing to fit"):
         MLEM(max_steps=10).fit(np.tile(rng.standard_normal(4), (20, 1)), y)
+
+
+def test_held_out_stimuli_identical_in_every_feature_score_nan_with_a_warning():
+    """Identical held-out stimuli: every predicted distance is equal, so the Spearman is
+    undefined (NaN with the package's warning), not a measured 0."""
+    from mlem_neuro import MLEM
+
+    rng = np.random.default_rng(0)
+    y = pd.DataFrame({"a": rng.standard_normal(40), "b": rng.integers(0, 3, 40) > 0})
+    X = np.c_[y["a"], y["b"]] + 0.3 * rng.standard_normal((40, 2))
+    est = MLEM(max_steps=30, random_state=0).fit(X, y)
+    same = pd.DataFrame({"a": [0.5] * 10, "b": [True] * 10})
+    X_new = rng.standard_normal((10, 2))
+    with pytest.warns(UserWarning, match="same predicted distance.*Spearman correlation is "
+                                         "undefined, so the score is NaN"):
+        assert np.isnan(est.score(X_new, same))
+    with pytest.warns(UserWarning, match="permutation importance is NaN"):
+        imp = est.permutation_importance(X_new, same, n_permutations=2)
+    assert imp["importance"].isna().all() and np.isnan(imp.attrs["baseline_score"])
+    # stimuli that differ in a feature the model weighs: defined (no warning)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        assert np.isfinite(est.score(X_new, same.assign(a=rng.standard_normal(10))))

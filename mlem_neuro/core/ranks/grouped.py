@@ -148,6 +148,10 @@ class PairCodes:
             # the S x S tables would not fit: train pair by pair (e.g. tens of thousands of
             # distinct stimuli, whose pairs could not be held together anyway)
             return None
+        if 8 * self.n_rows > memory_budget() // 4:
+            # the group index of every pair (int64) would not fit: train pair by pair on
+            # mini-batches (40,000 stimuli: 6.4 GB for 800 million pairs)
+            return None
         seen = torch.zeros(S * S, dtype=torch.long, device=dev)
         for _, key in self._pair_keys():
             seen += torch.bincount(key, minlength=S * S)
