@@ -394,8 +394,12 @@ n_repeats : "auto" | int
     so the training costs about what 10 repeats of ``cv=2`` cost for 200 stimuli × 100
     time points.  With ``cv=2``: 50 repeats for one region or a few time points, or for
     100 time points of 90 stimuli or fewer; 10 for 100 time points of 200 stimuli; 6 for
-    a whole-brain searchlight.  One repeat when ``cv`` is not an int.  The number used is
-    recorded in ``settings["n_repeats_used"]``.
+    a whole-brain searchlight.  One repeat when ``cv`` is not an int.  Repeats are distinct
+    splits, capped at the number of distinct splits of the stimuli (of the groups, with
+    ``groups``) into ``cv`` folds: 2 runs into 2 folds have one, so ``"auto"`` runs it
+    once, and an int above the number warns; ``settings["n_repeats_capped"]`` says why.
+    At most 1000 (refused above).  The number used is recorded in
+    ``settings["n_repeats_used"]``.
 """
 
 docdict["null"] = """
