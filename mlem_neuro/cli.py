@@ -64,6 +64,21 @@ RESULT_PATTERNS = ("mlem.npz", "importance.*", "score.*")
 IN_SAMPLE = "in-sample (no cross-validation)"
 
 
+class _OneName(argparse.Action):
+    """Store a value given under one of an option's names (a current name and a former
+    one, e.g. ``--random-state`` and ``--seed``); giving it under two is an error naming
+    both, as the API refuses a parameter under its former and its new name."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = getattr(namespace, "_one_name_seen", {})
+        first = seen.setdefault(self.dest, option_string)
+        if first != option_string:
+            parser.error(f"{first} and {option_string} are one option under its former and "
+                         f"current names: give only {self.option_strings[0]}")
+        namespace._one_name_seen = seen
+        setattr(namespace, self.dest, values)
+
+
 def _existing(path, what):
     p = Path(path)
     if not p.exists():
@@ -766,8 +781,8 @@ def _add_analysis_options(p, what):
     p.add_argument("--backend", type=_flag_type("--backend"), metavar=_choices(BACKENDS),
                    default=d.backend,
                    help="training path: auto (the fastest that can train the design), "
-                        "compiled, numpy or torch")
-    p.add_argument("--random-state", "--seed", dest="seed",
+                        "compiled, torch or reference (one model at a time, to check)")
+    p.add_argument("--random-state", "--seed", dest="seed", action=_OneName,
                    type=_flag_type("--random-state"), default=0,
                    help="random seed (folds, training batches, permutations); --seed is "
                         "its former name")
@@ -814,7 +829,7 @@ def _add_demo_parser(sub, kw):
                    help="the paper's own simulation instead (MDS embedding, 256 stimuli, "
                         "16 binary features, 768 units; slower, and its W_true is not "
                         "reachable)")
-    d.add_argument("--random-state", "--seed", dest="seed",
+    d.add_argument("--random-state", "--seed", dest="seed", action=_OneName,
                    type=argparse_type("random_state", int), default=0,
                    help="first simulation seed (--seed is its former name)")
     d.add_argument("--seeds", type=_positive_int, default=10,

@@ -97,6 +97,21 @@ def test_command_line_seed_is_random_state():
     assert parser.parse_args(["demo", "--random-state", "4"]).seed == 4
 
 
+@pytest.mark.parametrize("argv", [
+    ["epochs", "x-epo.fif", "--out", "o", "--seed", "3", "--random-state", "4"],
+    ["epochs", "x-epo.fif", "--out", "o", "--random-state", "3", "--seed", "3"],
+    ["demo", "--seed", "1", "--random-state", "2"]])
+def test_command_line_seed_and_random_state_refused(argv, capsys):
+    """Both names on one command line: an error naming both (the last one used to win)."""
+    from mlem_neuro.cli import build_parser
+
+    with pytest.raises(SystemExit) as err:
+        build_parser().parse_args(argv)
+    assert err.value.code == 2
+    message = capsys.readouterr().err
+    assert "--seed" in message and "--random-state" in message
+
+
 def _cluster_test(**kw):
     from mlem_neuro.stats import permutation_cluster_test
 
