@@ -14,9 +14,11 @@ from .core.constants import (  # noqa: F401  (tuning constants, defined there on
 from .utils import logger
 
 
-def timed(results, n_total, workers, desc):
+def timed(results, n_total, workers, desc, then=None):
     """``results`` passed through; after the first, the projected time of all ``n_total``
-    (logged at INFO, and as a warning when it exceeds :data:`LONG_RUN_SECONDS`)."""
+    (logged at INFO, and as a warning when it exceeds :data:`LONG_RUN_SECONDS`); ``then``
+    names what runs after them and is not projected (the test of interactions), said only
+    when it runs."""
     import time
 
     start = time.perf_counter()
@@ -25,8 +27,8 @@ def timed(results, n_total, workers, desc):
             first = time.perf_counter() - start
             total = first * n_total / max(1, min(workers, n_total))
             message = (f"MLEM ({desc}): the first of {n_total} chunks took {first:.1f} s; "
-                       f"all of them will take about {total / 60:.1f} min (the test of "
-                       "interactions, when it runs, comes on top)")
+                       f"all of them will take about {total / 60:.1f} min"
+                       + (f" ({then} comes on top)" if then else ""))
             if total > LONG_RUN_SECONDS:
                 warnings.warn(message + " (fewer nulls, n_jobs or a categorical design "
                               "make permutation tests cheaper: see the performance page).",
@@ -36,16 +38,16 @@ def timed(results, n_total, workers, desc):
         yield result
 
 
-def run_jobs(Parallel, jobs, n_total, n_jobs, desc, show=None, estimate=False):
+def run_jobs(Parallel, jobs, n_total, n_jobs, desc, show=None, estimate=False, then=None):
     """Run joblib jobs in order, with a progress bar at INFO (``show``: with one or not,
     whatever the level; a bar needs more than one job); ``estimate`` projects the total
-    time from the first job (:func:`timed`)."""
+    time from the first job (:func:`timed`, which says that ``then`` comes on top)."""
     import logging
 
     show = (logger.isEnabledFor(logging.INFO) if show is None else show) and n_total > 1
     parallel = Parallel(n_jobs=n_jobs, return_as="generator")
     if estimate and n_total > 1:
-        jobs = timed(parallel(jobs), n_total, effective_n_jobs(n_jobs), desc)
+        jobs = timed(parallel(jobs), n_total, effective_n_jobs(n_jobs), desc, then)
         parallel = iter
     if show:
         from mne.utils import ProgressBar

@@ -771,8 +771,12 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
             for p, sl, setup in _shared_setups(plans, opts))
     n_chunks = sum(len(p.chunks) for p in plans)
     logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), n_chunks)
+    # the test of interactions, only where it will run (mlem_neuro.inference.run_analysis)
+    then = ("the test of interactions" if opts.n_null and opts.model_interactions
+            and len(names) >= 2 and getattr(source, "supports_interaction_test", False)
+            else None)
     results = _run_jobs(Parallel, jobs, n_chunks, opts.n_jobs, desc,
-                        estimate=bool(opts.n_null))
+                        estimate=bool(opts.n_null), then=then)
     with _COLUMNS_LOCK:                  # the nulls' pair columns are not needed any more
         _COLUMNS.clear()
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
