@@ -10,8 +10,9 @@ courses across subjects with a cluster-based permutation test, and ends with a r
 recording.
 
 The data are small (few trials, channels and time points) so that it runs in seconds; the
-analyses themselves use the default settings (5 folds, 10 permutations, the default
-training options).
+analyses themselves use the default settings (two folds, repeated with new random splits
+as ``n_repeats="auto"`` chooses: 50 times for these small designs; 10 permutations; the
+default training options).
 """
 # %%
 from pathlib import Path
@@ -66,7 +67,7 @@ subjects[0].metadata.head()
 # measures its total effect, interactions included, and is identifiable whatever metric
 # ranks the pairs).  Folds split trials: the metric is learnt on pairs of training trials
 # and importance is measured on pairs of held-out trials.
-fit_kwargs = dict(random_state=0)          # defaults: cv=5, n_permutations=10
+fit_kwargs = dict(random_state=0)  # defaults: cv=2, n_repeats="auto", n_permutations=10
 results = [mlem_neuro.mlem_epochs(epochs, features=["shape", "colour", "size"],
                                   **fit_kwargs)
            for epochs in subjects]

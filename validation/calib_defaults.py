@@ -3,8 +3,9 @@
 ``validation/calib_null.py`` measured the tests (``n_null``) with short fits (``cv=3,
 max_steps=100, patience=20, n_permutations=2``). This script runs
 ``mlem_array(data, table, n_null=99, random_state=...)`` with every other option at its
-default (``cv=5, max_steps=1000, patience=50, lr=0.03, n_permutations=10``,
-``level="feature"``, ``null="conditional"``) on small time-resolved simulated datasets
+default (``cv=2, n_repeats="auto", max_steps=1000, patience=50, lr=0.03,
+n_permutations=10``, ``level="feature"``, ``null="conditional"``; the defaults were
+``cv=5``, one repeat, before issue 30) on small time-resolved simulated datasets
 (40 trials x 8 channels x 10 time points) whose noise is smooth in time: white noise
 convolved along time with a Gaussian kernel (sd :data:`SMOOTH_SD` samples, scaled to unit
 variance), as sensor data are.

@@ -10,7 +10,8 @@ alpha) and for ``pvalues_fwe_tests`` (corrected over models and tests, by
 
 Data: :func:`mlem_neuro.simulation.simulate_epochs` with ``--n-features`` balanced binary
 features none of which is encoded (40 trials x 16 channels x 10 time points of Gaussian
-noise by default); analysis: :func:`mlem_neuro.mlem_array` at its defaults (``cv=5``,
+noise by default); analysis: :func:`mlem_neuro.mlem_array` at its defaults (now ``cv=2,
+n_repeats="auto"``; the recorded figures were measured at the former ``cv=5``, one repeat;
 feature level, interactions modelled: with 2 features the tests are the score, A, B and
 the interactions) with ``n_null`` relabellings, seeded apart from the data.  Prints
 counts, rates and Wilson 95 % intervals.

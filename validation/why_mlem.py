@@ -4,8 +4,9 @@ One time point, one region: each dataset is an array ``(48 stimuli, 24 units, 1)
 every dataset three families of test ask whether each feature is encoded:
 
 * MLEM: ``mlem_array(data, table, n_null=99)``, the p-value of each feature (its
-  conditional test), at the package defaults (``cv=5, n_repeats=1``: "MLEM") and at the
-  setting issue 30 found more powerful (``cv=2, n_repeats=20``: "MLEM 2x20");
+  conditional test), at the package's former defaults (``cv=5, n_repeats=1``: "MLEM")
+  and at the setting issue 30 found more powerful (``cv=2, n_repeats=20``: "MLEM 2x20";
+  the defaults are now ``cv=2, n_repeats="auto"``, 50 repeats for these designs);
 * a Mantel test per feature: Spearman between the Euclidean neural RDM and the feature's
   model RDM (0/1 for a binary feature, ``|difference|`` for a numeric one), one-sided,
   999 permutations of the stimuli;
@@ -61,7 +62,8 @@ N_PERM = 999           # Mantel permutations
 ALPHA = 0.05
 AMPLITUDE = dict(one=0.35, weak=0.22, correlated=0.35, xor=0.5, saturating=1.0)
 DESIGNS = ("one", "weak", "correlated", "xor", "saturating")
-MLEM_SETTINGS = {"MLEM": dict(), "MLEM 2x20": dict(cv=2, n_repeats=20)}
+MLEM_SETTINGS = {"MLEM": dict(cv=5, n_repeats=1),         # the former defaults, as recorded
+                 "MLEM 2x20": dict(cv=2, n_repeats=20)}
 
 
 def make(design, seed, amplitude=None):
