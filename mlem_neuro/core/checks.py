@@ -330,6 +330,7 @@ CHECKS = {
     "numeric_levels": int_or(("auto", None), 2, (
         " It is the grid of numeric feature distances in training: 'auto' (default), an "
         "int >= 2, or None for exact per-pair training.")),
+    "partial": _bool,
     "patience": int_at_least(1),
     "radius": _radius_mm,
     "random_state": _random_state,

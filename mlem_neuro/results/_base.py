@@ -32,6 +32,8 @@ RESULT_MODULES = {
     "BrainMapResult": "mlem_neuro.results.brainmap",
     "SensorMapResult": "mlem_neuro.results.spacetime",
     "SourceMapResult": "mlem_neuro.results.spacetime",
+    "RSATimeCourseResult": "mlem_neuro.results.rsa",
+    "RSABrainMapResult": "mlem_neuro.results.rsa",
 }
 _FORMAT = 1
 
