@@ -359,7 +359,8 @@ def _permuted_basis(S, inverse, n):
 
 
 def _rsa_chunk(source, S, coords, usable, partials, names, inverse, perm_blocks, cached):
-    """Observed ``(Mc, K)`` and null ``(R, Mc, K)`` statistics of one chunk of models."""
+    """Observed ``(Mc, K)`` and null ``(R, Mc, K)`` statistics of one chunk of models, and
+    which of them have a constant neural RDM ``(Mc,)``."""
     n = source.n_stimuli
     d = source.rdm(np.arange(n)).numpy()
     A = _neural_ranks(d)
@@ -376,7 +377,7 @@ def _rsa_chunk(source, S, coords, usable, partials, names, inverse, perm_blocks,
         a = (A @ Sb).reshape(A.shape[0], -1, r).transpose(1, 0, 2)   # (Rb, Mc, r)
         null[block] = _statistics(a, coords, usable, partials, names)
     null[:, flat] = np.nan
-    return observed, null
+    return observed, null, flat
 
 
 def _rsa_nulls(table, groups, n_null, rng):
@@ -442,10 +443,11 @@ def _run_rsa(source, table, *, n_null, partial, groups, rng, n_jobs, desc):
     jobs = (delayed(_rsa_chunk)(source.subset(sl), S, coords, usable, partials, names,
                                 inverse, perm_blocks, cached) for sl in chunks)
     results = run_jobs(Parallel, jobs, len(chunks), n_jobs, desc)
-    rho = np.concatenate([o for o, _ in results], axis=0)
+    rho = np.concatenate([o for o, _, _ in results], axis=0)
+    flat = np.concatenate([f for _, _, f in results])
     out = dict(rho=rho, tests=None, pvalues=None, pvalues_fwe=None, mode=mode)
     if n_null:
-        null = np.concatenate([nl for _, nl in results], axis=1)   # (R, M, K)
+        null = np.concatenate([nl for _, nl, _ in results], axis=1)   # (R, M, K)
         tests = {name: (rho[:, f], null[:, :, f]) for f, name in enumerate(names)}
         with np.errstate(invalid="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)     # all-NaN nulls
@@ -454,7 +456,6 @@ def _run_rsa(source, table, *, n_null, partial, groups, rng, n_jobs, desc):
             if name in untestable:
                 p[:, f] = p_fwe[:, f] = np.nan
         out.update(tests=tnames, pvalues=p, pvalues_fwe=p_fwe)
-    flat = np.isnan(rho).all(axis=1)
     if flat.any() and flat.sum() < M:
         warn_user(f"RSA: the neural RDM of {int(flat.sum())} of {M} {desc} is constant "
                   "(every pair of patterns at the same distance), so its correlations "
