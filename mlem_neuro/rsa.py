@@ -340,9 +340,14 @@ def _statistics(a, coords, usable, partials, names):
 
 
 def _neural_ranks(d):
-    """Centred, unit-norm ranks of each row of ``d (M, n_pairs)``; NaN rows for a
-    constant RDM (its correlation with anything is undefined)."""
-    r = stats.rankdata(d, axis=1)
+    """Centred, unit-norm ranks of each row of ``d`` (torch float64 ``(M, n_pairs)``);
+    NaN rows for a constant RDM (its correlation with anything is undefined).
+
+    The package's exact average ranks (:func:`mlem_neuro.core.ranks.spearman.rankdata`):
+    on 8,000 spheres x 1,770 pairs they took about a third of scipy's time."""
+    from .core.ranks.spearman import rankdata
+
+    r = rankdata(d).numpy()
     r -= r.mean(axis=1, keepdims=True)
     norm = np.linalg.norm(r, axis=1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -362,7 +367,7 @@ def _rsa_chunk(source, S, coords, usable, partials, names, inverse, perm_blocks,
     """Observed ``(Mc, K)`` and null ``(R, Mc, K)`` statistics of one chunk of models, and
     which of them have a constant neural RDM ``(Mc,)``."""
     n = source.n_stimuli
-    d = source.rdm(np.arange(n)).numpy()
+    d = source.rdm(np.arange(n))
     A = _neural_ranks(d)
     del d
     flat = np.isnan(A[:, 0])
