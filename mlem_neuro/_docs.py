@@ -161,7 +161,12 @@ docdict["feature_kinds"] = """
 feature_kinds : dict | None
     Override inferred feature kinds, ``{column: "categorical" | "ordinal" | "numeric"}``.
     An ordinal column's levels follow its ordered pandas Categorical, else their sorted
-    order (numbers by value; strings alphabetically, with a warning).
+    order (numbers by value; strings alphabetically, with a warning).  The kind is a
+    hypothesis: ``"ordinal"`` and ``"numeric"`` say the neural distance grows with
+    ``|a - b|`` (more power for a graded, monotonic code, but they weaken or hide an
+    effect whose levels are just different), ``"categorical"`` only that levels differ
+    (0/1 distance).  When unsure, use categorical, or test both codes in separate
+    analyses (options page, ``feature_kinds``).
 """
 
 docdict["feature_names"] = """

@@ -94,9 +94,17 @@ else:
 
 # %%
 # ``object`` is categorical: two stimuli differ (distance 1) or not (0).  ``position`` is
-# ordered, so an ordered categorical makes lower–upper twice as far as lower–middle.
-features["position"] = pd.Categorical(features["position"], categories=positions,
-                                      ordered=True)
+# categorical too, although the three positions are ordered in space.  An ordinal code
+# (``ordered=True``, or ``feature_kinds={"position": "ordinal"}``) would make lower–upper
+# twice as far as lower–middle: it claims that the population's distance grows with the
+# distance between positions.  That is a stronger hypothesis than "the positions differ",
+# and these IT units do not follow it: coded as ordinal, ``position`` stays near zero
+# (mean importance 0.004 from 100 ms on, against 0.04–0.05 as categorical; seeds 0–2)
+# and the peak held-out ρ drops from 0.22 to 0.14; its permutation test (with the
+# settings of :ref:`sphx_glr_auto_tutorials_plot_significance.py`) finds no time point
+# below corrected p = 0.48, against 0.02 from 200 ms on as categorical.  Choosing the
+# code is part of the question: see ``feature_kinds`` on the :doc:`/options` page.
+features["position"] = pd.Categorical(features["position"], categories=positions)
 print(f"{data.shape[0]} pseudo-trials × {data.shape[1]} units × {data.shape[2]} samples")
 features.value_counts().head()
 
@@ -121,12 +129,14 @@ df.loc[df.groupby("term")["importance"].idxmax(), ["term", "time", "importance",
 
 # %%
 # On the IT recordings, object identity shapes the population's distances from about
-# 150 ms after onset, and the held-out score rises with it.  Retinal position, as coded
-# here (lower < middle < upper), adds little to the ranking of distances: in this sample
-# of IT units the geometry is dominated by what the object is, not where it is.  Negative
-# importances (object's before onset, for instance: −0.03 to −0.05, about one standard
-# deviation over folds below zero) come from a weight learnt from noise in the training
-# pairs: it ranks held-out pairs slightly worse than none, so permuting its term helps.
+# 150 ms after onset (peak importance 0.16 at 200 ms), and the held-out score rises with
+# it (0.22 at 200 ms).  Retinal position shapes them too, from the same time and for
+# longer, but less (0.03–0.06 from 150 ms to the end): in this sample of IT units the
+# geometry is dominated by what the object is, and where it is adds a smaller, lasting
+# difference.  Small negative importances (both terms before onset: −0.01 to 0, well
+# within the spread over folds, about 0.02) come from weights learnt from noise in the
+# training pairs: they rank held-out pairs slightly worse than none, so permuting a term
+# helps.
 #
 # Before onset, every term should stay near zero: a useful check that the folds leak no
 # stimulus identity (a leak would show as a positive importance; object's small negative
@@ -147,10 +157,10 @@ pd.Series(res.importance[baseline].mean(axis=0), index=res.terms,
 # conditions and pairs are between conditions.  The column named by ``items`` is an
 # identifier, not a feature.
 #
-# With 21 items, 5 folds would hold out 4 or 5 conditions, often all of different
-# objects: ``object`` would then be flat over the held-out pairs and its importance 0 by
-# construction (the analysis warns).  Two folds hold out 10 or 11 conditions, so at least
-# two share an object and every feature varies.
+# Two folds (the default, given here explicitly because it matters) hold out 10 or 11 of
+# the 21 items, so at least two share an object and every feature varies.  5 folds would
+# hold out 4 or 5 conditions, often all of different objects: ``object`` would then be
+# flat over the held-out pairs and its importance 0 by construction (the analysis warns).
 features["condition"] = [f"{o}_{p}" for o, p in zip(features["object"],
                                                      features["position"])]
 res_items = mlem_neuro.mlem_array(data, features, items="condition", cv=2, times=times,
@@ -163,13 +173,14 @@ print(f"{res_items.settings['n_items']} items of "
 fig = res_items.plot()
 
 # %%
-# On the IT recordings the held-out ρ between conditions peaks far higher than between
-# pseudo-trials (0.27 against 0.13 here; 0.35 against 0.19 with ``random_state=1``): the
-# averaged responses are much less noisy, and no pair ties at feature distance 0.  But
-# the score swings more (from −0.18 to 0.10 up to onset here; its peak is at the last
-# time point), and the importance curves are not cleaner (object's peak importance over
-# its spread before onset: 15 against 19 here; 8.3 against 13.4 and 7.8 against 8.5 with
+# On the IT recordings the held-out ρ between conditions peaks higher than between
+# pseudo-trials (0.33 against 0.22 here; 0.32 and 0.30 against 0.22 with
+# ``random_state=1`` and ``2``): the averaged responses are much less noisy, and no pair
+# ties at feature distance 0.  But the score swings more (from −0.06 to 0.03 up to onset
+# here, against −0.01 to 0.00; its peak is at the last time point), and the importance
+# curves are not reliably cleaner (object's peak importance over the standard deviation
+# of its values before onset: 44 against 58 here; 74 against 65 and 63 against 82 with
 # ``random_state=1`` and ``2``): 21 conditions in 2 folds leave 45 or 55 held-out pairs
-# per fold, against about 140 pairs of the 17 held-out pseudo-trials of a fold above.
+# per fold, against 861 pairs of the 42 held-out pseudo-trials of a fold above.
 # ``items=`` answers the question about stimuli; with few items, the price is fewer
 # pairs to score on.
