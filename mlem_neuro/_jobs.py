@@ -14,11 +14,12 @@ from .core.constants import (  # noqa: F401  (tuning constants, defined there on
 from .utils import logger
 
 
-def timed(results, n_total, workers, desc, then=None):
+def timed(results, n_total, workers, desc, then=None, warned=False):
     """``results`` passed through; after the first, the projected time of all ``n_total``
-    (logged at INFO, and as a warning when it exceeds :data:`LONG_RUN_SECONDS`); ``then``
-    names what runs after them and is not projected (the test of interactions), said only
-    when it runs."""
+    (logged at INFO, and as a warning when it exceeds :data:`LONG_RUN_SECONDS` unless the
+    projection made before the first chunk already ``warned``: this one refines it,
+    :mod:`mlem_neuro._projection`); ``then`` names what runs after them and is not
+    projected (the test of interactions), said only when it runs."""
     import time
 
     start = time.perf_counter()
@@ -29,7 +30,7 @@ def timed(results, n_total, workers, desc, then=None):
             message = (f"MLEM ({desc}): the first of {n_total} chunks took {first:.1f} s; "
                        f"all of them will take about {total / 60:.1f} min"
                        + (f" ({then} comes on top)" if then else ""))
-            if total > LONG_RUN_SECONDS:
+            if total > LONG_RUN_SECONDS and not warned:
                 warnings.warn(message + " (fewer nulls, n_jobs or a categorical design "
                               "make permutation tests cheaper: see the performance page).",
                               UserWarning, stacklevel=2)
@@ -38,16 +39,19 @@ def timed(results, n_total, workers, desc, then=None):
         yield result
 
 
-def run_jobs(Parallel, jobs, n_total, n_jobs, desc, show=None, estimate=False, then=None):
+def run_jobs(Parallel, jobs, n_total, n_jobs, desc, show=None, estimate=False, then=None,
+             warned=False):
     """Run joblib jobs in order, with a progress bar at INFO (``show``: with one or not,
     whatever the level; a bar needs more than one job); ``estimate`` projects the total
-    time from the first job (:func:`timed`, which says that ``then`` comes on top)."""
+    time from the first job (:func:`timed`, which says that ``then`` comes on top, and
+    warns only if the projection before the first chunk has not: ``warned``)."""
     import logging
 
     show = (logger.isEnabledFor(logging.INFO) if show is None else show) and n_total > 1
     parallel = Parallel(n_jobs=n_jobs, return_as="generator")
     if estimate and n_total > 1:
-        jobs = timed(parallel(jobs), n_total, effective_n_jobs(n_jobs), desc, then)
+        jobs = timed(parallel(jobs), n_total, effective_n_jobs(n_jobs), desc, then,
+                     warned)
         parallel = iter
     if show:
         from mne.utils import ProgressBar

@@ -32,6 +32,7 @@ import pandas as pd
 import torch
 from joblib import effective_n_jobs
 
+from . import _projection
 from ._jobs import run_jobs as _run_jobs
 from ._provenance import recording
 from ._threads import call_with_threads, policy, torch_threads
@@ -762,6 +763,17 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
                                     _null_rows(null, null_plan, len(plan.train)))
     if opts.level == "term":
         warn_unidentifiable_terms(plans[0].enc_train, opts.model_interactions)
+    # the test of interactions, only where it will run (mlem_neuro.inference.run_analysis)
+    then = ("the test of interactions" if opts.n_null and opts.model_interactions
+            and len(names) >= 2 and getattr(source, "supports_interaction_test", False)
+            else None)
+    n_tests = 0 if null is None else null.shape[0]
+    counts = _projection.fit_counts(M, len(folds), opts.n_null, n_tests, then is not None)
+    calibrate = 0
+    if _projection.wanted(counts):   # the first chunk cut small: timed, they project it
+        rows = 1 + (0 if null is None else null.shape[0] * null.shape[1])
+        plans[0].chunks[:1], calibrate = _projection.calibration_split(plans[0].chunks[0],
+                                                                       rows)
     # torch threads per worker: workers x threads <= cores (main process and each worker)
     threads = policy(effective_n_jobs(opts.n_jobs))
     # chunk data are cut lazily, as joblib asks for the next job
@@ -771,12 +783,15 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
             for p, sl, setup in _shared_setups(plans, opts))
     n_chunks = sum(len(p.chunks) for p in plans)
     logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), n_chunks)
-    # the test of interactions, only where it will run (mlem_neuro.inference.run_analysis)
-    then = ("the test of interactions" if opts.n_null and opts.model_interactions
-            and len(names) >= 2 and getattr(source, "supports_interaction_test", False)
-            else None)
-    results = _run_jobs(Parallel, jobs, n_chunks, opts.n_jobs, desc,
-                        estimate=bool(opts.n_null), then=then)
+    first, warned = [], False
+    if calibrate:
+        first, warned = _calibration(jobs, plans, calibrate, opts, dict(
+            desc=desc, M=M, n_folds=len(folds), n_null=opts.n_null, n_tests=n_tests,
+            counts=counts, n_chunks=n_chunks, cv=opts.cv if _int_cv(opts.cv) else None,
+            then=then, per_pair_numeric=_per_pair_numeric(opts, space)))
+    results = first + _run_jobs(Parallel, jobs, n_chunks - len(first), opts.n_jobs, desc,
+                                estimate=bool(opts.n_null) or bool(calibrate), then=then,
+                                warned=warned)
     with _COLUMNS_LOCK:                  # the nulls' pair columns are not needed any more
         _COLUMNS.clear()
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
@@ -793,6 +808,35 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
             # (:func:`mlem_neuro.inference.run_analysis`)
             out.interaction_seed = int(rng.integers(2**63 - 1))
     return out
+
+
+def _calibration(jobs, plans, n, opts, ctx):
+    """Run the first ``n`` jobs (the calibration chunks,
+    :func:`_projection.calibration_split`) here, timed, and project the analysis from them
+    before any other chunk runs (:func:`_projection.announce`); ``(their results, whether
+    the projection warned)``."""
+    import time
+
+    from ._threads import available_cores
+
+    results, times = [], []
+    for _ in range(n):
+        function, args, kwargs = next(jobs)
+        start = time.perf_counter()
+        results.append(function(*args, **kwargs))
+        times.append(time.perf_counter() - start)
+    sizes = [c.stop - c.start for c in plans[0].chunks[:n]]
+    rest = [c.stop - c.start for p in plans for c in p.chunks][n:]
+    ctx.update(workers=effective_n_jobs(opts.n_jobs), cores=available_cores(),
+               device=str(opts.device), cuda=torch.cuda.is_available())
+    _, warned = _projection.announce(times, sizes, rest, ctx)
+    return results, warned
+
+
+def _per_pair_numeric(opts, space):
+    """Whether numeric features train pair by pair because ``numeric_levels=None``."""
+    return opts.numeric_levels is None and any(
+        kind != "categorical" for kind in getattr(space, "kinds_", {}).values())
 
 
 def _warn_undefined(out, desc):

@@ -202,6 +202,34 @@ TWIN_REGRESSORS = 0.999
 # ---- Running: threads and warnings about long runs
 #: projected run times (s) above which an analysis with tests warns before going on.
 LONG_RUN_SECONDS = 600
+#: model fits (folds x (1 + n_null x tests) x models, plus the test of interactions')
+#: from which an analysis is projected before it runs (:mod:`mlem_neuro._projection`);
+#: below, it is trivial: fits cost 0.1-0.5 ms each (the defaults' 2,000 fits took 1.05 s,
+#: with 99 nulls 0.99 million fits 70.6 s on 2 workers: performance page), so 20,000 fits
+#: take seconds.
+PROJECTION_MIN_FITS = 20_000
+#: rows (models x (1 + null rows)) trained by the calibration chunk, the first chunk cut
+#: small to time it: enough that a step's fixed cost is shared as in a full chunk (chunks
+#: of 500 and 1,000 models cost the same per model, 83.2 and 80.9 s: see
+#: :data:`MAX_CHUNK_MODELS`), a few models of one fold in all (one with 99 nulls).
+CALIBRATION_ROWS = 256
+#: the projected time is said as a range, from the projection divided by this to it
+#: multiplied by this.  Measured on the 2-core reference machine under load (60 trials x
+#: 16 channels x 20 time points, 3 features, 100 folds): the fold loop projected 21 s for
+#: 22 s actual (``n_null=9``); see the performance page for ``n_null=99``.
+PROJECTION_SPREAD = 2
+#: speed-up per worker of ``n_jobs`` workers on as many cores (measured: 1.80x with 2
+#: workers on 2 cores, ``bench_null.py --n-jobs 2``).
+PARALLEL_EFFICIENCY = 0.9
+#: time of numeric features trained pair by pair (``numeric_levels=None``) over that on
+#: the grid (``"auto"``): 10.7-40x (``bench_numeric.py``, 200-800 trials; the least kept).
+PER_PAIR_TIME_RATIO = 10
+#: time on one GPU over that on the CPU for stacks of hundreds of models or more
+#: (measured, H100 against its 16 cores: 0.21 per step at 256 categorical models, 0.09
+#: for the whole brain; smaller stacks gain nothing, 1.16-1.64)
+GPU_TIME_RATIO = 0.2
+#: least fraction of the projected time an option must save to be named as cheaper.
+CHEAPER_MIN_SAVING = 0.3
 #: intra-op threads per worker when ``MLEM_NEURO_NUM_THREADS`` is not set (measured: see
 #: the performance page).
 DEFAULT_THREADS = 1
