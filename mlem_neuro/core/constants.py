@@ -214,9 +214,10 @@ PROJECTION_MIN_FITS = 20_000
 #: :data:`MAX_CHUNK_MODELS`), a few models of one fold in all (one with 99 nulls).
 CALIBRATION_ROWS = 256
 #: the projected time is said as a range, from the projection divided by this to it
-#: multiplied by this.  Measured on the 2-core reference machine under load (60 trials x
-#: 16 channels x 20 time points, 3 features, 100 folds): the fold loop projected 21 s for
-#: 22 s actual (``n_null=9``); see the performance page for ``n_null=99``.
+#: multiplied by this.  Measured on the 2-core reference machine under load (load 5-6.5;
+#: 60 trials x 16 channels x 20 time points, 3 features, 100 folds, ``n_null=99``): the
+#: fold loop projected about 4 min after 1.2 s, took 295 s; the test of interactions
+#: projected roughly 2 min, took 146 s (actual / projected about 1.2; one run).
 PROJECTION_SPREAD = 2
 #: speed-up per worker of ``n_jobs`` workers on as many cores (measured: 1.80x with 2
 #: workers on 2 cores, ``bench_null.py --n-jobs 2``).
