@@ -127,6 +127,13 @@ distance : {"euclidean", "correlation", "cosine", "cv_euclidean", "crossnobis"}
     :func:`~mlem_neuro.core.rdms.crossdist.crossnobis_membership`.
 """
 
+docdict["distance_rsa_trials"] = """
+distance : {"euclidean", "correlation", "cosine"}
+    Neural distance between the patterns of two trials (``"correlation"``: ``1 - r``
+    across channels), computed as in MLEM's analyses
+    (:mod:`mlem_neuro.core.rdms.distances`).
+"""
+
 docdict["distance_spatial"] = """
 distance : {"euclidean", "correlation", "cosine", "cv_euclidean", "crossnobis"}
     Neural distance between the patterns of a patch (or label) at one time point
@@ -380,6 +387,15 @@ n_null : int
     needs ``n_null >= 20`` (99 or more is usual).
 """
 
+docdict["n_null_rsa_trials"] = """
+n_null : int
+    Null relabellings of the trials (``0``: no test).  The same relabellings serve
+    every time point and every feature, so ``pvalues_fwe`` (maximum statistic over
+    time points) controls the family-wise error over time points, and
+    ``pvalues_fwe_tests`` over time points and features, as in MLEM's results.  The
+    smallest p-value is ``1 / (1 + n_null)``.
+"""
+
 docdict["n_permutations"] = """
 n_permutations : int
     Permutations per term for the permutation importance on held-out pairs (the MLEM
@@ -435,6 +451,14 @@ numeric_levels : "auto" | int | None
     training pairs; ``None`` always trains
     exactly.  Grid training takes mini-batches (see ``batch_size``).  See
     :doc:`/performance` for its speed and measured error.
+"""
+
+docdict["partial_rsa"] = """
+partial : bool
+    Test each feature's partial Spearman correlation (the ranks of the other
+    features' model RDMs removed by least squares from the neural and the model
+    RDM ranks) instead of its Spearman correlation.  A feature the others determine
+    (identical or nested features) has none: NaN, with a warning.
 """
 
 docdict["partitions"] = """

@@ -578,21 +578,9 @@ def rsa_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=Non
     %(decim)s
     %(window)s
     %(scale)s
-    distance : {"euclidean", "correlation", "cosine"}
-        Neural distance between the patterns of two trials (``"correlation"``: ``1 - r``
-        across channels), computed as in MLEM's analyses
-        (:mod:`mlem_neuro.core.rdms.distances`).
-    partial : bool
-        Test each feature's partial Spearman correlation (the ranks of the other
-        features' model RDMs removed by least squares from the neural and the model
-        RDM ranks) instead of its Spearman correlation.  A feature the others determine
-        (identical or nested features) has none: NaN, with a warning.
-    n_null : int
-        Null relabellings of the trials (``0``: no test).  The same relabellings serve
-        every time point and every feature, so ``pvalues_fwe`` (maximum statistic over
-        time points) controls the family-wise error over time points, and
-        ``pvalues_fwe_tests`` over time points and features, as in MLEM's results.  The
-        smallest p-value is ``1 / (1 + n_null)``.
+    %(distance_rsa_trials)s
+    %(partial_rsa)s
+    %(n_null_rsa_trials)s
     groups : array-like | str | None
         One label per trial (run, session, item...) (a str names a column of the features
         holding them: an identifier, not a feature).  The null relabellings respect them as
@@ -643,38 +631,14 @@ def rsa_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=Non
     >>> bool(res.significant("side")[6:].all() and not res.significant("side")[:6].any())
     True
     """
-    from .time_resolved import _check_data, _check_times
-    from .times import check_window, time_mask, window_average
+    from .time_resolved import array_inputs
 
     distance, n_null, partial, n_jobs = _check_rsa_options(distance, n_null, partial,
                                                            n_jobs)
-    data = _check_data(data)
-    n, C, T = data.shape
-    in_seconds = times is not None or sfreq is not None
-    if not in_seconds and (tmin is not None or tmax is not None):
-        raise ValueError("tmin and tmax are in seconds, but without times= or sfreq= the "
-                         "samples are numbered 0, 1, ...: pass times= or sfreq= (or crop "
-                         "the array yourself).")
-    times, sfreq = _check_times(times, sfreq, T)
-    window = check_window(window, sfreq)
-    if ch_names is not None:
-        ch_names = [str(c) for c in ch_names]
-        if len(ch_names) != C:
-            raise ValueError(f"ch_names has {len(ch_names)} names for {C} channels.")
-    table = as_feature_table(features, name="features")
-    if len(table) != n:
-        raise ValueError(f"the feature table has {len(table)} rows but data hold {n} trials; "
-                         "pass one row per trial, in the same order.")
-    from .crossval import groups_from_table
-
-    groups, table = groups_from_table(groups, table)
-    keep = time_mask(times, sfreq, tmin, tmax, decim, window=window)
-    if window is not None:
-        data = window_average(data, sfreq, window)
-    data, times = np.ascontiguousarray(data[..., keep]), times[keep]
-    settings = dict(analysis="time", window=window, scale=bool(scale),
-                    sfreq=None if sfreq is None else sfreq / int(decim),
-                    times_in_seconds=in_seconds, tmin=tmin, tmax=tmax, decim=int(decim))
+    arr = array_inputs(data, features, times, sfreq, ch_names, tmin, tmax, window, groups)
+    data, times, settings = arr.crop(arr.data, decim, scale)
+    settings = dict(analysis="time", **settings)
+    table, groups, ch_names = arr.table, arr.groups, arr.ch_names
     return _time_rsa(data, table, times, ch_names, settings, distance=distance,
                      n_null=n_null, partial=partial, groups=groups,
                      random_state=random_state, n_jobs=n_jobs)
@@ -710,21 +674,9 @@ def rsa_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1,
     %(decim)s
     %(window)s
     %(scale)s
-    distance : {"euclidean", "correlation", "cosine"}
-        Neural distance between the patterns of two trials (``"correlation"``: ``1 - r``
-        across channels), computed as in MLEM's analyses
-        (:mod:`mlem_neuro.core.rdms.distances`).
-    partial : bool
-        Test each feature's partial Spearman correlation (the ranks of the other
-        features' model RDMs removed by least squares from the neural and the model
-        RDM ranks) instead of its Spearman correlation.  A feature the others determine
-        (identical or nested features) has none: NaN, with a warning.
-    n_null : int
-        Null relabellings of the trials (``0``: no test).  The same relabellings serve
-        every time point and every feature, so ``pvalues_fwe`` (maximum statistic over
-        time points) controls the family-wise error over time points, and
-        ``pvalues_fwe_tests`` over time points and features, as in MLEM's results.  The
-        smallest p-value is ``1 / (1 + n_null)``.
+    %(distance_rsa_trials)s
+    %(partial_rsa)s
+    %(n_null_rsa_trials)s
     groups : array-like | str | None
         One label per trial (run, session, item...) (a str names an ``epochs.metadata``
         column holding them; labels of every original event are aligned with
@@ -819,11 +771,7 @@ def rsa_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0,
         Neural distance between the patterns of two images (``"correlation"``: ``1 - r``
         across the sphere's voxels), computed as in MLEM's analyses
         (:mod:`mlem_neuro.core.rdms.distances`).
-    partial : bool
-        Test each feature's partial Spearman correlation (the ranks of the other
-        features' model RDMs removed by least squares from the neural and the model
-        RDM ranks) instead of its Spearman correlation.  A feature the others determine
-        (identical or nested features) has none: NaN, with a warning.
+    %(partial_rsa)s
     n_null : int
         Null relabellings of the images (``0``: no test).  The same relabellings serve
         every sphere and every feature, so ``pvalues_fwe`` (maximum statistic over

@@ -13,7 +13,10 @@ items are then the stimuli, the folds split items and the pairs are between item
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import pandas as pd
 
 from ._docs import fill_doc
 from .adapters.epochs import epochs_data, epochs_feature_table, per_epoch
@@ -74,6 +77,64 @@ def _check_times(times, sfreq, n_times):
             np.diff(times), 1.0 / sfreq, rtol=1e-3, atol=0):
         raise ValueError(f"times are not spaced by 1 / sfreq = {1.0 / sfreq:g} s.")
     return times, sfreq
+
+
+@dataclass
+class ArrayInputs:
+    """The checked inputs of an array entry point (:func:`array_inputs`)."""
+
+    data: np.ndarray
+    table: pd.DataFrame
+    groups: object
+    times: np.ndarray
+    sfreq: object
+    window: object
+    ch_names: object
+    in_seconds: bool
+    tmin: object
+    tmax: object
+
+    def crop(self, data, decim, scale):
+        """``data`` averaged in the window, kept between ``tmin`` and ``tmax`` every
+        ``decim`` samples: ``(data, times, settings)``, the settings every time-resolved
+        result records."""
+        keep = time_mask(self.times, self.sfreq, self.tmin, self.tmax, decim,
+                         window=self.window)
+        if self.window is not None:
+            data = window_average(data, self.sfreq, self.window)
+        settings = dict(window=self.window, scale=bool(scale),
+                        sfreq=None if self.sfreq is None else self.sfreq / int(decim),
+                        times_in_seconds=self.in_seconds, tmin=self.tmin, tmax=self.tmax,
+                        decim=int(decim))
+        return np.ascontiguousarray(data[..., keep]), self.times[keep], settings
+
+
+def array_inputs(data, features, times, sfreq, ch_names, tmin, tmax, window, groups):
+    """The checks of an array of trials ``(n_trials, n_channels, n_times)`` and its
+    feature table shared by :func:`mlem_array` and :func:`mlem_neuro.rsa.rsa_array`:
+    the data, the times (in seconds with ``times`` or ``sfreq``, else sample numbers), the
+    window, the channel names, one feature row per trial and the groups (a column name
+    or one label per trial)."""
+    data = _check_data(data)
+    n, C, T = data.shape
+    in_seconds = times is not None or sfreq is not None
+    if not in_seconds and (tmin is not None or tmax is not None):
+        raise ValueError("tmin and tmax are in seconds, but without times= or sfreq= the "
+                         "samples are numbered 0, 1, ...: pass times= or sfreq= (or crop "
+                         "the array yourself).")
+    times, sfreq = _check_times(times, sfreq, T)
+    window = check_window(window, sfreq)
+    if ch_names is not None:
+        ch_names = [str(c) for c in ch_names]
+        if len(ch_names) != C:
+            raise ValueError(f"ch_names has {len(ch_names)} names for {C} channels.")
+    table = as_feature_table(features, name="features")
+    if len(table) != n:
+        raise ValueError(f"the feature table has {len(table)} rows but data hold {n} trials; "
+                         "pass one row per trial, in the same order.")
+    groups, table = groups_from_table(groups, table)
+    return ArrayInputs(data, table, groups, times, sfreq, window, ch_names, in_seconds,
+                       tmin, tmax)
 
 
 def _scale_channels(data):
@@ -237,37 +298,16 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     True
     """
     options = MLEMOptions.from_call(locals())
-    data = _check_data(data)
-    n, C, T = data.shape
-    in_seconds = times is not None or sfreq is not None
-    if not in_seconds and (tmin is not None or tmax is not None):
-        raise ValueError("tmin and tmax are in seconds, but without times= or sfreq= the "
-                         "samples are numbered 0, 1, ...: pass times= or sfreq= (or crop "
-                         "the array yourself).")
-    times, sfreq = _check_times(times, sfreq, T)
-    window = check_window(window, sfreq)
-    if ch_names is not None:
-        ch_names = [str(c) for c in ch_names]
-        if len(ch_names) != C:
-            raise ValueError(f"ch_names has {len(ch_names)} names for {C} channels.")
-    table = as_feature_table(features, name="features")
-    if len(table) != n:
-        raise ValueError(f"the feature table has {len(table)} rows but data hold {n} trials; "
-                         "pass one row per trial, in the same order.")
-    groups, table = groups_from_table(groups, table)
+    arr = array_inputs(data, features, times, sfreq, ch_names, tmin, tmax, window, groups)
+    data, table, groups, n = arr.data, arr.table, arr.groups, arr.data.shape[0]
     items = check_items(items, n, table)
     partitions, part_col = check_partitions(partitions, options.distance, items, n, table)
     if items is not None:
         table = items.drop_from(table)
     if part_col is not None and part_col in table.columns:
         table = table.drop(columns=part_col)          # an identifier, not a feature
-    keep = time_mask(times, sfreq, tmin, tmax, decim, window=window)
-    if window is not None:
-        data = window_average(data, sfreq, window)
-    data, times = np.ascontiguousarray(data[..., keep]), times[keep]
-    settings = dict(window=window, scale=bool(scale),
-                    sfreq=None if sfreq is None else sfreq / int(decim),
-                    times_in_seconds=in_seconds, tmin=tmin, tmax=tmax, decim=int(decim))
+    data, times, settings = arr.crop(data, decim, scale)
+    ch_names = arr.ch_names
     settings["partitions"] = part_col
     return _fit(data, table, times, ch_names, settings=settings, options=options,
                 groups=groups, items=items, partitions=partitions)
