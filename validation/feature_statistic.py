@@ -1,0 +1,304 @@
+"""Which feature statistic should the default be?  The full model, the additive model and
+their max statistic, side by side with Mantel and partial Mantel tests, over a grid of
+designs (issue 37, item 1).
+
+At today's defaults the feature test reads the importance of the model with
+interactions (symmetric positive definite ``W``): on real recordings it misses main
+effects that a plain RSA finds, while the additive model (``interactions=False``,
+diagonal ``W``) finds them but cannot see an interaction-only (XOR) code.  This script
+measures, on the same simulated datasets and the same null datasets:
+
+* ``full``: the feature's conditional test at the defaults (``n_null=99``);
+* ``additive``: the same with ``interactions=False``; the same ``random_state`` draws
+  the same folds and the same null datasets (the fold and null draws do not depend on
+  the model), so the two statistics are paired dataset by dataset, null by null;
+* ``max``: one statistic per feature, ``max(z_full, z_additive)``, each importance
+  standardised by the mean and standard deviation of its own null importances, and the
+  same max over the same null datasets for the null distribution (a single max
+  statistic, so its false-positive rate is controlled as each test's is);
+* ``Mantel`` and ``partial Mantel`` (:func:`mlem_neuro.rsa.mantel_tests`, 999
+  permutations, Euclidean neural RDM);
+* the test of interactions of the full model (run by default with tests).
+
+Designs (``--designs``; one time point, ``units`` response units, noise N(0, 1), each
+feature level a random pattern N(0, 1) times its amplitude, centred over levels)::
+
+    binary      A (2 levels, amplitude a_A) beside a weak B (2 levels, amplitude a)
+    three       A (3 levels) beside a weak B (3 levels)
+    seven       object (7 levels, strong) beside a weak position (3 levels): IT-like
+    three_feat  A, C strong (2 levels) beside a weak B (2 levels)
+    unbalanced  A (2 levels) beside a weak B (2 levels, 25 % / 75 %)
+    with_xor    the binary design plus an A x B interaction (XOR pattern, amplitude a_AB)
+    xor         A x B interaction only (amplitude a): no main effect
+
+The weak feature's amplitude ``a`` takes the values of ``AMPLITUDES`` (0: calibration;
+for ``xor`` the interaction's).  Rates at alpha = 0.05 with Wilson 95 % intervals; every
+dataset's p-values are saved as it finishes (``--out``), so runs resume and split over
+processes (``--part k/K``); ``--report`` prints the tables.  One core per process::
+
+    OMP_NUM_THREADS=1 python validation/feature_statistic.py --part 1/2 &
+    OMP_NUM_THREADS=1 python validation/feature_statistic.py --part 2/2
+    python validation/feature_statistic.py --report
+"""
+import argparse
+import os
+import tempfile
+import time
+import warnings
+
+import numpy as np
+import pandas as pd
+import torch
+from _common import wilson
+
+from mlem_neuro import rsa
+from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.core.rdms.sources import DenseRDMSource
+from mlem_neuro.inference import run_analysis
+
+ALPHA = 0.05
+N_NULL = 99
+N_PERM = 999
+#: design: (stimuli, units, {feature: (levels, amplitude or None for the tested one)},
+#: tested feature, interaction amplitude or None for the tested one)
+DESIGNS = {
+    "binary": (48, 24, {"A": (2, 0.5), "B": (2, None)}, "B", 0.0),
+    "three": (48, 24, {"A": (3, 0.5), "B": (3, None)}, "B", 0.0),
+    "seven": (42, 24, {"object": (7, 0.6), "position": (3, None)}, "position", 0.0),
+    "three_feat": (48, 24, {"A": (2, 0.5), "C": (2, 0.5), "B": (2, None)}, "B", 0.0),
+    "unbalanced": (48, 24, {"A": (2, 0.5), "B": ((0.25, 0.75), None)}, "B", 0.0),
+    "with_xor": (48, 24, {"A": (2, 0.5), "B": (2, None)}, "B", 0.4),
+    "xor": (48, 24, {"A": (2, 0.0), "B": (2, 0.0)}, "A", None),
+}
+#: amplitudes of the tested feature (of the interaction for ``xor``)
+AMPLITUDES = (0.0, 0.2, 0.3, 0.4)
+METHODS = ("full", "additive", "max", "Mantel", "partial Mantel")
+
+
+def _levels(spec, n, rng):
+    """One level per stimulus: balanced over ``spec`` levels, or with the proportions
+    ``spec`` (a tuple), in a random order."""
+    if isinstance(spec, tuple):
+        counts = np.round(np.asarray(spec) * n).astype(int)
+        counts[-1] = n - counts[:-1].sum()
+        labels = np.repeat(np.arange(len(spec)), counts)
+    else:
+        labels = np.arange(n) % spec
+    return labels[rng.permutation(n)]
+
+
+def _patterns(n_levels, units, amplitude, rng):
+    V = rng.normal(size=(n_levels, units))
+    return amplitude * (V - V.mean(axis=0))
+
+
+def make(design, a, seed):
+    """Patterns ``X (n, units)`` and the feature table of one dataset."""
+    n, units, features, tested, a_int = DESIGNS[design]
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, units))
+    table, codes = {}, {}
+    for name, (spec, amp) in features.items():
+        codes[name] = _levels(spec, n, rng)
+        n_levels = len(spec) if isinstance(spec, tuple) else spec
+        X += _patterns(n_levels, units, a if amp is None else amp, rng)[codes[name]]
+        table[name] = np.array([f"{name}{k}" for k in codes[name]])
+    a_int = a if a_int is None else a_int
+    if a_int:                               # A x B: the XOR of the first two features
+        first, second = list(features)[:2]
+        xor = (codes[first] % 2) ^ (codes[second] % 2)
+        X += _patterns(2, units, a_int, rng)[xor]
+    return X, pd.DataFrame(table)
+
+
+def _zscore(obs, null):
+    """Observed and null statistics standardised by the null's mean and deviation."""
+    mu, sd = null.mean(axis=0), null.std(axis=0)
+    sd = np.where(sd > 0, sd, 1.0)
+    return (obs - mu) / sd, (null - mu) / sd
+
+
+def _p(obs, null):
+    return float((1 + (null >= obs - 1e-12).sum()) / (1 + len(null)))
+
+
+def run_one(design, a, seed):
+    X, table = make(design, a, seed)
+    X = (X - X.mean(axis=0)) / X.std(axis=0)            # the analyses' channel scaling
+    rows = []
+    t0 = time.process_time()
+    frame = rsa.mantel_tests(X, table, N_PERM, 3 * 10**6 + seed)
+    cpu = time.process_time() - t0
+    for name in table.columns:
+        rows.append(dict(method="Mantel", feature=name, p=frame.loc[name, "p"], cpu=cpu))
+        rows.append(dict(method="partial Mantel", feature=name,
+                         p=frame.loc[name, "p_partial"], cpu=cpu))
+    tests, cpus, p_int = {}, {}, np.nan
+    for label, interactions in (("full", True), ("additive", False)):
+        opts = MLEMOptions(n_null=N_NULL, interactions=interactions,
+                           random_state=10**6 + seed)
+        t0 = time.process_time()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = run_analysis(DenseRDMSource(X[None], "euclidean"), table, opts,
+                               desc="time points")
+        cpus[label] = time.process_time() - t0
+        tests[label] = out.tests
+        if "interactions" in out.tests:
+            obs, null = out.tests["interactions"]
+            p_int = _p(obs[0], null[:, 0])
+    for name in table.columns:
+        stats = {}
+        for label in ("full", "additive"):
+            obs, null = tests[label][name]
+            stats[label] = (obs[0], null[:, 0])
+            rows.append(dict(method=label, feature=name, p=_p(*stats[label]),
+                             cpu=cpus[label]))
+        (zf, nf), (za, na) = (_zscore(*stats[k]) for k in ("full", "additive"))
+        rows.append(dict(method="max", feature=name, p=_p(max(zf, za), np.maximum(nf, na)),
+                         cpu=cpus["full"] + cpus["additive"]))
+    rows.append(dict(method="interactions", feature="A x B", p=p_int, cpu=cpus["full"]))
+    for r in rows:
+        r.update(design=design, a=a, seed=seed, tested=DESIGNS[design][3])
+    return rows
+
+
+def _fwe(obs, null):
+    """Family-wise p per model: the null's max over models (``null (n_null, M)``)."""
+    top = null.max(axis=1)
+    return np.array([(1 + (top >= o - 1e-12).sum()) / (1 + len(top)) for o in obs])
+
+
+def it_pilot(n_groups=8, window=0.05, step=0.05, seed=0):
+    """The shared IT units (part 1): FWE p of ``object`` and ``position`` before onset and
+    at 100-450 ms for the full, additive and max statistics and a plain RSA with a max
+    statistic over time bins (condition labels permuted, the same permutations for every
+    bin); then the importance curves' correlation between two disjoint halves of the
+    units (and the RSA curves')."""
+    import bench_snr
+    from scipy import stats as sstats
+    from scipy.spatial.distance import pdist
+
+    rec = bench_snr.it_units(n_groups, window=window, step=step)
+    if rec is None:
+        print("IT units: not in ../shared/data")
+        return
+    data, table, centres = rec
+    cond = (table.object + "_" + table.position).to_numpy()
+    data = (data - data.mean(axis=(0, 2), keepdims=True)) / data.std(axis=(0, 2),
+                                                                   keepdims=True)
+    pre, post = centres < 0, (centres >= 0.1) & (centres <= 0.45)
+    print(f"IT units: {data.shape[0]} pseudo-trials ({n_groups} per condition) x "
+          f"{data.shape[1]} units x {len(centres)} bins of {window * 1000:.0f} ms; "
+          f"conditions as groups; n_null={N_NULL}")
+
+    def analyse(X, n_null, interactions):
+        opts = MLEMOptions(n_null=n_null, interactions=interactions, random_state=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return run_analysis(DenseRDMSource(X.transpose(2, 0, 1), "euclidean"), table,
+                                opts, groups=cond, desc="time points")
+
+    outs = {}
+    for label, inter in (("full", True), ("additive", False)):
+        t0 = time.perf_counter()
+        outs[label] = analyse(data, N_NULL, inter)
+        print(f"  {label}: {time.perf_counter() - t0:.0f} s")
+    rng = np.random.default_rng(seed)
+    conds = np.unique(cond)
+    ranks = np.stack([sstats.rankdata(pdist(data[:, :, t])) for t in range(len(centres))])
+    ranks = (ranks - ranks.mean(1, keepdims=True)) / ranks.std(1, keepdims=True)
+    perms = [np.arange(len(conds))] + [rng.permutation(len(conds)) for _ in range(N_NULL)]
+    for name in ("object", "position"):
+        level = dict(zip(cond, table[name]))
+        row = {}
+        for label in ("full", "additive"):
+            obs, null = outs[label].tests[name]
+            row[label] = (obs, null)
+        (zf, nf), (za, na) = (_zscore(*row[k]) for k in ("full", "additive"))
+        row["max"] = (np.maximum(zf, za), np.maximum(nf, na))
+        rsa_stats = []
+        for p in perms:
+            relabel = dict(zip(conds, conds[p]))
+            codes = pd.factorize(np.array([level[relabel[c]] for c in cond]))[0]
+            model = sstats.rankdata(pdist(codes[:, None], "hamming"))
+            model = (model - model.mean()) / model.std()
+            rsa_stats.append(ranks @ model / len(model))
+        rsa_stats = np.array(rsa_stats)
+        row["RSA"] = (rsa_stats[0], rsa_stats[1:])
+        for label, (obs, null) in row.items():
+            p = _fwe(obs, null)
+            print(f"  {name:<8s} {label:<8s} smallest FWE p: before onset "
+                  f"{p[pre].min():.2f}, 100-450 ms {p[post].min():.2f}")
+    # replication between two halves of the units (curves only, no tests)
+    units = np.random.default_rng(seed + 1).permutation(data.shape[1])
+    halves = [data[:, units[:len(units) // 2]], data[:, units[len(units) // 2:]]]
+    for name in ("object", "position"):
+        codes = pd.factorize(table[name])[0]
+        model = sstats.rankdata(pdist(codes[:, None], "hamming"))
+        curves = {"full": [], "additive": [], "RSA": []}
+        for half in halves:
+            for label, inter in (("full", True), ("additive", False)):
+                out = analyse(half, 0, inter)
+                curves[label].append(out.importance.mean(axis=0)[:, out.terms.index(name)])
+            curves["RSA"].append([sstats.spearmanr(pdist(half[:, :, t]), model)[0]
+                                  for t in range(len(centres))])
+        print(f"  {name:<8s} curve r between halves: " + ", ".join(
+            f"{k} {np.corrcoef(v[0], v[1])[0, 1]:.2f}" for k, v in curves.items()))
+
+
+def report(out):
+    files = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".csv")]
+    frame = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+    for design, sub in frame.groupby("design", sort=False):
+        tested = sub.tested.iloc[0]
+        print(f"\n{design}: rate of p < {ALPHA} for {tested!r} [Wilson 95 %] by amplitude; "
+              "CPU s per dataset")
+        for method in (*METHODS, "interactions"):
+            m = sub[(sub.method == method)
+                    & (sub.feature == ("A x B" if method == "interactions" else tested))]
+            cells = []
+            for a, g in m.groupby("a"):
+                k, N = int((g.p < ALPHA).sum()), int(g.p.notna().sum())
+                if N:
+                    lo, hi = wilson(k, N)
+                    cells.append(f"a={a:g}: {k / N:.2f} [{lo:.2f}, {hi:.2f}] n={N}")
+            if cells:
+                print(f"  {method:<15s} " + " | ".join(cells) + f" | {m.cpu.mean():.1f} s")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--datasets", type=int, default=100)
+    p.add_argument("--designs", nargs="+", default=list(DESIGNS))
+    p.add_argument("--amplitudes", nargs="+", type=float, default=list(AMPLITUDES))
+    p.add_argument("--part", default="1/1", help="k/K: this process runs every K-th dataset")
+    p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "feature_statistic"))
+    p.add_argument("--report", action="store_true")
+    p.add_argument("--it", action="store_true",
+                   help="the IT units pilot (../shared/data) instead of simulations")
+    args = p.parse_args()
+    if args.it:
+        torch.set_num_threads(1)
+        it_pilot()
+        return
+    if args.report:
+        report(args.out)
+        return
+    torch.set_num_threads(1)
+    os.makedirs(args.out, exist_ok=True)
+    k, K = (int(x) for x in args.part.split("/"))
+    # seed-major: a run stopped early leaves every cell with about as many datasets
+    jobs = sorted(((d, a, s) for d in args.designs for a in args.amplitudes
+                   for s in range(args.datasets)), key=lambda job: (job[2], job[0], job[1]))
+    for i, (design, a, seed) in enumerate(jobs):
+        if i % K != k - 1:
+            continue
+        fname = os.path.join(args.out, f"{design}_{a:g}_{seed}.csv")
+        if os.path.exists(fname):
+            continue
+        pd.DataFrame(run_one(design, a, seed)).to_csv(fname, index=False)
+
+
+if __name__ == "__main__":
+    main()
