@@ -179,7 +179,7 @@ def test_worker_threads_for_n_jobs(data, monkeypatch):
     X, y = data
     calls, main = [], []
 
-    def run_jobs(Parallel, jobs, n_total, n_jobs, desc, estimate=False):
+    def run_jobs(Parallel, jobs, n_total, n_jobs, desc, **kwargs):
         calls.extend(job[1][0] for job in jobs)          # (function, args, kwargs)
         main.append(torch.get_num_threads())             # the main process meanwhile
         raise RuntimeError("stop")
