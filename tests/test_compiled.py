@@ -312,3 +312,20 @@ def test_no_compiled_false_at_import():
         out[text] = subprocess.run([sys.executable, "-c", code], env=env, text=True,
                                    capture_output=True, check=True).stdout.strip()
     assert out == {"false": str(compiled.numba is not None), "true": "False"}
+
+
+def test_no_writable_place_for_the_cache_says_so_and_keeps_mne_off_numba(monkeypatch):
+    """Neither the user's private folder nor a folder of the process's can be made (no
+    writable temporary directory): no disk cache, one warning, and MNE is told not to use
+    numba (its kernels ask for a cache and would raise)."""
+    if compiled.numba is None:
+        pytest.skip("numba is not installed")
+    monkeypatch.delenv("MNE_USE_NUMBA", raising=False)
+    monkeypatch.setattr(compiled, "fallback_cache_dir", lambda: None)
+    monkeypatch.setattr(compiled, "_private_cache_dir", lambda: None)
+    before = compiled.numba.config.CACHE_DIR
+    with pytest.warns(RuntimeWarning, match="no writable place for numba's cache"):
+        assert compiled._fallback_cache() is None
+    import os
+    assert os.environ["MNE_USE_NUMBA"] == "false"
+    assert compiled.numba.config.CACHE_DIR == before

@@ -23,16 +23,20 @@ fresh install compiles them (seconds, see the performance page), later processes
 them.  The cache goes where numba puts it (``NUMBA_CACHE_DIR`` when set, else the
 package's ``__pycache__`` folders, else ``~/.cache/numba``); where none of them can be
 written (a shared read-only install, a read-only home), it goes to a private folder of
-the user's in the temporary directory (:func:`fallback_cache_dir`), and where that cannot
-be had either the kernels compile in every process without a disk cache; each fallback
-says so once, with a :class:`RuntimeWarning` at import.  Set ``MLEM_NEURO_NO_COMPILED``
+the user's in the temporary directory (:func:`fallback_cache_dir`, quietly: a log message
+at INFO), else to a folder of the process's (the kernels then compile in every process),
+else nowhere; these last two say so once, with a :class:`RuntimeWarning` at import.  The
+fallback folder is numba's cache folder for the whole process, so that other packages'
+cached kernels (MNE's) run there too.  Set ``MLEM_NEURO_NO_COMPILED``
 to a true word (``1``, ``true``, ``yes``, ``on``; :data:`USE_COMPILED` to ``False``) to
 train with torch and score in numpy instead.
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import shutil
 import stat
 import tempfile
 import threading
@@ -114,8 +118,9 @@ _INT64_MIN = np.int64(-(2 ** 63))
 # ------------------------------------------------------------- the kernels' disk cache
 
 _CACHE_LOCK = threading.Lock()
-#: where the kernels are cached: "numba" (numba's own places), a folder (the fallback),
-#: or None (no disk cache); decided by the first kernel and kept for the others
+#: where the kernels are cached: "numba" (numba's own places), a folder (the fallback,
+#: numba's ``CACHE_DIR`` for the process), or None (no disk cache); decided by the first
+#: kernel and kept for the others
 _CACHE_PLAN = []
 
 
@@ -141,23 +146,57 @@ def fallback_cache_dir():
     return path
 
 
-def _cached_njit(func, options, plan):
-    """``njit(cache=True, **options)(func)`` with the cache of ``plan`` ("numba": numba's
-    own locators; a folder: numba's ``CACHE_DIR`` set to it for this kernel alone)."""
-    if plan == "numba":
-        return njit(cache=True, **options)(func)
-    saved = numba.config.CACHE_DIR
-    numba.config.CACHE_DIR = plan       # read when the kernel's cache is located, here
+def _private_cache_dir():
+    """A new private folder (mode 0700) for this process's kernels, removed at exit, or
+    ``None`` when the temporary directory cannot be written."""
     try:
-        return njit(cache=True, **options)(func)
-    finally:
-        numba.config.CACHE_DIR = saved
+        path = tempfile.mkdtemp(prefix="mlem_neuro-numba-")
+    except OSError:
+        return None
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def _fallback_cache():
+    """Where numba caches when none of its own places can be written: the user's private
+    folder (:func:`fallback_cache_dir`), quietly; else a folder of this process's, with a
+    warning; else nowhere, with a warning.  The folder becomes numba's ``CACHE_DIR`` for
+    the whole process: other packages' kernels with ``cache=True`` (MNE's, which numba,
+    a dependency of this package, switches on) would otherwise raise "cannot cache" where
+    ours did.  With no folder at all MNE is told not to use numba (``MNE_USE_NUMBA``)."""
+    from ...utils import logger
+
+    folder = fallback_cache_dir()
+    if folder is not None:
+        logger.info("numba cannot write its cache next to the package or in the home "
+                    "folder: the compiled kernels are cached in %s (set NUMBA_CACHE_DIR to "
+                    "choose where)", folder)
+    else:
+        folder = _private_cache_dir()
+        if folder is not None:
+            warnings.warn(
+                "mlem_neuro: numba cannot write its cache next to the package, in the home "
+                "folder or in a private folder of yours in the temporary directory (it "
+                "belongs to someone else, or others may write it): the compiled kernels "
+                f"are cached in {folder} for this process only and compile in every "
+                "process (seconds at its first analysis). Set NUMBA_CACHE_DIR to a "
+                "writable folder to keep them.", RuntimeWarning, stacklevel=3)
+    if folder is None:
+        os.environ.setdefault("MNE_USE_NUMBA", "false")
+        warnings.warn(
+            "mlem_neuro: no writable place for numba's cache (next to the package, in the "
+            "home folder or in the temporary directory): the compiled kernels compile in "
+            "every process (seconds at its first analysis), and MNE is told not to use "
+            "numba (MNE_USE_NUMBA=false). Set NUMBA_CACHE_DIR to a writable folder.",
+            RuntimeWarning, stacklevel=3)
+        return None
+    numba.config.CACHE_DIR = folder      # read when each kernel's cache is located
+    return folder
 
 
 def _kernel(**options):
     """numba's ``njit(**options)`` with an on-disk cache where one can be written: numba's
-    own places, else :func:`fallback_cache_dir`, else none (the kernels then compile in
-    every process).  The first kernel decides for all, and a fallback warns once."""
+    own places, else :func:`_fallback_cache`'s.  The first kernel decides for all."""
     def decorate(func):
         if numba is None:
             return func
@@ -170,25 +209,9 @@ def _kernel(**options):
                 except RuntimeError as err:      # numba: "cannot cache function ..."
                     if "cannot cache" not in str(err):
                         raise
-                folder = fallback_cache_dir()
-                _CACHE_PLAN.append(folder)
-                if folder is not None:
-                    warnings.warn(
-                        "mlem_neuro: numba cannot write its cache next to the package or "
-                        f"in the home folder; the compiled kernels are cached in {folder} "
-                        "instead. Set NUMBA_CACHE_DIR to a writable folder to choose "
-                        "where.", RuntimeWarning, stacklevel=2)
-                else:
-                    warnings.warn(
-                        "mlem_neuro: no writable, private folder for numba's cache (next "
-                        "to the package, in the home folder or in the temporary "
-                        "directory): the compiled kernels compile in every process "
-                        "(seconds at the first analysis). Set NUMBA_CACHE_DIR to a "
-                        "writable folder to keep them.", RuntimeWarning, stacklevel=2)
+                _CACHE_PLAN.append(_fallback_cache())
             plan = _CACHE_PLAN[0]
-        if plan is None:
-            return njit(cache=False, **options)(func)
-        return _cached_njit(func, options, plan)
+        return njit(cache=plan is not None, **options)(func)
     return decorate
 
 
