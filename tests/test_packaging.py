@@ -223,7 +223,8 @@ def test_ruff():
         if shutil.which("ruff") is None:
             pytest.skip("ruff is not installed (pip install ruff, or make install)")
         ruff = [shutil.which("ruff")]
-    proc = subprocess.run([*ruff, "check", "--output-format", "concise", "."],
+    # --no-cache: the checkout may be read-only (a non-root user's run of the suite)
+    proc = subprocess.run([*ruff, "check", "--no-cache", "--output-format", "concise", "."],
                           capture_output=True, text=True, cwd=ROOT, timeout=300,
                           env={**os.environ, "NO_COLOR": "1"})
-    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]

@@ -103,9 +103,13 @@ def test_projection_scales_with_n_null(epochs_data, monkeypatch):
     assert counts[1] > 9 * counts[0]
     few, _ = _run(epochs_data, monkeypatch, n_null=3)
     many, _ = _run(epochs_data, monkeypatch, n_null=99)
-    # 99 nulls against 3: about 30 times the rows trained (timing noise on a loaded
-    # machine: only the direction is checked, with a margin)
-    assert _seconds(_projection_line(many)) > 2 * _seconds(_projection_line(few))
+    # 99 nulls against 3: the models said are exact.  The seconds are not compared: on
+    # this small design they are tenths of a second, dominated by a chunk's fixed cost
+    # and the machine's load (seen: 0.2 s projected for 99 nulls, 0.4 s for 3); the
+    # projection is checked against a real run on the performance page
+    said = [int(re.search(r"([\d,]+) models to fit", _projection_line(m)).group(1)
+                .replace(",", "")) for m in (few, many)]
+    assert said == [_projection.fit_counts(12, 4, n, 3, False)[0] for n in (3, 99)]
 
 
 def test_long_projection_warns_once(epochs_data, monkeypatch):
