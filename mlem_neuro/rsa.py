@@ -819,25 +819,10 @@ def rsa_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0,
     ...                                      radius=6.0, n_null=999)  # doctest: +SKIP
     >>> res.plot("category")                                        # doctest: +SKIP
     """
-    from .adapters.nifti import (
-        _binary,
-        _check_3d,
-        check_radius,
-        mask_coords,
-        mask_data,
-        sphere_membership,
-    )
+    from .adapters.nifti import check_radius
     from .core.rdms.sources import SphereRDMSource
     from .results.rsa import RSABrainMapResult
-    from .searchlight import (
-        _prepare,
-        _standardize,
-        _standardize_runs,
-        _warn_flat_models,
-        _warn_single_voxels,
-        mean_background,
-        space_code,
-    )
+    from .searchlight import _prepare, _standardize_runs, mean_background, space_code, spheres
 
     distance, n_null, partial, n_jobs = _check_rsa_options(distance, n_null, partial,
                                                            n_jobs)
@@ -849,26 +834,9 @@ def rsa_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0,
     runs, runs_from = _standardize_runs(standardize, features, groups)
     img4d, table, mask, _, groups, _, _ = _prepare(imgs, features, mask_img, None, groups,
                                                    runs_from=runs_from)
-    if process_mask_img is None:
-        centres_mask, centres_affine = mask, img4d.affine
-    else:
-        centres_mask, centres_affine = _binary(_check_3d(process_mask_img,
-                                                         "process_mask_img"),
-                                               "process_mask_img")
-    centre_ijk, seeds = mask_coords(centres_mask, centres_affine)
-    A = sphere_membership(seeds, mask, img4d.affine, radius)
+    centres_mask, centres_affine, centre_ijk, A, X = spheres(
+        img4d, mask, process_mask_img, radius, runs, runs_from)
     sizes = np.diff(A.indptr)
-    if (sizes == 0).any():
-        bad = np.flatnonzero(sizes == 0)
-        raise ValueError(
-            f"{len(bad)} of {len(sizes)} sphere centres of process_mask_img have no voxel "
-            f"of mask_img within radius={radius} mm (e.g. centre voxel "
-            f"{tuple(int(v) for v in centre_ijk[bad[0]])}); restrict process_mask_img to "
-            "the mask (nilearn.masking.intersect_masks) or increase radius.")
-    _warn_single_voxels(sizes, radius, img4d.affine)
-    X = _standardize(mask_data(img4d, mask), runs, runs_from)
-    _warn_flat_models(X, A, "spheres",
-                      lambda k: f"centre voxel {tuple(int(v) for v in centre_ijk[k])}")
     n = X.shape[0]
     groups = None if groups is None else _check_groups(groups, n)
     source = SphereRDMSource(normalise_magnitude(X, "images"), A, distance)

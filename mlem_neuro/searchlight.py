@@ -142,6 +142,34 @@ def _warn_flat_models(X, A, what, name):
                   "betas were estimated in).", UserWarning, stacklevel=4)
 
 
+def spheres(img4d, mask, process_mask_img, radius, runs, runs_from):
+    """The searchlight's spheres and patterns, shared by :func:`mlem_searchlight` and
+    :func:`mlem_neuro.rsa.rsa_searchlight`: ``(centres mask, its affine, centre voxels,
+    sphere membership A (centres x mask voxels, CSR), X (images x mask voxels,
+    standardised per run when asked))``, with an error for a centre without a mask
+    voxel in its sphere and warnings for single-voxel spheres and flat models."""
+    if process_mask_img is None:
+        centres_mask, centres_affine = mask, img4d.affine
+    else:
+        pimg = _check_3d(process_mask_img, "process_mask_img")
+        centres_mask, centres_affine = _binary(pimg, "process_mask_img")
+    centre_ijk, seeds = mask_coords(centres_mask, centres_affine)
+    A = sphere_membership(seeds, mask, img4d.affine, radius)
+    sizes = np.diff(A.indptr)
+    if (sizes == 0).any():
+        bad = np.flatnonzero(sizes == 0)
+        raise ValueError(
+            f"{len(bad)} of {len(sizes)} sphere centres of process_mask_img have no voxel "
+            f"of mask_img within radius={radius} mm (e.g. centre voxel "
+            f"{tuple(int(v) for v in centre_ijk[bad[0]])}); restrict process_mask_img to "
+            "the mask (nilearn.masking.intersect_masks) or increase radius.")
+    _warn_single_voxels(sizes, radius, img4d.affine)
+    X = _standardize(mask_data(img4d, mask), runs, runs_from)
+    _warn_flat_models(X, A, "spheres",
+                      lambda k: f"centre voxel {tuple(int(v) for v in centre_ijk[k])}")
+    return centres_mask, centres_affine, centre_ijk, A, X
+
+
 def _prepare(imgs, features, mask_img, items, groups, name="mask_img", partitions=None,
              distance="euclidean", runs_from=None):
     img4d = load_images(imgs)
@@ -302,25 +330,9 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
     img4d, table, mask, items, groups, partitions, part_col = _prepare(
         imgs, features, mask_img, items, groups, partitions=partitions,
         distance=options.distance, runs_from=runs_from)
-    if process_mask_img is None:
-        centres_mask, centres_affine = mask, img4d.affine
-    else:
-        pimg = _check_3d(process_mask_img, "process_mask_img")
-        centres_mask, centres_affine = _binary(pimg, "process_mask_img")
-    centre_ijk, seeds = mask_coords(centres_mask, centres_affine)
-    A = sphere_membership(seeds, mask, img4d.affine, radius)
+    centres_mask, centres_affine, centre_ijk, A, X = spheres(
+        img4d, mask, process_mask_img, radius, runs, runs_from)
     sizes = np.diff(A.indptr)
-    if (sizes == 0).any():
-        bad = np.flatnonzero(sizes == 0)
-        raise ValueError(
-            f"{len(bad)} of {len(sizes)} sphere centres of process_mask_img have no voxel "
-            f"of mask_img within radius={radius} mm (e.g. centre voxel "
-            f"{tuple(int(v) for v in centre_ijk[bad[0]])}); restrict process_mask_img to "
-            "the mask (nilearn.masking.intersect_masks) or increase radius.")
-    _warn_single_voxels(sizes, radius, img4d.affine)
-    X = _standardize(mask_data(img4d, mask), runs, runs_from)
-    _warn_flat_models(X, A, "spheres",
-                      lambda k: f"centre voxel {tuple(int(v) for v in centre_ijk[k])}")
     logger.info("MLEM searchlight: %d images, %d voxels in mask, %d spheres of %d voxels "
                 "(median; %d-%d)", X.shape[0], X.shape[1], len(sizes), int(np.median(sizes)),
                 sizes.min(), sizes.max())
