@@ -64,6 +64,7 @@ from .core.scoring.importance import (
     term_importance,
     warn_unidentifiable_terms,
 )
+from .core.scoring.main_effect import combine, main_effect_tests, pair_columns
 from .core.scoring.nulls import (
     null_design,
     null_permutations,
@@ -117,6 +118,13 @@ class CVOutput:
     n_repeats_capped : str | None
         Why fewer repeats of an int ``cv`` were run than ``n_repeats`` asked for (fewer
         distinct splits exist, :func:`check_cv`); ``None`` when none were left out.
+    main_effect : (M, m) | None
+        Each feature's in-sample main effect (partial rank correlation of its distance
+        with the neural distance, :mod:`~mlem_neuro.core.scoring.main_effect`); ``None`` when
+        the RDM of all stimuli does not fit in memory.
+    parts : dict
+        With ``feature_test="combined"`` and tests, ``feature -> {"importance": (obs,
+        null), "main_effect": (obs, null)}``: the two statistics its test combines.
     """
 
     W: np.ndarray
@@ -136,6 +144,8 @@ class CVOutput:
     training: set = field(default_factory=set)
     interaction_seed: int = None
     n_repeats_capped: str = None
+    main_effect: np.ndarray = None
+    parts: dict = field(default_factory=dict)
 
     def pvalues(self):
         """``(names, pvalues, pvalues_fwe)`` of :attr:`tests`, or ``(None, None, None)``
@@ -801,8 +811,9 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     out.untestable = untestable
     out.n_repeats_capped = notes.get("n_repeats_capped")
     out.held_out_pairs = "all" if held[0] is None else "between_groups"
+    out.main_effect, main_null = _main_effects(source, enc_all, null, opts, groups, held)
     if null is not None:
-        _add_tests(out)
+        _add_tests(out, main_null)
         if opts.model_interactions and len(names) >= 2:
             # the seed of the test of interactions, which the inference layer runs
             # (:func:`mlem_neuro.inference.run_analysis`)
@@ -1001,14 +1012,40 @@ def _check_test_names(names):
                          "without n_null.")
 
 
-def _add_tests(out):
-    """Fold-mean observed and null statistics of the tests "score" and each feature."""
+def _main_effects(source, enc, null, opts, groups, held):
+    """Every feature's in-sample main effect ``(M, m)`` and, with tests and
+    ``feature_test="combined"``, its null ``(M, m, n_null)`` under the feature's own
+    relabellings (:mod:`~mlem_neuro.core.scoring.main_effect`), on the pairs that score the
+    folds (between groups when the held-out pairs are); ``(None, None)`` when the RDM of
+    all stimuli does not fit in memory (the test is then the importance alone, said)."""
+    n = source.n_stimuli
+    if 8 * n_pairs(n) * 3 > memory_budget() // 4:
+        if null is not None and opts.feature_test == "combined":
+            logger.warning("the features' tests use the held-out importance alone: the "
+                           "main effects need the RDM of all %d stimuli in memory", n)
+        return None, None
+    columns = pair_columns(n, groups) if held[0] is not None else None
+    use_null = null if null is not None and opts.feature_test == "combined" else None
+    return main_effect_tests(source, enc, use_null, columns, check_device(opts.device))
+
+
+def _add_tests(out, main_null=None):
+    """Fold-mean observed and null statistics of the tests "score" and each feature;
+    with ``main_null`` (``feature_test="combined"``) each feature's statistic is the
+    :func:`~mlem_neuro.core.scoring.main_effect.combine` of its held-out importance and
+    its main effect, and both parts are kept in ``out.parts``."""
     null = out.fold_null.mean(axis=0)                       # (M, n_tests, n_null)
     out.tests["score"] = (out.score.mean(axis=0), null[:, 0].T)
     importance = out.importance.mean(axis=0)
     for f, name in enumerate(out.feature_names):
         col = out.terms.index(name)
-        out.tests[name] = (importance[:, col], null[:, 1 + f].T)
+        part = (importance[:, col], null[:, 1 + f].T)
+        if main_null is None:
+            out.tests[name] = part
+            continue
+        main = (out.main_effect[:, f], main_null[:, f].T)
+        out.parts[name] = {"importance": part, "main_effect": main}
+        out.tests[name] = combine(*zip(part, main))
 
 
 def _check_fold_scorable(f, enc_test, names, flat, random_split=False):
@@ -1087,6 +1124,10 @@ def result_settings(options, out, groups=None, **extra):
                     converged_fraction=float(np.mean(out.converged)))
     settings["held_out_pairs_used"] = out.held_out_pairs
     settings["training_used"] = sorted(out.training)
+    # what each feature's test read: the combined statistic, or the importance alone (by
+    # choice, without tests, or when the main effects did not fit in memory)
+    settings["feature_test_used"] = ("combined" if out.parts else "importance"
+                                     if out.tests else None)
     if _int_cv(options.cv):             # what n_repeats="auto" (or an int) gave
         settings["n_repeats_used"] = len(out.folds) // int(options.cv)
     if out.n_repeats_capped:            # fewer distinct splits than repeats asked for

@@ -72,7 +72,9 @@ DESIGNS = {
 }
 #: amplitudes of the tested feature (of the interaction for ``xor``)
 AMPLITUDES = (0.0, 0.2, 0.3, 0.4)
-METHODS = ("full", "additive", "max", "Mantel", "partial Mantel")
+METHODS = ("default", "full", "main", "additive", "max", "Mantel", "partial Mantel")
+#: also run the additive model (``--no-additive`` halves the cost per dataset)
+ADDITIVE = True
 
 
 def _levels(spec, n, rng):
@@ -133,31 +135,43 @@ def run_one(design, a, seed):
         rows.append(dict(method="Mantel", feature=name, p=frame.loc[name, "p"], cpu=cpu))
         rows.append(dict(method="partial Mantel", feature=name,
                          p=frame.loc[name, "p_partial"], cpu=cpu))
-    tests, cpus, p_int = {}, {}, np.nan
-    for label, interactions in (("full", True), ("additive", False)):
-        opts = MLEMOptions(n_null=N_NULL, interactions=interactions,
-                           random_state=10**6 + seed)
+    tests, parts, cpus, p_int = {}, {}, {}, np.nan
+    runs = (("default", {}), ("additive", {"interactions": False})) if ADDITIVE else (
+        ("default", {}),)
+    for label, kw in runs:
+        opts = MLEMOptions(n_null=N_NULL, random_state=10**6 + seed, **kw)
         t0 = time.process_time()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out = run_analysis(DenseRDMSource(X[None], "euclidean"), table, opts,
                                desc="time points")
         cpus[label] = time.process_time() - t0
+        parts[label] = out.parts
         tests[label] = out.tests
         if "interactions" in out.tests:
             obs, null = out.tests["interactions"]
             p_int = _p(obs[0], null[:, 0])
     for name in table.columns:
         stats = {}
-        for label in ("full", "additive"):
-            obs, null = tests[label][name]
+        # the default's statistic, and the two it combines (same fit, same null datasets)
+        obs, null = tests["default"][name]
+        rows.append(dict(method="default", feature=name, p=_p(obs[0], null[:, 0]),
+                         cpu=cpus["default"]))
+        for label, key in (("full", "importance"), ("main", "main_effect")):
+            obs, null = parts["default"][name][key]
             stats[label] = (obs[0], null[:, 0])
             rows.append(dict(method=label, feature=name, p=_p(*stats[label]),
-                             cpu=cpus[label]))
-        (zf, nf), (za, na) = (_zscore(*stats[k]) for k in ("full", "additive"))
-        rows.append(dict(method="max", feature=name, p=_p(max(zf, za), np.maximum(nf, na)),
-                         cpu=cpus["full"] + cpus["additive"]))
-    rows.append(dict(method="interactions", feature="A x B", p=p_int, cpu=cpus["full"]))
+                             cpu=cpus["default"]))
+        if ADDITIVE:
+            obs, null = parts["additive"][name]["importance"]
+            stats["additive"] = (obs[0], null[:, 0])
+            rows.append(dict(method="additive", feature=name, p=_p(*stats["additive"]),
+                             cpu=cpus["additive"]))
+            (zf, nf), (za, na) = (_zscore(*stats[k]) for k in ("full", "additive"))
+            rows.append(dict(method="max", feature=name,
+                             p=_p(max(zf, za), np.maximum(nf, na)),
+                             cpu=cpus["default"] + cpus["additive"]))
+    rows.append(dict(method="interactions", feature="A x B", p=p_int, cpu=cpus["default"]))
     for r in rows:
         r.update(design=design, a=a, seed=seed, tested=DESIGNS[design][3])
     return rows
@@ -200,7 +214,7 @@ def it_pilot(n_groups=8, window=0.05, step=0.05, seed=0):
                                 opts, groups=cond, desc="time points")
 
     outs = {}
-    for label, inter in (("full", True), ("additive", False)):
+    for label, inter in (("default", True), ("additive", False)):
         t0 = time.perf_counter()
         outs[label] = analyse(data, N_NULL, inter)
         print(f"  {label}: {time.perf_counter() - t0:.0f} s")
@@ -211,10 +225,10 @@ def it_pilot(n_groups=8, window=0.05, step=0.05, seed=0):
     perms = [np.arange(len(conds))] + [rng.permutation(len(conds)) for _ in range(N_NULL)]
     for name in ("object", "position"):
         level = dict(zip(cond, table[name]))
-        row = {}
-        for label in ("full", "additive"):
-            obs, null = outs[label].tests[name]
-            row[label] = (obs, null)
+        row = {"default": outs["default"].tests[name],
+               "full": outs["default"].parts[name]["importance"],
+               "main": outs["default"].parts[name]["main_effect"],
+               "additive": outs["additive"].parts[name]["importance"]}
         (zf, nf), (za, na) = (_zscore(*row[k]) for k in ("full", "additive"))
         row["max"] = (np.maximum(zf, za), np.maximum(nf, na))
         rsa_stats = []
@@ -233,14 +247,17 @@ def it_pilot(n_groups=8, window=0.05, step=0.05, seed=0):
     # replication between two halves of the units (curves only, no tests)
     units = np.random.default_rng(seed + 1).permutation(data.shape[1])
     halves = [data[:, units[:len(units) // 2]], data[:, units[len(units) // 2:]]]
+    half_outs = [(analyse(h, 0, True), analyse(h, 0, False)) for h in halves]
     for name in ("object", "position"):
         codes = pd.factorize(table[name])[0]
         model = sstats.rankdata(pdist(codes[:, None], "hamming"))
-        curves = {"full": [], "additive": [], "RSA": []}
-        for half in halves:
-            for label, inter in (("full", True), ("additive", False)):
-                out = analyse(half, 0, inter)
-                curves[label].append(out.importance.mean(axis=0)[:, out.terms.index(name)])
+        curves = {"full (importance)": [], "main effect": [], "additive": [], "RSA": []}
+        for half, (full, add) in zip(halves, half_outs):
+            f = full.feature_names.index(name)
+            curves["full (importance)"].append(
+                full.importance.mean(axis=0)[:, full.terms.index(name)])
+            curves["main effect"].append(full.main_effect[:, f])
+            curves["additive"].append(add.importance.mean(axis=0)[:, add.terms.index(name)])
             curves["RSA"].append([sstats.spearmanr(pdist(half[:, :, t]), model)[0]
                                   for t in range(len(centres))])
         print(f"  {name:<8s} curve r between halves: " + ", ".join(
@@ -275,9 +292,13 @@ def main():
     p.add_argument("--part", default="1/1", help="k/K: this process runs every K-th dataset")
     p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "feature_statistic"))
     p.add_argument("--report", action="store_true")
+    p.add_argument("--no-additive", action="store_true",
+                   help="skip the additive model (and the max of full and additive)")
     p.add_argument("--it", action="store_true",
                    help="the IT units pilot (../shared/data) instead of simulations")
     args = p.parse_args()
+    global ADDITIVE
+    ADDITIVE = not args.no_additive
     if args.it:
         torch.set_num_threads(1)
         it_pilot()

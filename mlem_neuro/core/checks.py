@@ -36,6 +36,11 @@ LEVELS = ("term", "feature")
 NULLS = ("conditional", "marginal")
 #: which held-out pairs score a fold (:func:`mlem_neuro.crossval.held_out_columns`).
 HELD_OUT_PAIRS = ("auto", "all", "between_groups")
+#: the statistic of each feature's test (:func:`mlem_neuro.crossval.run_cv`):
+#: ``"combined"`` joins the held-out importance and the in-sample main effect
+#: (:mod:`mlem_neuro.core.scoring.main_effect`) in one max statistic; ``"importance"`` is the
+#: held-out importance alone
+FEATURE_TESTS = ("combined", "importance")
 #: the training paths (:func:`mlem_neuro.core.training.engine.choose_backend`); ``"auto"`` picks
 #: the fastest one that can train the design on its device
 BACKENDS = ("auto", "compiled", "torch", "reference")
@@ -308,6 +313,7 @@ CHECKS = {
     "distance": _distance,
     "feature_groups": _feature_groups,
     "feature_kinds": _feature_kinds,
+    "feature_test": choice(FEATURE_TESTS),
     "held_out_pairs": choice(HELD_OUT_PAIRS),
     "interactions": _bool,
     "level": choice(LEVELS),

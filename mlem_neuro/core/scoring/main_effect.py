@@ -1,0 +1,220 @@
+"""Each feature's main effect, in sample: the partial rank correlation of its distance with
+the neural distance, the other features' distances held fixed.
+
+For feature ``f`` and one model (time point, sphere), over the pairs of stimuli::
+
+    r_f = corr(e_y, e_f),   e_* = the ranks of * minus their projection on the ranks of
+                                  the other features' distances (and a constant)
+
+a partial Spearman correlation (the statistic of a partial Mantel test; with one feature
+the Spearman correlation of a representational similarity analysis).  It sees what an
+additive metric sees, with one number per feature and no training, and none of what
+only an interaction of features carries (an XOR code).
+
+Its null datasets are the analysis's own (:mod:`~mlem_neuro.core.scoring.nulls`): the
+relabellings of feature ``f``'s test move the neural data within strata of the other
+features, so the same relabellings give the null distribution of ``r_f`` and of the
+held-out importance of ``f``, null dataset by null dataset.  :func:`combine` turns the two
+into one statistic per null dataset (``feature_test="combined"``).
+
+A relabelling permutes the pairs, so the neural ranks of a null dataset are the observed
+ranks moved to other pairs: the ranks are computed once per model, and a null dataset's
+statistic is one matrix product with the feature's residual moved to the relabelled pairs
+(``y[lin] . e == y . scatter(e, lin)``).
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+
+from ..constants import CHUNK_BYTES
+from ..ranks.spearman import rankdata
+from ..stimuli.pairs import pair_indices
+from .nulls import permuted_pairs
+
+#: relative size under which a residual (a feature's distance ranks once the other
+#: features' are removed) or a basis direction counts as zero: float64 rounding of rank
+#: vectors of up to 10**6 pairs stays below 1e-9 of their norm
+_TOL = 1e-9
+
+
+def pair_columns(n, groups=None):
+    """Columns of :func:`~mlem_neuro.core.stimuli.pairs.pair_indices` ``(n)`` that the main
+    effects use: every pair, or with ``groups`` the pairs of stimuli of different groups
+    (the held-out pairs' choice, ``"between_groups"``)."""
+    if groups is None:
+        return None
+    groups = np.asarray(groups)
+    i, j = pair_indices(n)
+    return np.flatnonzero(groups[i] != groups[j])
+
+
+class MainEffects:
+    """The residual of every feature's distance ranks on the other features' ranks.
+
+    Parameters
+    ----------
+    enc : EncodedFeatures
+        Every stimulus's encoded features (:meth:`FeatureSpace.transform`).
+    columns : ndarray | None
+        The pairs used (:func:`pair_columns`); ``None`` for all.
+    """
+
+    def __init__(self, enc, columns=None):
+        n = enc.values.shape[0]
+        i, j = pair_indices(n)
+        self.n, self.columns = n, columns
+        D = torch.as_tensor(enc.pair_distances(i, j), dtype=torch.float64)
+        if columns is not None:
+            D = D[torch.as_tensor(columns)]
+        R = rankdata(D.T.contiguous())
+        R = R - R.mean(dim=1, keepdim=True)
+        m = R.shape[0]
+        #: per feature, the unit residual ``e_f (P,)`` (NaN when the feature's distance is
+        #: a function of the others': no main effect of its own) and the orthonormal basis
+        #: ``(P, q)`` of the other features' centred ranks
+        self.residual, self.basis = [], []
+        for f in range(m):
+            others = R[[g for g in range(m) if g != f]].T
+            if others.shape[1]:
+                U, s, _ = torch.linalg.svd(others, full_matrices=False)
+                Q = U[:, s > _TOL * max(float(s.max()), 1.0)]
+            else:
+                Q = R.new_zeros((R.shape[1], 0))
+            e = R[f] - Q @ (Q.T @ R[f])
+            norm = float(e.norm())
+            scale = float(R[f].norm())
+            if scale == 0 or norm <= _TOL * scale:
+                e = torch.full_like(e, float("nan"))
+            else:
+                e = e / norm
+            self.residual.append(e)
+            self.basis.append(Q)
+
+    @property
+    def n_features(self):
+        return len(self.residual)
+
+    def _ranks(self, rdm):
+        """Centred ranks ``(B, P)`` of the used pairs of each row of ``rdm`` and their
+        squared norms."""
+        if self.columns is not None:
+            rdm = rdm[:, torch.as_tensor(self.columns, device=rdm.device)]
+        y = rankdata(rdm.to(torch.float64))
+        y = y - y.mean(dim=1, keepdim=True)
+        return y, (y * y).sum(dim=1)
+
+    @staticmethod
+    def _partial(num, proj_sq, total):
+        """``num / sqrt(total - proj_sq)``, NaN where the remainder is not positive (a
+        constant RDM, or one the other features explain entirely)."""
+        rest = total - proj_sq
+        ok = rest > _TOL * torch.clamp(total, min=1e-300)
+        out = torch.full_like(num, float("nan"))
+        out[ok] = num[ok] / torch.sqrt(rest[ok])
+        return out
+
+    def observed(self, rdm):
+        """Each feature's partial rank correlation ``(B, m)`` in each row of ``rdm (B,
+        n_pairs(n))`` (distances of the pairs of all stimuli)."""
+        y, total = self._ranks(rdm)
+        out = []
+        for e, Q in zip(self.residual, self.basis):
+            proj = y @ Q
+            out.append(self._partial(y @ e.to(y.device), (proj * proj).sum(dim=1), total))
+        return torch.stack(out, dim=1)
+
+    def _moved(self, lin, device):
+        """Per relabelling, where each used pair's distance goes: positions ``(R, P)`` in
+        the used pairs (a relabelling keeps the stimuli of a pair in different groups when
+        it keeps every stimulus in its group, as the analyses' relabellings do)."""
+        if self.columns is None:
+            return torch.as_tensor(lin, device=device)
+        where = np.full(self.n * (self.n - 1) // 2, -1, dtype=np.int64)
+        where[self.columns] = np.arange(len(self.columns))
+        moved = where[lin[:, self.columns]]
+        if (moved < 0).any():
+            raise ValueError("a relabelling moved a pair of stimuli from different groups "
+                             "onto a pair of the same group: relabel within groups.")
+        return torch.as_tensor(moved, device=device)
+
+    def null(self, rdm, perms, feature):
+        """Feature ``feature``'s partial rank correlation ``(B, R)`` in each row of ``rdm``
+        relabelled by each of ``perms (R, n)`` (stimulus ``a`` takes the data of ``π(a)``,
+        :func:`~mlem_neuro.core.scoring.nulls.permuted_pairs`)."""
+        y, total = self._ranks(rdm)
+        e, Q = self.residual[feature].to(y.device), self.basis[feature].to(y.device)
+        lin = permuted_pairs(perms, np.arange(self.n), self.n)
+        moved = self._moved(lin, y.device)                   # (R, P)
+        R, P = moved.shape
+        q = Q.shape[1]
+        # y[moved[r]] . v == y . scatter(v, moved[r]): one product per relabelling block
+        per = max(1, int(CHUNK_BYTES // (8 * P * (1 + q))))
+        out = []
+        for s in range(0, R, per):
+            mv = moved[s:s + per]
+            r = mv.shape[0]
+            V = y.new_zeros((r, 1 + q, P))
+            V[:, 0].scatter_(1, mv, e.expand(r, P))
+            if q:
+                V[:, 1:].scatter_(2, mv[:, None, :].expand(r, q, P),
+                                  Q.T.expand(r, q, P))
+            prod = (y @ V.reshape(r * (1 + q), P).T).reshape(-1, r, 1 + q)
+            proj_sq = (prod[..., 1:] ** 2).sum(dim=-1)
+            out.append(self._partial(prod[..., 0], proj_sq, total[:, None].expand(-1, r)))
+        return torch.cat(out, dim=1)
+
+
+def main_effect_tests(source, enc, null, columns=None, device="cpu", chunk_bytes=None):
+    """Observed ``(M, m)`` and null ``(M, m, n_null)`` partial rank correlations of every
+    feature of ``enc`` in every model of ``source``, the null of feature ``f`` under the
+    relabellings ``null[1 + f]`` of its test (``null (1 + m, n_null, n)``, the score's
+    first, :func:`~mlem_neuro.core.scoring.nulls.null_permutations`); ``null=None``: the
+    observed ones only (null ``None``).  Models go in chunks of RDMs of all stimuli of at
+    most ``chunk_bytes`` (:data:`~mlem_neuro.core.constants.CHUNK_BYTES`)."""
+    effects = MainEffects(enc, columns)
+    n, M, m = source.n_stimuli, source.n_models, effects.n_features
+    P = n * (n - 1) // 2
+    budget = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    per = max(1, int(budget // (8 * P * (2 + (0 if null is None else null.shape[1])))))
+    obs = np.empty((M, m))
+    nul = None if null is None else np.empty((M, m, null.shape[1]))
+    everything = np.arange(n)
+    for s in range(0, M, per):
+        sl = slice(s, min(s + per, M))
+        rdm = source.subset(sl).rdm(everything, device)
+        obs[sl] = effects.observed(rdm).cpu().numpy()
+        if null is not None:
+            for f in range(m):
+                nul[sl, f] = effects.null(rdm, null[1 + f], f).cpu().numpy()
+    return obs, nul
+
+
+def combine(observed, null):
+    """One statistic from several on the same null datasets: each standardised by the
+    mean and standard deviation of its observed and null values together (the observed
+    dataset is one of the relabellings), then their maximum.
+
+    ``observed`` is a list of ``(M,)`` arrays, ``null`` of ``(n_null, M)`` arrays (one
+    pair per statistic); returns ``(M,)`` and ``(n_null, M)``.  Standardising over all
+    ``1 + n_null`` values treats every relabelling alike, so the combined statistic is a
+    permutation test as each part is (a nonparametric combination).  A part that is NaN
+    for a model (undefined) leaves the others; all NaN gives NaN.
+    """
+    z_obs, z_null = [], []
+    for o, nl in zip(observed, null):
+        allv = np.concatenate([np.asarray(o, float)[None], np.asarray(nl, float)], axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)     # all-NaN models: NaN
+            mu = np.nanmean(allv, axis=0)
+            sd = np.nanstd(allv, axis=0)
+            sd = np.where(sd > 0, sd, np.nan)
+            z = (allv - mu) / sd
+        z_obs.append(z[0])
+        z_null.append(z[1:])
+    with np.errstate(invalid="ignore"):
+        obs = np.fmax.reduce(np.stack(z_obs), axis=0)
+        nul = np.fmax.reduce(np.stack(z_null), axis=0)
+    return obs, nul
