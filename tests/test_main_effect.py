@@ -1,0 +1,197 @@
+"""The features' main effects (partial rank correlations) and the combined feature test:
+exact against a direct computation, their permutation tests calibrated and powered on
+simulated data where the truth is known, and wired into the analyses."""
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import stats
+
+from mlem_neuro.core.options import MLEMOptions
+from mlem_neuro.core.rdms.sources import DenseRDMSource
+from mlem_neuro.core.scoring.main_effect import (
+    MainEffects,
+    combine,
+    main_effect_tests,
+    pair_columns,
+)
+from mlem_neuro.core.scoring.nulls import null_permutations, permuted_pairs
+from mlem_neuro.core.stimuli.features import FeatureSpace
+from mlem_neuro.core.stimuli.pairs import pair_indices
+from mlem_neuro.crossval import run_cv
+
+
+def _table(n, rng):
+    return pd.DataFrame({"a": rng.choice(["x", "y", "z"], n),
+                         "b": rng.choice(["u", "v"], n),
+                         "c": rng.normal(size=n)})
+
+
+def _direct(D, y, f):
+    """Partial Spearman of feature f's distance with y, the others' held fixed (numpy)."""
+    R = np.column_stack([stats.rankdata(col) for col in D.T])
+    ry = stats.rankdata(y)
+    others = np.column_stack([np.ones(len(y))] + [R[:, g] for g in range(R.shape[1])
+                                                    if g != f])
+
+    def resid(v):
+        return v - others @ np.linalg.lstsq(others, v, rcond=None)[0]
+
+    a, b = resid(R[:, f]), resid(ry)
+    return a @ b / np.sqrt((a @ a) * (b @ b))
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_observed_and_null_equal_a_direct_computation(grouped):
+    rng = np.random.default_rng(0)
+    n = 18
+    table = _table(n, rng)
+    space = FeatureSpace().fit(table)
+    enc = space.transform(table)
+    X = rng.normal(size=(3, n, 5))
+    source = DenseRDMSource(X, "euclidean")
+    groups = np.repeat([0, 1, 2], 6) if grouped else None
+    cols = pair_columns(n, groups)
+    effects = MainEffects(enc, cols)
+    i, j = pair_indices(n)
+    D = enc.pair_distances(i, j)
+    rdm = source.rdm(np.arange(n))
+    keep = slice(None) if cols is None else cols
+    obs = effects.observed(rdm).numpy()
+    for model in range(3):
+        for f in range(3):
+            want = _direct(D[keep], rdm[model].numpy()[keep], f)
+            assert obs[model, f] == pytest.approx(want, abs=1e-10)
+    # a null dataset is the relabelled data: its statistic is the observed one of the
+    # relabelled RDM (within groups when grouped)
+    perms = null_permutations(enc, space.kinds_, 4, rng, groups=groups)[2]
+    got = effects.null(rdm, perms, 1).numpy()
+    for r, perm in enumerate(perms):
+        moved = rdm[:, torch.as_tensor(permuted_pairs(perm[None], np.arange(n), n)[0])]
+        assert got[:, r] == pytest.approx(effects.observed(moved)[:, 1].numpy(), abs=1e-10)
+
+
+def test_a_feature_whose_distance_the_others_give_has_no_main_effect():
+    n = 12
+    table = pd.DataFrame({"a": np.repeat(["p", "q", "r", "s"], 3)})
+    table["b"] = table.a.map({"p": "u", "q": "v", "r": "w", "s": "x"})   # a renamed
+    table["c"] = np.tile(["k", "l", "m"], 4)
+    space = FeatureSpace().fit(table)
+    effects = MainEffects(space.transform(table))
+    rdm = torch.as_tensor(np.random.default_rng(1).random((2, n * (n - 1) // 2)))
+    obs = effects.observed(rdm).numpy()
+    # neither duplicate has an effect of its own; the third feature has
+    assert np.isnan(obs[:, :2]).all() and np.isfinite(obs[:, 2]).all()
+
+
+def test_combine_is_a_permutation_test_of_the_max():
+    """Statistics exchangeable with their nulls give uniform p-values after combining
+    (2,000 simulated tests, two correlated parts): the rate at 0.05 stays within its
+    99.9 % binomial interval; and one part alone keeps its own p-values."""
+    rng = np.random.default_rng(2)
+    n_null, N = 99, 2000
+    hits = 0
+    for _ in range(N):
+        z = rng.normal(size=(n_null + 1, 1))
+        a = z + 0.5 * rng.normal(size=(n_null + 1, 1))
+        b = 3 * (z ** 2) + rng.normal(size=(n_null + 1, 1))          # another scale
+        obs, null = combine([a[0], b[0]], [a[1:], b[1:]])
+        p = (1 + (null[:, 0] >= obs[0] - 1e-12).sum()) / (1 + n_null)
+        hits += p <= 0.05
+    lo, hi = stats.binom.ppf([0.0005, 0.9995], N, 0.05)
+    assert lo <= hits <= hi
+    a = rng.normal(size=(n_null + 1, 4))
+    obs, null = combine([a[0]], [a[1:]])
+    assert ((null >= obs - 1e-12).sum(0) == (a[1:] >= a[0]).sum(0)).all()
+
+
+def _simulate(n, amp_b, rng, units=8):
+    a = rng.integers(0, 3, n)
+    b = rng.integers(0, 2, n)
+    X = rng.normal(size=(n, units))
+    X += 1.0 * rng.normal(size=(3, units))[a] + amp_b * rng.normal(size=(2, units))[b]
+    # b correlated with nothing here; a strong beside it
+    return X, pd.DataFrame({"a": [f"a{k}" for k in a], "b": [f"b{k}" for k in b]})
+
+
+def _p_main(X, table, rng, n_null=99):
+    space = FeatureSpace().fit(table)
+    enc = space.transform(table)
+    null = null_permutations(enc, space.kinds_, n_null, rng)
+    obs, nul = main_effect_tests(DenseRDMSource(X[None], "euclidean"), enc, null)
+    return (1 + (nul[0, 1] >= obs[0, 1] - 1e-12).sum()) / (1 + n_null)
+
+
+def test_main_effect_test_is_calibrated_and_finds_an_injected_effect():
+    """A non-encoded feature beside a strong one: p < 0.05 in at most the upper 99.9 %
+    binomial bound of 300 null datasets (nominal 15); an encoded one (amplitude 1.0,
+    24 stimuli, 8 units) is found in most (measured 0.95-1.0 over 4 seeds of 40)."""
+    rng = np.random.default_rng(3)
+    null_hits = sum(_p_main(*_simulate(24, 0.0, rng), rng) <= 0.05 for _ in range(300))
+    lo, hi = stats.binom.ppf([0.0005, 0.9995], 300, 0.05)
+    assert lo <= null_hits <= hi
+    power = np.mean([_p_main(*_simulate(24, 1.0, rng), rng) <= 0.05 for _ in range(40)])
+    assert power >= 0.85
+
+
+def _xor(n, amp, rng, units=16):
+    a, b = np.arange(n) % 2, (np.arange(n) // 2) % 2
+    X = rng.normal(size=(n, units)) + amp * rng.normal(size=(2, units))[a ^ b]
+    return X, pd.DataFrame({"A": [f"a{k}" for k in a], "B": [f"b{k}" for k in b]})
+
+
+def test_run_cv_combines_the_two_parts_and_importance_keeps_the_former_test():
+    rng = np.random.default_rng(4)
+    X, table = _simulate(24, 0.5, rng)
+    source = DenseRDMSource(X[None], "euclidean")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        comb = run_cv(source, table, MLEMOptions(n_null=9, random_state=0, max_steps=50))
+        imp = run_cv(source, table, MLEMOptions(n_null=9, random_state=0, max_steps=50,
+                                                feature_test="importance"))
+    assert comb.main_effect.shape == (1, 2) and imp.parts == {}
+    for name in ("a", "b"):
+        part, main = comb.parts[name]["importance"], comb.parts[name]["main_effect"]
+        # the importance part is the former test, fit for fit
+        np.testing.assert_allclose(part[0], imp.tests[name][0])
+        np.testing.assert_allclose(part[1], imp.tests[name][1])
+        obs, null = combine([part[0], main[0]], [part[1], main[1]])
+        np.testing.assert_allclose(comb.tests[name][0], obs)
+        np.testing.assert_allclose(comb.tests[name][1], null)
+    # its main effect is the partial rank correlation of the whole data set
+    enc = FeatureSpace().fit(table).transform(table)
+    np.testing.assert_allclose(comb.main_effect,
+                               MainEffects(enc).observed(source.rdm(np.arange(24))).numpy())
+
+
+def test_combined_test_keeps_what_only_interactions_carry():
+    """An XOR code (no main effect of either feature): the main effects are near zero,
+    and the combined test still finds both features through the importance."""
+    rng = np.random.default_rng(5)
+    X, table = _xor(32, 1.5, rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = run_cv(DenseRDMSource(X[None], "euclidean"), table,
+                     MLEMOptions(n_null=19, random_state=1))
+    names, p, _ = out.pvalues()
+    assert np.abs(out.main_effect).max() < 0.1
+    for name in ("A", "B"):
+        assert p[0, names.index(name)] <= 0.1
+
+
+def test_main_effects_between_groups_use_pairs_of_different_groups():
+    n, groups = 12, np.repeat([0, 1, 2], 4)
+    cols = pair_columns(n, groups)
+    i, j = pair_indices(n)
+    assert (groups[i[cols]] != groups[j[cols]]).all()
+    assert len(cols) == 3 * 16
+    table = _table(n, np.random.default_rng(6))
+    effects = MainEffects(FeatureSpace().fit(table).transform(table), cols)
+    rdm = torch.as_tensor(np.random.default_rng(7).random((1, len(i))))
+    # a relabelling across groups moves a between-group pair onto a within-group pair
+    swap = np.arange(n)
+    swap[[3, 4]] = 4, 3                 # stimulus 3 (group 0) takes 4's data (group 1)
+    with pytest.raises(ValueError, match="within groups"):
+        effects.null(rdm, swap[None], 0)
