@@ -182,6 +182,22 @@ feature_names : list of str
     multi-column features).
 """
 
+docdict["feature_test"] = """
+feature_test : {"combined", "importance"}
+    The statistic of each feature's permutation test (with ``n_null``).  ``"combined"``
+    (default): the larger of two standardised statistics, read on the same null
+    datasets: the feature's held-out permutation importance in the learned metric
+    (which sees interactions: a feature that matters only through an interaction, as in
+    an XOR code) and its in-sample main effect, the partial Spearman correlation between
+    its distance and the neural distance with the other features' distances held fixed
+    (as sensitive to main effects as a partial Mantel test).  Each is standardised by
+    the mean and standard deviation of its observed and null values together, so the
+    combination is itself a permutation test.  ``"importance"``: the held-out importance
+    alone (the only test before ``feature_test`` existed).  The main effects are in the
+    result's ``main_effect``; ``settings["feature_test_used"]`` records what ran (the
+    importance alone when the main effects did not fit in memory).
+"""
+
 docdict["features_images"] = """
 features : DataFrame | array (n_images, n_features)
     The theoretical features, one row per image, in the order of ``imgs`` (see
@@ -324,6 +340,14 @@ lr : float
 """
 
 # --------------------------------------------------------------------------------- M
+docdict["main_effect"] = """
+main_effect : ndarray (n_models, n_features) | None
+    Each feature's in-sample main effect at each model: the partial Spearman correlation
+    between its distance and the neural distance, the other features' distances held
+    fixed (a partial Mantel statistic, on the pairs that scored the folds); ``None``
+    when it was not computed.
+"""
+
 docdict["mask_img"] = """
 mask_img : 3D image
     Voxels whose signal is used (nilearn's ``mask_img``); resampled to the images'

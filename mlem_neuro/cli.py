@@ -41,6 +41,7 @@ from .core.checks import (
     CONSTRAINTS,
     CROSSVALIDATED_DISTANCES,
     FEATURE_KINDS,
+    FEATURE_TESTS,
     FMRI_MODELS,
     HELD_OUT_PAIRS,
     LEVELS,
@@ -276,7 +277,8 @@ def _save_figure(fig, fname):
 def _analysis_kwargs(args):
     return dict(cv=None if args.cv == 0 else args.cv, n_repeats=args.n_repeats,
                 n_permutations=args.n_permutations,
-                n_null=args.n_null, null=args.null, held_out_pairs=args.held_out_pairs,
+                n_null=args.n_null, null=args.null, feature_test=args.feature_test,
+                held_out_pairs=args.held_out_pairs,
                 level=args.level,
                 constraint=args.constraint, interactions=not args.no_interactions,
                 n_jobs=args.n_jobs, device=args.device, backend=args.backend,
@@ -360,7 +362,8 @@ def _word_or_int(*words):
 #: (:data:`mlem_neuro.core.checks.CHECKS`, the same as the API's)
 FLAG_PARAMS = {
     "--cv": ("cv", int), "--n-permutations": ("n_permutations", int),
-    "--null": ("null", str), "--held-out-pairs": ("held_out_pairs", str),
+    "--null": ("null", str), "--feature-test": ("feature_test", str),
+    "--held-out-pairs": ("held_out_pairs", str),
     "--level": ("level", str), "--constraint": ("constraint", str),
     "--n-jobs": ("n_jobs", int), "--device": ("device", str), "--backend": ("backend", str),
     "--random-state": ("random_state", int), "--feature-kinds": ("feature_kinds", None),
@@ -761,6 +764,12 @@ def _add_analysis_options(p, what):
                    help="the question of each feature's permutation test (--n-null): "
                         "conditional (does it matter given the other features?) or "
                         "marginal (does it matter at all?)")
+    p.add_argument("--feature-test", type=_flag_type("--feature-test"),
+                   metavar=_choices(FEATURE_TESTS), default=d.feature_test,
+                   help="the statistic of each feature's permutation test (--n-null): "
+                        "combined (the larger of the standardised held-out importance "
+                        "and in-sample main effect, a partial Mantel statistic) or "
+                        "importance (the held-out importance alone)")
     p.add_argument("--held-out-pairs", type=_flag_type("--held-out-pairs"),
                    metavar=_choices(HELD_OUT_PAIRS), default=d.held_out_pairs,
                    help="held-out pairs that score each fold: auto (pairs between runs "

@@ -1140,9 +1140,10 @@ def result_settings(options, out, groups=None, **extra):
 
 def result_tests(out):
     """The ``tests``, ``pvalues`` and ``pvalues_fwe`` a result takes from ``out`` (all
-    ``None`` when no null was computed)."""
+    ``None`` when no null was computed), and its ``main_effect`` (``None`` when not
+    computed)."""
     names, p, p_fwe = out.pvalues()
-    return dict(tests=names, pvalues=p, pvalues_fwe=p_fwe)
+    return dict(tests=names, pvalues=p, pvalues_fwe=p_fwe, main_effect=out.main_effect)
 
 
 def cv_settings(cv, folds):

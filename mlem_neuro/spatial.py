@@ -221,7 +221,8 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
               tmax=None, decim=1, window=None, groups=None, items=None, partitions=None,
               cv=2, n_repeats="auto",
               n_permutations=10, n_null=0,
-              null="conditional", held_out_pairs="auto", level="feature", constraint="spd",
+              null="conditional", feature_test="combined", held_out_pairs="auto",
+              level="feature", constraint="spd",
               interactions=True,
               feature_kinds=None, feature_groups=None, missing_distance=0.0,
               distance="euclidean", max_steps=1000, patience=50, lr=0.03, tol=1e-4,
@@ -264,6 +265,7 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
     %(n_permutations)s
     %(n_null)s
     %(null)s
+    %(feature_test)s
     %(held_out_pairs)s
     %(level)s
     %(constraint)s

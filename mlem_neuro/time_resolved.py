@@ -214,7 +214,7 @@ def _crossvalidated_source(data, items, partitions, options):
 def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=None,
                tmax=None, decim=1, window=None, scale=True, groups=None, items=None,
                partitions=None, cv=2, n_repeats="auto", n_permutations=10, n_null=0,
-               null="conditional", held_out_pairs="auto",
+               null="conditional", feature_test="combined", held_out_pairs="auto",
                level="feature", constraint="spd",
                interactions=True,
                feature_kinds=None, feature_groups=None,
@@ -251,6 +251,7 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
     %(n_permutations)s
     %(n_null)s
     %(null)s
+    %(feature_test)s
     %(held_out_pairs)s
     %(level)s
     %(constraint)s
@@ -318,7 +319,8 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
 def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1, *,
                 window=None, scale=True, groups=None, items=None, partitions=None, cv=2,
                 n_repeats="auto", n_permutations=10, n_null=0,
-                null="conditional", held_out_pairs="auto", spatial_radius=None,
+                null="conditional", feature_test="combined", held_out_pairs="auto",
+                spatial_radius=None,
                 level="feature", constraint="spd", interactions=True, feature_kinds=None,
                 feature_groups=None, missing_distance=0.0, distance="euclidean",
                 max_steps=1000, patience=50,
@@ -357,6 +359,7 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
     %(n_permutations)s
     %(n_null)s
     %(null)s
+    %(feature_test)s
     %(held_out_pairs)s
     %(spatial_radius_sensors)s
     %(level)s

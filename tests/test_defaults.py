@@ -37,9 +37,9 @@ def test_command_line_defaults_are_the_options_defaults(command):
     sub = parser._subparsers._group_actions[0].choices[command]
     defaults = MLEMOptions()
     flags = {a.dest: a.default for a in sub._actions}
-    for name in ("cv", "n_repeats", "n_permutations", "n_null", "null", "held_out_pairs",
-                 "level", "constraint", "lr", "max_steps", "patience", "tol", "batch_size",
-                 "numeric_levels", "device"):
+    for name in ("cv", "n_repeats", "n_permutations", "n_null", "null", "feature_test",
+                 "held_out_pairs", "level", "constraint", "lr", "max_steps", "patience",
+                 "tol", "batch_size", "numeric_levels", "device"):
         assert flags[name] == getattr(defaults, name), name
 
 

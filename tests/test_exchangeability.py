@@ -274,7 +274,7 @@ def test_the_interaction_null_keeps_one_intercept_per_run(monkeypatch):
     assert seen[-1].shape[1] == X.shape[1] - (len(np.unique(run)) - 1)
 
 
-def test_command_line_takes_null_and_held_out_pairs(tmp_path):
+def test_command_line_takes_null_feature_test_and_held_out_pairs(tmp_path):
     mne = pytest.importorskip("mne")
     from mlem_neuro.cli import main
 
@@ -288,9 +288,12 @@ def test_command_line_takes_null_and_held_out_pairs(tmp_path):
         warnings.simplefilter("ignore")
         assert main(["epochs", str(tmp_path / "x-epo.fif"), "--features", "cond,half",
                      "--groups", "run", "--cv", "2", "--n-null", "3", "--null", "marginal",
-                     "--held-out-pairs", "all", "--max-steps", "5", "--no-interactions",
+                     "--feature-test", "importance", "--held-out-pairs", "all",
+                     "--max-steps", "5", "--no-interactions",
                      "--out", str(tmp_path / "o")]) == 0
     res = mlem_neuro.read_result(tmp_path / "o" / "mlem.npz")
     assert res.settings["null"] == "marginal"
+    assert res.settings["feature_test"] == "importance"
+    assert res.settings["feature_test_used"] == "importance"
     assert res.settings["held_out_pairs_used"] == "all"
     assert not np.isnan(res.pvalues).any()          # marginal: the nested 'half' moves

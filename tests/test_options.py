@@ -27,6 +27,8 @@ BAD = [
     ("n_null", 2.0, TypeError, r"n_null must be an int >= 0; got 2.0"),
     ("held_out_pairs", "within", ValueError, r"held_out_pairs must be one of \['auto'"),
     ("null", "partial", ValueError, r"null must be one of \['conditional', 'marginal'\]"),
+    ("feature_test", "mantel", ValueError,
+     r"feature_test must be one of \['combined', 'importance'\]; got 'mantel'"),
     ("backend", "cuda", ValueError, r"backend must be one of \[.auto., .compiled., "
                                     r".torch., .reference.\]"),
     ("n_repeats", 0, ValueError, r"n_repeats must be .auto. or an int >= 1; got 0"),
@@ -53,7 +55,7 @@ BAD = [
 #: options an entry point does not take (the estimator has no folds, chunks or jobs;
 #: the brain-map analyses report term-level importance).
 NOT_TAKEN = {
-    "MLEM": {"cv", "chunk_size", "n_jobs", "level", "n_null", "null",
+    "MLEM": {"cv", "chunk_size", "n_jobs", "level", "n_null", "null", "feature_test",
              "held_out_pairs", "n_repeats"},
     "mlem_searchlight": {"level"},
     "mlem_roi": {"level"},

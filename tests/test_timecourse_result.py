@@ -113,13 +113,18 @@ def test_to_data_frame_is_tidy(result):
     M, T = result.importance.shape
     assert len(df) == M * T
     assert list(df.columns) == ["time", "term", "importance", "importance_fold_std", "score",
-                                "score_std"]
+                                "score_std", "main_effect"]
     for k, term in enumerate(result.terms):
         sub = df[df["term"] == term]
         np.testing.assert_array_equal(sub["time"], result.times)
         np.testing.assert_array_equal(sub["importance"], result.importance[:, k])
         np.testing.assert_array_equal(sub["importance_fold_std"], result.importance_fold_std[:, k])
         np.testing.assert_array_equal(sub["score"], result.score)
+        if term in result.feature_names:      # a feature's main effect; NaN for f:g
+            np.testing.assert_array_equal(
+                sub["main_effect"], result.main_effect[:, result.feature_names.index(term)])
+        else:
+            assert sub["main_effect"].isna().all()
     only = result.to_data_frame(terms="f")
     assert set(only["term"]) == {"f"} and len(only) == M
     with pytest.raises(ValueError, match="unknown term"):

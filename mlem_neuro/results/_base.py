@@ -66,6 +66,7 @@ class BaseResult:
     %(tests)s
     %(pvalues)s
     %(pvalues_fwe)s
+    %(main_effect)s
 
     Attributes
     ----------
@@ -77,10 +78,11 @@ class BaseResult:
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, tests=None, pvalues=None,
-                 pvalues_fwe=None):
+                 pvalues_fwe=None, main_effect=None):
         for name, values in (("fold_importance", fold_importance),
                              ("fold_score", fold_score), ("fold_weights", fold_weights),
-                             ("pvalues", pvalues), ("pvalues_fwe", pvalues_fwe)):
+                             ("pvalues", pvalues), ("pvalues_fwe", pvalues_fwe),
+                             ("main_effect", main_effect)):
             if values is not None:
                 check_real(values, name)
         self.fold_importance = np.asarray(fold_importance, dtype=float)
@@ -107,6 +109,13 @@ class BaseResult:
             raise ValueError(f"n_iter must have shape (folds, models) = {(F, M)}; got "
                              f"{self.n_iter.shape}")
         self._set_tests(tests, pvalues, pvalues_fwe, M)
+        self.main_effect = None
+        if main_effect is not None:
+            self.main_effect = np.asarray(main_effect, dtype=float)
+            if self.main_effect.shape != (M, m):
+                raise ValueError(f"main_effect must have shape (models, features) = "
+                                 f"{(M, m)} for {M} models and {m} features "
+                                 f"{self.feature_names}; got {self.main_effect.shape}")
         #: what the result was computed with (versions, platform, device): collected now,
         #: or read back from the file (:mod:`mlem_neuro._provenance`)
         self.provenance = collect_provenance(self.settings.get("device"),
@@ -344,6 +353,8 @@ class BaseResult:
         if self.tests is not None:
             arrays.update(pvalues=self.pvalues, pvalues_fwe=self.pvalues_fwe)
             meta["tests"] = self.tests
+        if self.main_effect is not None:
+            arrays["main_effect"] = self.main_effect
         return arrays, meta
 
     def _extra_meta(self):
@@ -356,6 +367,8 @@ class BaseResult:
         # files written before the tests existed have none of these entries
         tests = dict(tests=meta.get("tests"), pvalues=arrays.get("pvalues"),
                      pvalues_fwe=arrays.get("pvalues_fwe"))
+        # files written before the main effects existed have none: None
+        tests["main_effect"] = arrays.get("main_effect")
         res = cls(fold_importance=arrays["fold_importance"], fold_score=arrays["fold_score"],
                   fold_weights=arrays["fold_weights"], n_iter=arrays["n_iter"],
                   terms=meta["terms"], feature_names=meta["feature_names"],

@@ -55,6 +55,8 @@ class RSATimeCourseResult(TimeCourseResult):
     %(tests)s
     %(pvalues)s
     %(pvalues_fwe)s
+    main_effect : None
+        Unused by RSA (its statistic is already each feature's RDM correlation).
 
     Attributes
     ----------
@@ -144,6 +146,8 @@ class RSABrainMapResult(BrainMapResult):
     %(tests)s
     %(pvalues)s
     %(pvalues_fwe)s
+    main_effect : None
+        Unused by RSA (its statistic is already each feature's RDM correlation).
 
     Attributes
     ----------

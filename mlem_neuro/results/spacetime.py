@@ -27,10 +27,10 @@ class _SpaceTimeResult(BaseResult):
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, times, n_locations, tests=None,
-                 pvalues=None, pvalues_fwe=None):
+                 pvalues=None, pvalues_fwe=None, main_effect=None):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, tests=tests, pvalues=pvalues,
-                         pvalues_fwe=pvalues_fwe)
+                         pvalues_fwe=pvalues_fwe, main_effect=main_effect)
         self.times = np.asarray(times, dtype=float).ravel()
         self._n_locations = int(n_locations)
         M = self.fold_score.shape[1]
@@ -169,6 +169,7 @@ class SourceMapResult(_SpaceTimeResult):
     %(tests)s
     %(pvalues)s
     %(pvalues_fwe)s
+    %(main_effect)s
 
     Attributes
     ----------
@@ -186,14 +187,15 @@ class SourceMapResult(_SpaceTimeResult):
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, times, vertices, n_locations=None,
                  vertex_model=None, kind="surface", subject=None, label_names=None,
-                 tests=None, pvalues=None, pvalues_fwe=None):
+                 tests=None, pvalues=None, pvalues_fwe=None, main_effect=None):
         self.vertices = [np.asarray(v, dtype=np.int64).ravel() for v in vertices]
         n_vertices = sum(len(v) for v in self.vertices)
         if n_locations is None:
             n_locations = n_vertices if label_names is None else len(label_names)
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, times=times, n_locations=n_locations,
-                         tests=tests, pvalues=pvalues, pvalues_fwe=pvalues_fwe)
+                         tests=tests, pvalues=pvalues, pvalues_fwe=pvalues_fwe,
+                         main_effect=main_effect)
         if kind not in ("surface", "volume"):
             raise ValueError(f"kind must be 'surface' or 'volume'; got {kind!r}")
         self.kind = kind
@@ -342,6 +344,7 @@ class SensorMapResult(_SpaceTimeResult):
     %(tests)s
     %(pvalues)s
     %(pvalues_fwe)s
+    %(main_effect)s
 
     Attributes
     ----------
@@ -356,7 +359,7 @@ class SensorMapResult(_SpaceTimeResult):
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, times, info, tests=None, pvalues=None,
-                 pvalues_fwe=None):
+                 pvalues_fwe=None, main_effect=None):
         import mne
 
         if not isinstance(info, mne.Info):
@@ -364,7 +367,8 @@ class SensorMapResult(_SpaceTimeResult):
         self.info = info
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, times=times, n_locations=info["nchan"],
-                         tests=tests, pvalues=pvalues, pvalues_fwe=pvalues_fwe)
+                         tests=tests, pvalues=pvalues, pvalues_fwe=pvalues_fwe,
+                         main_effect=main_effect)
 
     @property
     def ch_names(self):

@@ -40,6 +40,7 @@ class TimeCourseResult(BaseResult):
     %(tests)s
     %(pvalues)s
     %(pvalues_fwe)s
+    %(main_effect)s
 
     Attributes
     ----------
@@ -65,10 +66,10 @@ class TimeCourseResult(BaseResult):
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, times=None, ch_names=None,
                  fold_importance_perm_std=None, converged=None, tests=None, pvalues=None,
-                 pvalues_fwe=None):
+                 pvalues_fwe=None, *, main_effect=None):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, tests=tests, pvalues=pvalues,
-                         pvalues_fwe=pvalues_fwe)
+                         pvalues_fwe=pvalues_fwe, main_effect=main_effect)
         F, M, T = self.fold_importance.shape
         times = np.arange(M, dtype=float) if times is None else np.asarray(times, dtype=float)
         if times.shape != (M,):
@@ -125,10 +126,18 @@ class TimeCourseResult(BaseResult):
             time points) and ``pvalue_fwe_tests`` (over time points and tests) of the
             term's test (NaN for a term without one), then ``score_pvalue``,
             ``score_pvalue_fwe``, ``score_pvalue_fwe_tests``, and the same three
-            ``interactions_*`` columns when the test of interactions ran.
+            ``interactions_*`` columns when the test of interactions ran; with
+            :attr:`main_effect`, a ``main_effect`` column: the in-sample main effect of
+            the row's term when it is a feature (NaN for an interaction term).
         """
         df = self._long_frame({"time": self.times})
         df["score_std"] = np.repeat(self.score_std, len(self.terms))
+        if self.main_effect is not None:
+            col = np.full((self.n_times, len(self.terms)), np.nan)
+            for k, term in enumerate(self.terms):
+                if term in self.feature_names:
+                    col[:, k] = self.main_effect[:, self.feature_names.index(term)]
+            df["main_effect"] = col.ravel()
         if terms is not None:
             keep = [self.terms[k] for k in self._term_index(terms)]
             df = df[df["term"].isin(keep)].reset_index(drop=True)
