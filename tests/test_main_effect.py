@@ -195,3 +195,20 @@ def test_main_effects_between_groups_use_pairs_of_different_groups():
     swap[[3, 4]] = 4, 3                 # stimulus 3 (group 0) takes 4's data (group 1)
     with pytest.raises(ValueError, match="within groups"):
         effects.null(rdm, swap[None], 0)
+
+
+def test_combine_keeps_a_strong_model_strong_over_models():
+    """One model far above its nulls among 30 noise models (19 nulls): its family-wise
+    p-value stays the smallest possible after combining with a noise part; standardising
+    model by model would cap its value near sqrt(19) and let the other models' extreme
+    nulls reach it."""
+    from mlem_neuro.core.scoring.nulls import permutation_pvalues
+
+    rng = np.random.default_rng(8)
+    for _ in range(20):
+        imp = rng.normal(size=(20, 30))
+        imp[0, 0] = 10.0
+        main = rng.normal(size=(20, 30))
+        obs, null = combine([imp[0], main[0]], [imp[1:], main[1:]])
+        _, _, p_fwe = permutation_pvalues({"f": (obs, null)})
+        assert p_fwe[0, 0] == pytest.approx(1 / 20)

@@ -30,6 +30,9 @@ feature level a random pattern N(0, 1) times its amplitude, centred over levels)
     unbalanced  A (2 levels) beside a weak B (2 levels, 25 % / 75 %)
     with_xor    the binary design plus an A x B interaction (XOR pattern, amplitude a_AB)
     xor         A x B interaction only (amplitude a): no main effect
+    correlated  A (2 levels) beside B that equals A on a random 70 % of the stimuli (a
+                fair coin elsewhere), B encoded with amplitude a (0: a feature that only
+                tracks an encoded one)
 
 The weak feature's amplitude ``a`` takes the values of ``AMPLITUDES`` (0: calibration;
 for ``xor`` the interaction's).  Rates at alpha = 0.05 with Wilson 95 % intervals; every
@@ -69,6 +72,7 @@ DESIGNS = {
     "unbalanced": (48, 24, {"A": (2, 0.5), "B": ((0.25, 0.75), None)}, "B", 0.0),
     "with_xor": (48, 24, {"A": (2, 0.5), "B": (2, None)}, "B", 0.4),
     "xor": (48, 24, {"A": (2, 0.0), "B": (2, 0.0)}, "A", None),
+    "correlated": (48, 24, {"A": (2, 0.5), "B": ("A", None)}, "B", 0.0),
 }
 #: amplitudes of the tested feature (of the interaction for ``xor``)
 AMPLITUDES = (0.0, 0.2, 0.3, 0.4)
@@ -101,7 +105,12 @@ def make(design, a, seed):
     X = rng.normal(size=(n, units))
     table, codes = {}, {}
     for name, (spec, amp) in features.items():
-        codes[name] = _levels(spec, n, rng)
+        if isinstance(spec, str):       # equals that feature on 70 % of the stimuli
+            codes[name] = np.where(rng.uniform(size=n) < 0.7, codes[spec],
+                                   rng.integers(0, 2, n))
+            spec = 2
+        else:
+            codes[name] = _levels(spec, n, rng)
         n_levels = len(spec) if isinstance(spec, tuple) else spec
         X += _patterns(n_levels, units, a if amp is None else amp, rng)[codes[name]]
         table[name] = np.array([f"{name}{k}" for k in codes[name]])

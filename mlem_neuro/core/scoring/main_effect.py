@@ -194,24 +194,27 @@ def main_effect_tests(source, enc, null, columns=None, device="cpu", chunk_bytes
 
 def combine(observed, null):
     """One statistic from several on the same null datasets: each standardised by the
-    mean and standard deviation of its observed and null values together (the observed
-    dataset is one of the relabellings), then their maximum.
+    mean and standard deviation of all its values (every model, the observed and every
+    null dataset together), then their maximum.
 
     ``observed`` is a list of ``(M,)`` arrays, ``null`` of ``(n_null, M)`` arrays (one
-    pair per statistic); returns ``(M,)`` and ``(n_null, M)``.  Standardising over all
-    ``1 + n_null`` values treats every relabelling alike, so the combined statistic is a
-    permutation test as each part is (a nonparametric combination).  A part that is NaN
-    for a model (undefined) leaves the others; all NaN gives NaN.
+    pair per statistic); returns ``(M,)`` and ``(n_null, M)``.  The standardisation is
+    one affine map per statistic, a symmetric function of the datasets, so the combined
+    statistic is a permutation test as each part is (a nonparametric combination), and
+    the same map for every model keeps the family-wise maximum over models what it is
+    for each part: a strong model stays strong (standardising model by model would cap
+    every model's observed value near ``sqrt(n_null)`` and let any model's extreme null
+    reach it).  A part that is NaN for a model (undefined) leaves the others; all NaN
+    gives NaN.
     """
     z_obs, z_null = [], []
     for o, nl in zip(observed, null):
         allv = np.concatenate([np.asarray(o, float)[None], np.asarray(nl, float)], axis=0)
         with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)     # all-NaN models: NaN
-            mu = np.nanmean(allv, axis=0)
-            sd = np.nanstd(allv, axis=0)
-            sd = np.where(sd > 0, sd, np.nan)
-            z = (allv - mu) / sd
+            warnings.simplefilter("ignore", RuntimeWarning)     # all NaN: NaN
+            mu = np.nanmean(allv)
+            sd = np.nanstd(allv)
+            z = (allv - mu) / (sd if sd > 0 else np.nan)
         z_obs.append(z[0])
         z_null.append(z[1:])
     with np.errstate(invalid="ignore"):
