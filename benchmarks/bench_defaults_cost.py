@@ -9,7 +9,11 @@ one after the other in this process, on the same arrays:
 2. :func:`mlem_neuro.mlem_array` at the package defaults (``n_null=0``), and at
    ``cv=5, n_repeats=1`` (the defaults before issue 30);
 3. the defaults with the single-subject tests, ``n_null=99``, with ``n_jobs`` of
-   ``--n-jobs`` (default 2: the two cores of the reference machine).
+   ``--n-jobs`` (default 2: the two cores of the reference machine);
+4. what the default feature test (``feature_test="combined"``) adds to them: every
+   feature's main effect and its null over the same relabellings
+   (:func:`~mlem_neuro.core.scoring.main_effect.main_effect_tests`), timed alone and as a
+   fraction of 3.
 
 Wall times (the median of ``--repeats`` runs for 1 and 2) and their ratios to the RSA.
 Targets (issue 30): the analysis at most 30x the RSA; the tests at most 3 min on 2 cores.
@@ -89,6 +93,19 @@ def main():
     print(f"defaults, n_null={args.n_null}, n_jobs={args.n_jobs}: {t:7.1f} s = {t / 60:.2f} min "
           f"(target <= 3 min on 2 cores); FWE-significant time points "
           f"{ {k: int(res.significant(k).sum()) for k in res.tests} }")
+    from mlem_neuro.core.rdms.sources import DenseRDMSource
+    from mlem_neuro.core.scoring.main_effect import main_effect_tests
+    from mlem_neuro.core.scoring.nulls import null_permutations
+    from mlem_neuro.core.stimuli.features import FeatureSpace
+
+    space = FeatureSpace().fit(table)
+    enc = space.transform(table)
+    null = null_permutations(enc, space.kinds_, args.n_null, np.random.default_rng(0))
+    X = (data - data.mean(axis=(0, 2), keepdims=True)) / data.std(axis=(0, 2), keepdims=True)
+    source = DenseRDMSource(X.transpose(2, 0, 1), "euclidean")
+    t_main, runs = timed(lambda: main_effect_tests(source, enc, null), args.repeats)
+    print(f"main effects + {args.n_null} nulls (what feature_test='combined' adds): "
+          f"{t_main:7.2f} s = {100 * t_main / t:.2f} % of the tests above")
 
 
 if __name__ == "__main__":

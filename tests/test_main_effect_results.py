@@ -196,3 +196,24 @@ def test_command_line_flag_feature_test(capsys):
         parser.parse_args(["epochs", "x-epo.fif", "--out", "o", "--feature-test", "mantel"])
     assert ("argument --feature-test: must be one of ['combined', 'importance']; got "
             "'mantel'") in capsys.readouterr().err
+
+
+def test_plot_draws_the_main_effects_of_the_features():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(3)
+    res = _timecourse(main_effect=rng.normal(size=(5, 2)))
+    fig = res.plot(measure="main_effect", show=False, score=False)
+    lines = fig.axes[0].get_lines()
+    drawn = [ln for ln in lines if ln.get_label() in res.feature_names]
+    assert len(drawn) == 2
+    np.testing.assert_allclose(drawn[1].get_ydata(), res.main_effect[:, 1])
+    assert "main effect" in fig.axes[0].get_ylabel()
+    plt.close(fig)
+    with pytest.raises(ValueError, match="measure must be one of"):
+        res.plot(measure="rsa", show=False)
+    with pytest.raises(ValueError, match="no main_effect"):
+        _timecourse().plot(measure="main_effect", show=False)

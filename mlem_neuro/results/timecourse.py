@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 
 from .._docs import fill_doc
+from ..core.checks import choice
 from ._base import BaseResult
 
 
@@ -189,8 +190,13 @@ class TimeCourseResult(BaseResult):
         return evoked
 
     def plot(self, terms=None, axes=None, show=True, score=True, alpha=0.05,
-             corrected=True):
+             corrected=True, measure="importance"):
         """Importance over time, fold mean ± fold spread (std), and the held-out score.
+
+        ``measure="main_effect"`` draws each feature's main effect instead (its in-sample
+        partial Spearman correlation, :attr:`main_effect`: the curve a partial RSA draws,
+        which replicates between halves of the data as a RSA curve does); the marks are
+        the same tests either way.
 
         With tests (``n_null > 0``), the time points whose p-value (by default corrected
         over the time points of each test) is below ``alpha`` are marked by a bar under
@@ -214,6 +220,9 @@ class TimeCourseResult(BaseResult):
             (:attr:`pvalues_fwe`); ``"all"`` over the time points and all the tests
             (:attr:`pvalues_fwe_tests`: no false mark anywhere in the figure with
             probability ``1 - alpha``); ``False`` uncorrected (:attr:`pvalues`).
+        measure : {"importance", "main_effect"}
+            The curves drawn: the held-out permutation importance of each term, or the
+            main effect of each feature (interaction terms have none).
 
         Returns
         -------
@@ -221,7 +230,18 @@ class TimeCourseResult(BaseResult):
         """
         import matplotlib.pyplot as plt
 
+        measure = choice(("importance", "main_effect"))("measure", measure)
         idx = self._term_index(terms)
+        if measure == "main_effect":
+            if self.main_effect is None:
+                raise ValueError("this result has no main_effect (saved before it was "
+                                 "computed): run the analysis again.")
+            if terms is None:
+                idx = [k for k in idx if self.terms[k] in self.feature_names]
+            bad = [self.terms[k] for k in idx if self.terms[k] not in self.feature_names]
+            if bad:
+                raise ValueError(f"main effects are per feature; {bad[0]!r} is an "
+                                 f"interaction term. Features: {self.feature_names}")
         if self.tests is not None:
             self._corrected_pvalues(corrected)          # a bad value fails before drawing
         if axes is None:
@@ -239,17 +259,25 @@ class TimeCourseResult(BaseResult):
         ax = axs[0]
         marks = []
         for k in idx:
-            line, = ax.plot(t, mean[:, k], label=self.terms[k])
-            ax.fill_between(t, mean[:, k] - std[:, k], mean[:, k] + std[:, k],
-                            color=line.get_color(), alpha=0.25, linewidth=0)
+            if measure == "main_effect":
+                f = self.feature_names.index(self.terms[k])
+                line, = ax.plot(t, self.main_effect[:, f], label=self.terms[k])
+            else:
+                line, = ax.plot(t, mean[:, k], label=self.terms[k])
+                ax.fill_between(t, mean[:, k] - std[:, k], mean[:, k] + std[:, k],
+                                color=line.get_color(), alpha=0.25, linewidth=0)
             if self.tests is not None and self.terms[k] in self.tests:
                 marks.append((self.significant(self.terms[k], alpha, corrected),
                               line.get_color()))
         _mark_significant(ax, t, marks)
         ax.axhline(0, color="k", linewidth=0.8)
-        ax.set_ylabel("importance (Δ Spearman ρ)")
-        spread = "std over folds" if self.n_folds > 1 else "single fit, cv=None"
-        ax.set_title(f"MLEM permutation importance (mean ± {spread})")
+        if measure == "main_effect":
+            ax.set_ylabel("main effect (partial Spearman ρ)")
+            ax.set_title("Main effects (in sample, other features held fixed)")
+        else:
+            ax.set_ylabel("importance (Δ Spearman ρ)")
+            spread = "std over folds" if self.n_folds > 1 else "single fit, cv=None"
+            ax.set_title(f"MLEM permutation importance (mean ± {spread})")
         ax.legend(loc="best", fontsize="small", ncol=2 if len(idx) > 6 else 1)
         if len(axs) > 1:
             ax2 = axs[1]
