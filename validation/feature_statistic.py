@@ -186,6 +186,32 @@ def run_one(design, a, seed):
     return rows
 
 
+def run_main_only(design, a, seed):
+    """The main-effect part of the default test alone (99 conditional relabellings, as
+    the analyses draw them) beside the Mantel tests, on the dataset :func:`run_one`
+    analyses: no training, so hundreds of datasets per cell (``--main-only``)."""
+    from mlem_neuro.core.scoring.main_effect import main_effect_tests
+    from mlem_neuro.core.scoring.nulls import null_permutations
+    from mlem_neuro.core.stimuli.features import FeatureSpace
+
+    X, table = make(design, a, seed)
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    frame = rsa.mantel_tests(X, table, N_PERM, 3 * 10**6 + seed)
+    space = FeatureSpace().fit(table)
+    enc = space.transform(table)
+    null = null_permutations(enc, space.kinds_, N_NULL, np.random.default_rng(10**6 + seed))
+    obs, nul = main_effect_tests(DenseRDMSource(X[None], "euclidean"), enc, null)
+    rows = []
+    for f, name in enumerate(table.columns):
+        rows.append(dict(method="main", feature=name, p=_p(obs[0, f], nul[0, f]), cpu=0.0))
+        rows.append(dict(method="Mantel", feature=name, p=frame.loc[name, "p"], cpu=0.0))
+        rows.append(dict(method="partial Mantel", feature=name,
+                         p=frame.loc[name, "p_partial"], cpu=0.0))
+    for r in rows:
+        r.update(design=design, a=a, seed=seed, tested=DESIGNS[design][3])
+    return rows
+
+
 def _fwe(obs, null):
     """Family-wise p per model: the null's max over models (``null (n_null, M)``)."""
     top = null.max(axis=1)
@@ -301,6 +327,8 @@ def main():
     p.add_argument("--part", default="1/1", help="k/K: this process runs every K-th dataset")
     p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "feature_statistic"))
     p.add_argument("--report", action="store_true")
+    p.add_argument("--main-only", action="store_true",
+                   help="the main-effect test and the Mantel tests only (no training)")
     p.add_argument("--no-additive", action="store_true",
                    help="skip the additive model (and the max of full and additive)")
     p.add_argument("--it", action="store_true",
@@ -327,7 +355,8 @@ def main():
         fname = os.path.join(args.out, f"{design}_{a:g}_{seed}.csv")
         if os.path.exists(fname):
             continue
-        pd.DataFrame(run_one(design, a, seed)).to_csv(fname, index=False)
+        run = run_main_only if args.main_only else run_one
+        pd.DataFrame(run(design, a, seed)).to_csv(fname, index=False)
 
 
 if __name__ == "__main__":
