@@ -212,3 +212,26 @@ def test_combine_keeps_a_strong_model_strong_over_models():
         obs, null = combine([imp[0], main[0]], [imp[1:], main[1:]])
         _, _, p_fwe = permutation_pvalues({"f": (obs, null)})
         assert p_fwe[0, 0] == pytest.approx(1 / 20)
+
+
+def test_null_in_blocks_of_relabellings_equals_one_operator(monkeypatch):
+    """A small memory budget builds the relabelled residuals in blocks (one relabelling
+    per block here) and gives the same statistics as one operator for all."""
+    import mlem_neuro.core.scoring.main_effect as me
+
+    rng = np.random.default_rng(9)
+    n = 14
+    table = _table(n, rng)
+    space = FeatureSpace().fit(table)
+    enc = space.transform(table)
+    effects = MainEffects(enc)
+    rdm = torch.as_tensor(rng.random((3, n * (n - 1) // 2)))
+    perms = null_permutations(enc, space.kinds_, 6, rng)[1]
+    whole = effects.null(rdm, perms, 0, effects.null_operator(perms, 0)).numpy()
+    monkeypatch.setattr(me, "CHUNK_BYTES", 1)
+    np.testing.assert_allclose(effects.null(rdm, perms, 0).numpy(), whole, atol=1e-12)
+    source = DenseRDMSource(rng.normal(size=(3, n, 4)), "euclidean")
+    null = null_permutations(enc, space.kinds_, 6, rng)
+    small = main_effect_tests(source, enc, null)[1]
+    monkeypatch.undo()
+    np.testing.assert_allclose(small, main_effect_tests(source, enc, null)[1], atol=1e-12)

@@ -140,30 +140,43 @@ class MainEffects:
                              "onto a pair of the same group: relabel within groups.")
         return torch.as_tensor(moved, device=device)
 
-    def null(self, rdm, perms, feature):
-        """Feature ``feature``'s partial rank correlation ``(B, R)`` in each row of ``rdm``
-        relabelled by each of ``perms (R, n)`` (stimulus ``a`` takes the data of ``π(a)``,
-        :func:`~mlem_neuro.core.scoring.nulls.permuted_pairs`)."""
-        y, total = self._ranks(rdm)
-        e, Q = self.residual[feature].to(y.device), self.basis[feature].to(y.device)
+    def null_operator(self, perms, feature):
+        """The matrix ``(R * (1 + q), P)`` that gives feature ``feature``'s null
+        statistics under each relabelling of ``perms (R, n)``: per relabelling, the
+        feature's residual and the other features' basis moved to the relabelled pairs
+        (``y[moved] . v == y . scatter(v, moved)``), shared by every model."""
+        e, Q = self.residual[feature], self.basis[feature]
         lin = permuted_pairs(perms, np.arange(self.n), self.n)
-        moved = self._moved(lin, y.device)                   # (R, P)
+        moved = self._moved(lin, e.device)                   # (R, P)
         R, P = moved.shape
         q = Q.shape[1]
-        # y[moved[r]] . v == y . scatter(v, moved[r]): one product per relabelling block
-        per = max(1, int(CHUNK_BYTES // (8 * P * (1 + q))))
+        V = e.new_zeros((R, 1 + q, P))
+        V[:, 0].scatter_(1, moved, e.expand(R, P))
+        if q:
+            V[:, 1:].scatter_(2, moved[:, None, :].expand(R, q, P), Q.T.expand(R, q, P))
+        return V.reshape(R * (1 + q), P)
+
+    def null(self, rdm, perms, feature, operator=None):
+        """Feature ``feature``'s partial rank correlation ``(B, R)`` in each row of ``rdm``
+        relabelled by each of ``perms (R, n)`` (stimulus ``a`` takes the data of ``π(a)``,
+        :func:`~mlem_neuro.core.scoring.nulls.permuted_pairs`); ``operator`` is
+        :meth:`null_operator` of the same arguments, when already built (else it is built
+        in blocks of relabellings of at most :data:`CHUNK_BYTES`)."""
+        y, total = self._ranks(rdm)
+        q = self.basis[feature].shape[1]
+        if operator is None:
+            per = max(1, int(CHUNK_BYTES // (8 * y.shape[1] * (1 + q))))
+            blocks = [(perms[s:s + per], None) for s in range(0, len(perms), per)]
+        else:
+            blocks = [(perms, operator)]
         out = []
-        for s in range(0, R, per):
-            mv = moved[s:s + per]
-            r = mv.shape[0]
-            V = y.new_zeros((r, 1 + q, P))
-            V[:, 0].scatter_(1, mv, e.expand(r, P))
-            if q:
-                V[:, 1:].scatter_(2, mv[:, None, :].expand(r, q, P),
-                                  Q.T.expand(r, q, P))
-            prod = (y @ V.reshape(r * (1 + q), P).T).reshape(-1, r, 1 + q)
+        for block, V in blocks:
+            if V is None:
+                V = self.null_operator(block, feature)
+            R = len(block)
+            prod = (y @ V.to(y.device).T).reshape(-1, R, 1 + q)
             proj_sq = (prod[..., 1:] ** 2).sum(dim=-1)
-            out.append(self._partial(prod[..., 0], proj_sq, total[:, None].expand(-1, r)))
+            out.append(self._partial(prod[..., 0], proj_sq, total[:, None].expand(-1, R)))
         return torch.cat(out, dim=1)
 
 
@@ -182,13 +195,21 @@ def main_effect_tests(source, enc, null, columns=None, device="cpu", chunk_bytes
     obs = np.empty((M, m))
     nul = None if null is None else np.empty((M, m, null.shape[1]))
     everything = np.arange(n)
+    # the relabelled residuals are the same for every model: built once when they fit
+    # in the budget (a whole-brain searchlight has thousands of chunks), else per chunk
+    operators = [None] * m
+    if null is not None:
+        size = sum(8 * null.shape[1] * (1 + Q.shape[1]) * P for Q in effects.basis)
+        if size <= budget:
+            operators = [effects.null_operator(null[1 + f], f) for f in range(m)]
     for s in range(0, M, per):
         sl = slice(s, min(s + per, M))
         rdm = source.subset(sl).rdm(everything, device)
         obs[sl] = effects.observed(rdm).cpu().numpy()
         if null is not None:
             for f in range(m):
-                nul[sl, f] = effects.null(rdm, null[1 + f], f).cpu().numpy()
+                nul[sl, f] = effects.null(rdm, null[1 + f], f,
+                                          operators[f]).cpu().numpy()
     return obs, nul
 
 
