@@ -1,8 +1,9 @@
 """Group statistics on importance time courses: cluster-based permutation tests over time.
 
 One :class:`~mlem_neuro.results.timecourse.TimeCourseResult` per subject; the importance
-time course of a term (or the held-out score, or the held-out gain of a model with
-interactions over an additive one) is tested against zero across subjects with
+time course of a term (or a feature's in-sample main effect, the held-out score, or the
+held-out gain of a model with interactions over an additive one) is tested against zero
+across subjects with
 :func:`mne.stats.permutation_cluster_1samp_test` (sign flips, clusters of adjacent time
 points, max cluster-mass statistic).
 """
@@ -29,8 +30,8 @@ class ClusterTestResult:
     Parameters
     ----------
     term : str
-        The term tested (``"score"`` when ``measure="score"``, ``"interactions"`` when
-        ``measure="interactions"``).
+        The term (with ``measure="main_effect"``, the feature) tested (``"score"`` when
+        ``measure="score"``, ``"interactions"`` when ``measure="interactions"``).
     times : ndarray (n_times,)
         Time of each point, in seconds.
     t_obs : ndarray (n_times,)
@@ -49,9 +50,9 @@ class ClusterTestResult:
         Tail of the test (``1``: above zero, ``0``: two-sided).
     n_null : int
         Sign-flip permutations asked for (``n_permutations``: its former name).
-    measure : {"importance", "score", "interactions"}
-        What was tested: a term's importance, the held-out score, or the held-out score's
-        gain over the additive models.
+    measure : {"importance", "main_effect", "score", "interactions"}
+        What was tested: a term's importance, a feature's in-sample main effect, the
+        held-out score, or the held-out score's gain over the additive models.
     extra : dict
         Room for further outputs (empty by default).
     """
@@ -158,7 +159,7 @@ def _check_results(results, term, measure, additive=None):
             raise ValueError(f"result {k} has different terms from result 0 ({r.terms} vs "
                              f"{ref.terms}); use the same features for every subject.")
         levels = (r.settings.get("level"), ref.settings.get("level"))
-        if levels[0] != levels[1]:
+        if levels[0] != levels[1] and measure != "main_effect":
             raise ValueError(f"result {k} measured importance at level={levels[0]!r} and "
                              f"result 0 at level={levels[1]!r}: a feature's total effect "
                              "and its own term are different quantities even under one "
@@ -167,7 +168,7 @@ def _check_results(results, term, measure, additive=None):
         additive = _as_results(additive, "additive")
     every = results + (additive or [])
     in_sample = [k for k, r in enumerate(every) if r.score_kind == "in-sample"]
-    if in_sample:
+    if in_sample and measure != "main_effect":          # in-sample by design, centred on 0
         warnings.warn(f"{len(in_sample)} of {len(every)} results (e.g. result "
                       f"{in_sample[0]}) were computed without cross-validation (cv=None): "
                       "their scores and importances are in-sample, above 0 even on noise, "
@@ -180,6 +181,8 @@ def _check_results(results, term, measure, additive=None):
                          f"measure={measure!r}")
     if measure == "score":
         return results, "score", _finite(np.stack([r.score for r in results]), "score")
+    if measure == "main_effect":
+        return results, term, _main_effects(results, term)
     if term is None:
         raise ValueError(f"name the term to test; terms are {ref.terms}")
     if term not in ref.terms:
@@ -188,7 +191,44 @@ def _check_results(results, term, measure, additive=None):
     return results, term, _finite(np.stack([r.importance[:, k] for r in results]), term)
 
 
-def _finite(data, what):
+def _main_effects(results, term):
+    """``(n_subjects, n_times)`` in-sample main effect of feature ``term`` (partial
+    Spearman correlation of its distance with the neural distance, the other features'
+    held fixed), checked: a feature, the same features in every subject, computed."""
+    ref = results[0]
+    if term is None:
+        raise ValueError(f"name the feature whose main effect to test; features are "
+                         f"{ref.feature_names}")
+    if term not in ref.feature_names:
+        if term in ref.terms:
+            raise ValueError(f"measure='main_effect' tests a feature's main effect; "
+                             f"{term!r} is an interaction term (features are "
+                             f"{ref.feature_names}). Test whether features interact with "
+                             "measure='interactions'.")
+        raise ValueError(f"unknown feature {term!r}; features are {ref.feature_names}")
+    for k, r in enumerate(results[1:], start=1):
+        if list(r.feature_names) != list(ref.feature_names):
+            raise ValueError(f"result {k} has different features from result 0 "
+                             f"({r.feature_names} vs {ref.feature_names}); use the same "
+                             "features for every subject.")
+    missing = [k for k, r in enumerate(results) if r.main_effect is None]
+    if missing:
+        raise ValueError(f"{len(missing)} of {len(results)} results (e.g. result "
+                         f"{missing[0]}) have no main_effect (main_effect is None: a file "
+                         "saved before results kept it, or a result built without it); "
+                         "rerun the analysis of those subjects to test "
+                         "measure='main_effect'.")
+    k = ref.feature_names.index(term)
+    return _finite(np.stack([r.main_effect[:, k] for r in results]), f"{term} (main effect)",
+                   "their neural distances were all equal there, or the feature's "
+                   "distance is a function of the other features' (no main effect of its "
+                   "own)")
+
+
+_EQUAL_DISTANCES = "their neural distances were all equal there"
+
+
+def _finite(data, what, why=_EQUAL_DISTANCES):
     """Refuse undefined (NaN) values of subjects' results: a group test cannot read them
     as 0 or drop them silently."""
     bad = np.isnan(data)
@@ -196,9 +236,8 @@ def _finite(data, what):
         subjects, times = np.flatnonzero(bad.any(axis=1)), np.flatnonzero(bad.any(axis=0))
         raise ValueError(f"{what} is undefined (NaN) in {len(subjects)} subject(s) (e.g. "
                          f"result {subjects[0]}) at {len(times)} time point(s) (index "
-                         f"{times[:5].tolist()}): their neural distances were all equal "
-                         "there. Crop those times from every result, or leave those "
-                         "subjects out.")
+                         f"{times[:5].tolist()}): {why}. Crop those times from every "
+                         "result, or leave those subjects out.")
     return data
 
 
@@ -210,26 +249,33 @@ def permutation_cluster_test(results, term=None, *, measure="importance", additi
                              n_jobs=None, verbose=None, n_permutations=None, seed=None):
     """Cluster-based permutation test of a term's importance time course across subjects.
 
-    Tests, at the group level, whether the importance of ``term`` (or the held-out score,
-    or the gain of the models with interactions over additive ones) is above zero, using
-    :func:`mne.stats.permutation_cluster_1samp_test` on the ``(n_subjects, n_times)`` time
-    courses (fold-mean importance of each subject).
+    Tests, at the group level, whether the importance of ``term`` (or its main effect, the
+    held-out score, or the gain of the models with interactions over additive ones) is
+    above zero, using :func:`mne.stats.permutation_cluster_1samp_test` on the
+    ``(n_subjects, n_times)`` time courses (fold-mean importance of each subject, or its
+    ``main_effect`` column).
 
     Parameters
     ----------
     results : list of TimeCourseResult
         One per subject, with the same times and terms, cross-validated (results of
-        ``cv=None`` are in-sample, above 0 even on noise: a warning says so).
+        ``cv=None`` are in-sample, above 0 even on noise: a warning says so; not with
+        ``measure="main_effect"``, which is in sample by design).
     term : str | None
-        Term to test (a feature ``"f"`` or an interaction ``"f:g"``).  A term-level
-        interaction's importance is not evidence of an interaction (with binary features
-        it is not identifiable: method page); test ``measure="interactions"`` instead.
-    measure : {"importance", "score", "interactions"}
-        Test the term's importance, the held-out Spearman score, or (``"interactions"``)
-        the held-out score of ``results`` minus that of ``additive``: do the features
-        interact in the neural geometry, i.e. do models with interactions predict held-out
-        pairs better than the best additive metric (FR-RSA)?  ``term`` is ignored for the
-        last two.
+        Term to test (a feature ``"f"`` or an interaction ``"f:g"``; a feature with
+        ``measure="main_effect"``).  A term-level interaction's importance is not evidence
+        of an interaction (with binary features it is not identifiable: method page); test
+        ``measure="interactions"`` instead.
+    measure : {"importance", "main_effect", "score", "interactions"}
+        Test the term's importance; (``"main_effect"``) the feature's in-sample main
+        effect, each subject's ``main_effect[:, feature_names.index(term)]``: the partial
+        Spearman correlation of the feature's distance with the neural distance, the
+        other features' distances held fixed (a partial-RSA statistic; results without it,
+        e.g. files saved before results kept it, are refused: rerun their analysis); the
+        held-out Spearman score; or (``"interactions"``) the held-out score of
+        ``results`` minus that of ``additive``: do the features interact in the neural
+        geometry, i.e. do models with interactions predict held-out pairs better than the
+        best additive metric (FR-RSA)?  ``term`` is ignored for the last two.
     additive : list of TimeCourseResult | None
         With ``measure="interactions"`` only: the same subjects in the same order, analysed
         like ``results`` but with ``constraint="diagonal"`` (no interactions), with the same
@@ -241,7 +287,8 @@ def permutation_cluster_test(results, term=None, *, measure="importance", additi
     threshold : float | None
         Cluster-forming t threshold; ``None``: the t value at p = 0.05 (MNE's default).
     tail : {1, 0, -1}
-        ``1`` tests importance > 0 (the usual question), ``0`` two-sided.  Only ``1`` with
+        ``1`` tests importance (or the main effect) > 0 (the usual question: stimuli
+        that differ in the feature are further apart), ``0`` two-sided.  Only ``1`` with
         ``measure="interactions"``: a model with interactions that predicts worse than the
         additive one is over-fitted, not evidence of anything.
     random_state : None | int
@@ -265,11 +312,17 @@ def permutation_cluster_test(results, term=None, *, measure="importance", additi
     -----
     Measured on simulated subjects analysed with the defaults (method page, "Group
     level"): groups of 12 with a cluster of an unencoded feature at p < 0.05 in 0.045 of
-    200 groups (another feature encoded) and 0.030 of 100 (pure noise).  With
-    ``measure="interactions"`` ("Interactions across subjects"): a cluster in 0.020 of
-    200 groups with additive codes of three binary features (0.050 of 100 on pure noise),
-    and a sub-additive code found in 0.15, 0.90 and 1.00 of 40 groups at three
-    amplitudes.
+    200 groups (another feature encoded) and 0.030 of 100 (pure noise), at the former
+    defaults (one split into 5 folds).  At the current defaults, on pure noise: 0 and 1 of
+    40 groups for the importance of two unencoded features, 0.020 of 200 for each one's
+    main effect (``measure="main_effect"``; Wilson 0.008-0.050); a feature encoded at
+    amplitude 0.2 found in 15 of 20 groups by its importance and 20 of 20 by its main
+    effect.  The main effect of an unencoded feature was measured centred on 0 across
+    subjects but right-skewed, so the sign flips are approximately valid and the
+    one-sided test conservative.  With ``measure="interactions"`` ("Interactions across
+    subjects"): a cluster in 0.020 of 200 groups with additive codes of three binary
+    features (0.050 of 100 on pure noise), and a sub-additive code found in 0.15, 0.90
+    and 1.00 of 40 groups at three amplitudes.
 
     Examples
     --------
@@ -385,7 +438,8 @@ def plot_clusters(results, term=None, stats=None, alpha=0.05, ax=None, show=True
             ax.annotate(f"p = {p:.3g}", xy=((t0 + t1) / 2, 1.0),
                         xycoords=("data", "axes fraction"), ha="center", va="bottom",
                         fontsize="small")
-    ylabel = {"score": "held-out ρ", "interactions": "held-out ρ gain over additive"}.get(
+    ylabel = {"score": "held-out ρ", "interactions": "held-out ρ gain over additive",
+              "main_effect": "main effect (partial Spearman ρ, in sample)"}.get(
         stats.measure, "importance (Δ Spearman ρ)")
     ax.set_ylabel(ylabel)
     ax.set_xlabel("time (s)")
