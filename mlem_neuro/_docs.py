@@ -183,17 +183,21 @@ feature_names : list of str
 """
 
 docdict["feature_test"] = """
-feature_test : {"combined", "importance"}
+feature_test : {"combined", "importance", "main_effect"}
     The statistic of each feature's permutation test (with ``n_null``).  ``"combined"``
     (default): the larger of two standardised statistics, read on the same null
     datasets: the feature's held-out permutation importance in the learned metric
     (which sees interactions: a feature that matters only through an interaction, as in
     an XOR code) and its in-sample main effect, the partial Spearman correlation between
     its distance and the neural distance with the other features' distances held fixed
-    (as sensitive to main effects as a partial Mantel test).  Each is standardised by
-    the mean and standard deviation of its observed and null values together, so the
-    combination is itself a permutation test.  ``"importance"``: the held-out importance
-    alone (the only test before ``feature_test`` existed).  The main effects are in the
+    (a partial Mantel statistic, tested by the analysis's conditional relabellings).
+    Each is standardised by one mean and standard deviation over all its values (every
+    model, the observed and the null datasets), so the combination is itself a
+    permutation test.  ``"importance"``: the held-out importance alone (the only test
+    before ``feature_test`` existed).  ``"main_effect"``: the main effect alone, as
+    powerful as a partial Mantel test for a feature's own effect but blind to one that
+    acts only through an interaction (the test of interactions still runs).  Measured
+    side by side on the method page ("The feature test").  The main effects are in the
     result's ``main_effect``; ``settings["feature_test_used"]`` records what ran (the
     importance alone when the main effects did not fit in memory).
 """

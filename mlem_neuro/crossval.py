@@ -123,8 +123,11 @@ class CVOutput:
         with the neural distance, :mod:`~mlem_neuro.core.scoring.main_effect`); ``None`` when
         the RDM of all stimuli does not fit in memory.
     parts : dict
-        With ``feature_test="combined"`` and tests, ``feature -> {"importance": (obs,
-        null), "main_effect": (obs, null)}``: the two statistics its test combines.
+        With tests and ``feature_test`` other than ``"importance"``, ``feature ->
+        {"importance": (obs, null), "main_effect": (obs, null)}``: the two statistics.
+    feature_test : str
+        What each feature's test read (``"importance"`` when the main effects were not
+        computed).
     """
 
     W: np.ndarray
@@ -146,6 +149,7 @@ class CVOutput:
     n_repeats_capped: str = None
     main_effect: np.ndarray = None
     parts: dict = field(default_factory=dict)
+    feature_test: str = "importance"
 
     def pvalues(self):
         """``(names, pvalues, pvalues_fwe)`` of :attr:`tests`, or ``(None, None, None)``
@@ -812,6 +816,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     out.n_repeats_capped = notes.get("n_repeats_capped")
     out.held_out_pairs = "all" if held[0] is None else "between_groups"
     out.main_effect, main_null = _main_effects(source, enc_all, null, opts, groups, held)
+    out.feature_test = "importance" if main_null is None else main_null[0]
     if null is not None:
         _add_tests(out, main_null)
         if opts.model_interactions and len(names) >= 2:
@@ -1014,26 +1019,29 @@ def _check_test_names(names):
 
 def _main_effects(source, enc, null, opts, groups, held):
     """Every feature's in-sample main effect ``(M, m)`` and, with tests and
-    ``feature_test="combined"``, its null ``(M, m, n_null)`` under the feature's own
+    ``feature_test`` other than ``"importance"``, ``(feature_test, null (M, m, n_null))``:
+    its null under the feature's own
     relabellings (:mod:`~mlem_neuro.core.scoring.main_effect`), on the pairs that score the
     folds (between groups when the held-out pairs are); ``(None, None)`` when the RDM of
     all stimuli does not fit in memory (the test is then the importance alone, said)."""
     n = source.n_stimuli
     if 8 * n_pairs(n) * 3 > memory_budget() // 4:
-        if null is not None and opts.feature_test == "combined":
+        if null is not None and opts.feature_test != "importance":
             logger.warning("the features' tests use the held-out importance alone: the "
                            "main effects need the RDM of all %d stimuli in memory", n)
         return None, None
     columns = pair_columns(n, groups) if held[0] is not None else None
-    use_null = null if null is not None and opts.feature_test == "combined" else None
-    return main_effect_tests(source, enc, use_null, columns, check_device(opts.device))
+    use_null = null if null is not None and opts.feature_test != "importance" else None
+    obs, nul = main_effect_tests(source, enc, use_null, columns, check_device(opts.device))
+    return obs, (None if nul is None else (opts.feature_test, nul))
 
 
 def _add_tests(out, main_null=None):
     """Fold-mean observed and null statistics of the tests "score" and each feature;
-    with ``main_null`` (``feature_test="combined"``) each feature's statistic is the
-    :func:`~mlem_neuro.core.scoring.main_effect.combine` of its held-out importance and
-    its main effect, and both parts are kept in ``out.parts``."""
+    with ``main_null`` (``(feature_test, null (M, m, n_null))``) each feature's statistic
+    is, for ``"combined"``, the :func:`~mlem_neuro.core.scoring.main_effect.combine` of its
+    held-out importance and its main effect, for ``"main_effect"`` its main effect; both
+    parts are kept in ``out.parts``."""
     null = out.fold_null.mean(axis=0)                       # (M, n_tests, n_null)
     out.tests["score"] = (out.score.mean(axis=0), null[:, 0].T)
     importance = out.importance.mean(axis=0)
@@ -1043,9 +1051,10 @@ def _add_tests(out, main_null=None):
         if main_null is None:
             out.tests[name] = part
             continue
-        main = (out.main_effect[:, f], main_null[:, f].T)
+        kind, nul = main_null
+        main = (out.main_effect[:, f], nul[:, f].T)
         out.parts[name] = {"importance": part, "main_effect": main}
-        out.tests[name] = combine(*zip(part, main))
+        out.tests[name] = combine(*zip(part, main)) if kind == "combined" else main
 
 
 def _check_fold_scorable(f, enc_test, names, flat, random_split=False):
@@ -1126,8 +1135,7 @@ def result_settings(options, out, groups=None, **extra):
     settings["training_used"] = sorted(out.training)
     # what each feature's test read: the combined statistic, or the importance alone (by
     # choice, without tests, or when the main effects did not fit in memory)
-    settings["feature_test_used"] = ("combined" if out.parts else "importance"
-                                     if out.tests else None)
+    settings["feature_test_used"] = out.feature_test if out.tests else None
     if _int_cv(options.cv):             # what n_repeats="auto" (or an int) gave
         settings["n_repeats_used"] = len(out.folds) // int(options.cv)
     if out.n_repeats_capped:            # fewer distinct splits than repeats asked for

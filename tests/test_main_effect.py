@@ -151,7 +151,14 @@ def test_run_cv_combines_the_two_parts_and_importance_keeps_the_former_test():
         comb = run_cv(source, table, MLEMOptions(n_null=9, random_state=0, max_steps=50))
         imp = run_cv(source, table, MLEMOptions(n_null=9, random_state=0, max_steps=50,
                                                 feature_test="importance"))
+        main = run_cv(source, table, MLEMOptions(n_null=9, random_state=0, max_steps=50,
+                                                 feature_test="main_effect"))
     assert comb.main_effect.shape == (1, 2) and imp.parts == {}
+    assert (comb.feature_test, imp.feature_test, main.feature_test) == (
+        "combined", "importance", "main_effect")
+    for name in ("a", "b"):             # the main effect alone: its own null
+        np.testing.assert_allclose(main.tests[name][0], main.parts[name]["main_effect"][0])
+        np.testing.assert_allclose(main.tests[name][1], comb.parts[name]["main_effect"][1])
     for name in ("a", "b"):
         part, main = comb.parts[name]["importance"], comb.parts[name]["main_effect"]
         # the importance part is the former test, fit for fit
@@ -235,3 +242,20 @@ def test_null_in_blocks_of_relabellings_equals_one_operator(monkeypatch):
     small = main_effect_tests(source, enc, null)[1]
     monkeypatch.undo()
     np.testing.assert_allclose(small, main_effect_tests(source, enc, null)[1], atol=1e-12)
+
+
+def test_main_effects_that_do_not_fit_in_memory_leave_the_importance_said(monkeypatch,
+                                                                          caplog):
+    import mlem_neuro.crossval as cv_module
+
+    rng = np.random.default_rng(10)
+    X, table = _simulate(16, 0.5, rng)
+    monkeypatch.setattr(cv_module, "memory_budget", lambda: 1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with caplog.at_level("WARNING", logger="mlem_neuro"):
+            out = run_cv(DenseRDMSource(X[None], "euclidean"), table,
+                         MLEMOptions(n_null=4, random_state=0, max_steps=20, chunk_size=1))
+    assert out.main_effect is None and out.feature_test == "importance"
+    assert "held-out importance alone" in caplog.text
+    np.testing.assert_allclose(out.tests["a"][0], out.importance.mean(axis=0)[:, 0])

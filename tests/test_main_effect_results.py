@@ -162,7 +162,7 @@ def test_a_bad_feature_test_is_refused_by_every_analysis():
                  lambda: mlem_neuro.mlem_stcs(object(), object(), feature_test="mantel"),
                  lambda: MLEMOptions(feature_test="mantel")):
         with pytest.raises(ValueError, match=r"feature_test must be one of \['combined', "
-                                             r"'importance'\]"):
+                                             r"'importance', 'main_effect'\]"):
             call()
 
 
@@ -174,7 +174,8 @@ def test_every_analysis_takes_feature_test_after_null_and_documents_it():
         names = list(inspect.signature(f).parameters)
         assert names[names.index("null") + 1] == "feature_test", f.__name__
         assert inspect.signature(f).parameters["feature_test"].default == "combined"
-        assert 'feature_test : {"combined", "importance"}' in f.__doc__, f.__name__
+        assert ('feature_test : {"combined", "importance", "main_effect"}'
+                in f.__doc__), f.__name__
 
 
 def test_command_line_flag_feature_test(capsys):
