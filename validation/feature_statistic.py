@@ -1,24 +1,30 @@
-"""Which feature statistic should the default be?  The full model, the additive model and
-their max statistic, side by side with Mantel and partial Mantel tests, over a grid of
-designs (issue 37, item 1).
+"""Which feature statistic should the default be?  The default test (the held-out importance
+and the main effect combined), each of its parts, the additive model and the max of full
+and additive, side by side with Mantel and partial Mantel tests, over a grid of designs
+(issue 37, item 1).
 
-At today's defaults the feature test reads the importance of the model with
-interactions (symmetric positive definite ``W``): on real recordings it misses main
-effects that a plain RSA finds, while the additive model (``interactions=False``,
-diagonal ``W``) finds them but cannot see an interaction-only (XOR) code.  This script
-measures, on the same simulated datasets and the same null datasets:
+Before issue 37 the feature test read the importance of the model with interactions
+(symmetric positive definite ``W``): on real recordings it missed main effects that a
+plain RSA finds, while the additive model (``interactions=False``, diagonal ``W``) finds
+them but cannot see an interaction-only (XOR) code.  This script measures, on the same
+simulated datasets and the same null datasets:
 
-* ``full``: the feature's conditional test at the defaults (``n_null=99``);
-* ``additive``: the same with ``interactions=False``; the same ``random_state`` draws
-  the same folds and the same null datasets (the fold and null draws do not depend on
-  the model), so the two statistics are paired dataset by dataset, null by null;
-* ``max``: one statistic per feature, ``max(z_full, z_additive)``, each importance
-  standardised by the mean and standard deviation of its own null importances, and the
-  same max over the same null datasets for the null distribution (a single max
-  statistic, so its false-positive rate is controlled as each test's is);
+* ``default``: the feature's test at the defaults (``n_null=99``,
+  ``feature_test="combined"``): the max of its standardised held-out importance and its
+  standardised main effect (:mod:`mlem_neuro.core.scoring.main_effect`);
+* ``full`` and ``main``: the two parts of that statistic alone, from the same fit and the
+  same null datasets (``full`` is the former default test);
+* ``additive`` (not with ``--no-additive``): ``interactions=False``; the same
+  ``random_state`` draws the same folds and null datasets, so the statistics are paired
+  dataset by dataset, null by null;
+* ``max``: ``max(z_full, z_additive)``, each importance standardised by its own null
+  (a single max statistic over the same null datasets);
 * ``Mantel`` and ``partial Mantel`` (:func:`mlem_neuro.rsa.mantel_tests`, 999
   permutations, Euclidean neural RDM);
 * the test of interactions of the full model (run by default with tests).
+
+``--main-only`` runs the main-effect part and the Mantel tests alone (no training: a
+fraction of a second per dataset); ``--it`` the IT units of the shared data.
 
 Designs (``--designs``; one time point, ``units`` response units, noise N(0, 1), each
 feature level a random pattern N(0, 1) times its amplitude, centred over levels)::
