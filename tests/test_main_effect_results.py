@@ -187,7 +187,7 @@ def test_command_line_flag_feature_test(capsys):
         p = sub.choices[command]
         actions = {s: a for a in p._actions for s in a.option_strings}
         assert actions["--feature-test"].default == "combined"
-        assert actions["--feature-test"].metavar == "{combined,importance}"
+        assert actions["--feature-test"].metavar == "{combined,importance,main_effect}"
     args = parser.parse_args(["epochs", "x-epo.fif", "--out", "o"])
     assert _analysis_kwargs(args)["feature_test"] == "combined"
     args = parser.parse_args(["epochs", "x-epo.fif", "--out", "o",
@@ -195,8 +195,8 @@ def test_command_line_flag_feature_test(capsys):
     assert _analysis_kwargs(args)["feature_test"] == "importance"
     with pytest.raises(SystemExit):
         parser.parse_args(["epochs", "x-epo.fif", "--out", "o", "--feature-test", "mantel"])
-    assert ("argument --feature-test: must be one of ['combined', 'importance']; got "
-            "'mantel'") in capsys.readouterr().err
+    assert ("argument --feature-test: must be one of ['combined', 'importance', "
+            "'main_effect']; got 'mantel'") in capsys.readouterr().err
 
 
 def test_plot_draws_the_main_effects_of_the_features():

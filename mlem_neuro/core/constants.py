@@ -177,6 +177,13 @@ MAX_REPEATS = 1000
 SPLITS_PER_REPEAT = 2
 #: quantile bins of a numeric feature when it defines the strata of another feature's null.
 NULL_BINS = 5
+#: relative size under which a feature's main-effect residual (its distance ranks once the
+#: other features' are removed) or a basis direction counts as zero
+#: (:mod:`~mlem_neuro.core.scoring.main_effect`): a duplicated feature left residuals of
+#: 3.8e-16 and 6.1e-16 of its norm (float64 rounding; 66 and 1,128 pairs, the design of
+#: tests/test_main_effect.py), a feature of its own 0.96-1.0; 1e-9 sits far from both,
+#: leaving room for the rounding of 10**6 pairs.
+MAIN_EFFECT_TOL = 1e-9
 #: degree of the polynomial by which a numeric or ordinal feature enters the null's main
 #: effects (capped at its number of distinct values − 1, so that a feature of 4 values or
 #: fewer enters with one free effect per value).  Degree 1 (the linear code the model

@@ -30,14 +30,10 @@ import numpy as np
 import torch
 
 from ..constants import CHUNK_BYTES
+from ..constants import MAIN_EFFECT_TOL as _TOL
 from ..ranks.spearman import rankdata
 from ..stimuli.pairs import pair_indices
 from .nulls import permuted_pairs
-
-#: relative size under which a residual (a feature's distance ranks once the other
-#: features' are removed) or a basis direction counts as zero: float64 rounding of rank
-#: vectors of up to 10**6 pairs stays below 1e-9 of their norm
-_TOL = 1e-9
 
 
 def pair_columns(n, groups=None):
@@ -122,7 +118,7 @@ class MainEffects:
         y, total = self._ranks(rdm)
         out = []
         for e, Q in zip(self.residual, self.basis):
-            proj = y @ Q
+            proj = y @ Q.to(y.device)
             out.append(self._partial(y @ e.to(y.device), (proj * proj).sum(dim=1), total))
         return torch.stack(out, dim=1)
 
@@ -147,7 +143,7 @@ class MainEffects:
         (``y[moved] . v == y . scatter(v, moved)``), shared by every model."""
         e, Q = self.residual[feature], self.basis[feature]
         lin = permuted_pairs(perms, np.arange(self.n), self.n)
-        moved = self._moved(lin, e.device)                   # (R, P)
+        moved = self._moved(lin, e.device)                   # (R, P), on the features' device
         R, P = moved.shape
         q = Q.shape[1]
         V = e.new_zeros((R, 1 + q, P))
