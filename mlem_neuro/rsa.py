@@ -20,6 +20,7 @@ from ._docs import fill_doc
 from .core.checks import check
 from .core.constants import MANTEL_RESIDUAL_RTOL, MANTEL_TIE_TOL
 from .core.memory import check_memory
+from .core.ranks.partial import partial_residuals, span_basis
 from .core.stimuli.features import as_feature_table
 from .utils import (
     check_random_state,
@@ -96,15 +97,9 @@ def _check_data(X, table):
 
 
 def _basis(A):
-    """Orthonormal basis (columns) of the span of ``A``'s columns, from its SVD: the
-    left singular vectors of the singular values above ``MANTEL_RESIDUAL_RTOL`` times the
-    largest (so that nested or identical columns add no spurious direction), and the
-    coordinates of ``A``'s columns in it."""
-    if A.shape[1] == 0:
-        return A[:, :0], np.zeros((0, 0))
-    U, s, Vt = np.linalg.svd(A, full_matrices=False)
-    r = int((s > MANTEL_RESIDUAL_RTOL * s[0]).sum())
-    return U[:, :r], s[:r, None] * Vt[:r]
+    """Orthonormal basis of the span of ``A``'s columns and their coordinates in it
+    (:func:`~mlem_neuro.core.ranks.partial.span_basis` at ``MANTEL_RESIDUAL_RTOL``)."""
+    return span_basis(A, MANTEL_RESIDUAL_RTOL)
 
 
 @renamed(n_permutations="n_null")
@@ -187,18 +182,14 @@ def mantel_tests(X, table, n_null=999, random_state=None, *, n_permutations=None
     a0 = S.T @ centred
     undefined_partial, neural_explained = [], []
     partial = {}
-    for k, name in enumerate(names):
-        if n_features == 1:
-            continue
-        others, _ = _basis(np.delete(coords, k, axis=1))
-        res = coords[:, k] - others @ (others.T @ coords[:, k])
-        size = float(np.linalg.norm(res))
-        if size <= MANTEL_RESIDUAL_RTOL:        # of a unit-norm model RDM
+    residuals = partial_residuals(coords, MANTEL_RESIDUAL_RTOL) if n_features > 1 else []
+    for name, (others, w) in zip(names, residuals):
+        if w is None:
             undefined_partial.append(name)
         elif norm2 - float(np.sum((others.T @ a0) ** 2)) <= MANTEL_RESIDUAL_RTOL**2 * norm2:
             neural_explained.append(name)
         else:
-            partial[name] = (others, res / size)
+            partial[name] = (others, w)
 
     def statistics(a):
         """Mantel and partial Mantel correlations of the centred RDM ``S @ a``."""
@@ -303,20 +294,19 @@ def _model_basis(table, partial):
     S, coords = _basis(np.column_stack(models) if models else np.zeros((n_pairs, 0)))
     partials = {}
     if partial and len(models) > 1:
+        residuals = partial_residuals(coords, MANTEL_RESIDUAL_RTOL)
         for name in names:
             k = usable[name]
             if k is None:
                 continue
-            others, _ = _basis(np.delete(coords, k, axis=1))
-            res = coords[:, k] - others @ (others.T @ coords[:, k])
-            size = float(np.linalg.norm(res))
-            if size <= MANTEL_RESIDUAL_RTOL:        # of a unit-norm model RDM
+            others, w = residuals[k]
+            if w is None:
                 partials[name] = None
                 untestable[name] = (f"the other features' model RDMs determine that of "
                                     f"{name!r} (identical or nested features): nothing is "
                                     "left to correlate once they are removed")
             else:
-                partials[name] = (others, res / size)
+                partials[name] = (others, w)
     return S, coords, usable, partials, untestable
 
 

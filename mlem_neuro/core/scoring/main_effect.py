@@ -31,6 +31,7 @@ import torch
 
 from ..constants import CHUNK_BYTES
 from ..constants import MAIN_EFFECT_TOL as _TOL
+from ..ranks.partial import partial_residuals
 from ..ranks.spearman import rankdata
 from ..stimuli.pairs import pair_indices
 from .nulls import permuted_pairs
@@ -67,27 +68,14 @@ class MainEffects:
             D = D[torch.as_tensor(columns)]
         R = rankdata(D.T.contiguous())
         R = R - R.mean(dim=1, keepdim=True)
-        m = R.shape[0]
         #: per feature, the unit residual ``e_f (P,)`` (NaN when the feature's distance is
         #: a function of the others': no main effect of its own) and the orthonormal basis
         #: ``(P, q)`` of the other features' centred ranks
         self.residual, self.basis = [], []
-        for f in range(m):
-            others = R[[g for g in range(m) if g != f]].T
-            if others.shape[1]:
-                U, s, _ = torch.linalg.svd(others, full_matrices=False)
-                Q = U[:, s > _TOL * max(float(s.max()), 1.0)]
-            else:
-                Q = R.new_zeros((R.shape[1], 0))
-            e = R[f] - Q @ (Q.T @ R[f])
-            norm = float(e.norm())
-            scale = float(R[f].norm())
-            if scale == 0 or norm <= _TOL * scale:
-                e = torch.full_like(e, float("nan"))
-            else:
-                e = e / norm
-            self.residual.append(e)
-            self.basis.append(Q)
+        for Q, e in partial_residuals(R.T.numpy(), _TOL):
+            self.basis.append(torch.as_tensor(np.ascontiguousarray(Q)))
+            self.residual.append(torch.full((R.shape[1],), float("nan"), dtype=torch.float64)
+                                 if e is None else torch.as_tensor(e))
 
     @property
     def n_features(self):
