@@ -127,13 +127,14 @@ def _p_main(X, table, rng, n_null=99):
 def test_main_effect_test_is_calibrated_and_finds_an_injected_effect():
     """A non-encoded feature beside a strong one: p < 0.05 in at most the upper 99.9 %
     binomial bound of 300 null datasets (nominal 15); an encoded one (amplitude 1.0,
-    24 stimuli, 8 units) is found in most (measured 0.95-1.0 over 4 seeds of 40)."""
+    24 stimuli, 8 units) is found in most (measured 0.90-1.0 over 20 seeds of 40, mean
+    0.95: the bound 0.80 fails with probability below 0.001 at 0.95)."""
     rng = np.random.default_rng(3)
     null_hits = sum(_p_main(*_simulate(24, 0.0, rng), rng) <= 0.05 for _ in range(300))
     lo, hi = stats.binom.ppf([0.0005, 0.9995], 300, 0.05)
     assert lo <= null_hits <= hi
     power = np.mean([_p_main(*_simulate(24, 1.0, rng), rng) <= 0.05 for _ in range(40)])
-    assert power >= 0.85
+    assert power >= 0.80
 
 
 def _xor(n, amp, rng, units=16):
@@ -175,7 +176,9 @@ def test_run_cv_combines_the_two_parts_and_importance_keeps_the_former_test():
 
 def test_combined_test_keeps_what_only_interactions_carry():
     """An XOR code (no main effect of either feature): the main effects are near zero,
-    and the combined test still finds both features through the importance."""
+    and the combined test still finds both features through the importance (measured over
+    12 seeds of data and relabellings: max |main effect| 0.015-0.045, both features at the
+    smallest p-value 1/20 in all 12)."""
     rng = np.random.default_rng(5)
     X, table = _xor(32, 1.5, rng)
     with warnings.catch_warnings():
