@@ -16,7 +16,8 @@ TERMS = ["a", "b", "a:b"]
 
 
 
-def make_result(F=3, seed=0, kind="searchlight", importance=None, score=None):
+def make_result(F=3, seed=0, kind="searchlight", importance=None, score=None,
+                main_effect=None):
     rng = np.random.default_rng(seed)
     shape = (6, 7, 5)
     if kind == "searchlight":
@@ -32,7 +33,7 @@ def make_result(F=3, seed=0, kind="searchlight", importance=None, score=None):
     return BrainMapResult(imp, score, rng.normal(size=(F, M, 2, 2)),
                           rng.integers(1, 100, (F, M)), TERMS, ["a", "b"],
                           dict(cv=F, radius=6.0, note="x"), affine=AFFINE, shape=shape,
-                          voxel_indices=ijk, kind=kind, **extra)
+                          voxel_indices=ijk, kind=kind, main_effect=main_effect, **extra)
 
 
 def test_images_put_model_values_at_their_voxels():
@@ -209,6 +210,44 @@ def test_second_level_maps_finds_the_group_effect(tmp_path):
     moved.affine[0, 3] += 10
     with pytest.raises(ValueError, match="one \\(template\\) grid"):
         second_level_maps(subjects[:3] + [moved], "a")
+
+
+@pytest.mark.filterwarnings("ignore:Data array used to create a new image contains 64-bit")
+def test_second_level_maps_tests_main_effects():
+    from mlem_neuro.stats import second_level_maps
+
+    base = make_result(F=2, seed=0)
+    M = base.n_models
+    blob = base.voxel_indices[:, 0] <= 1          # "a"'s main effect in x-slices 0-1
+    subjects = []
+    for s in range(8):
+        me = np.random.default_rng(200 + s).normal(0, 0.05, (M, 2))
+        me[blob, 0] += 0.2
+        if s == 3:
+            me[0, 1] = np.nan                     # undefined in one subject's sphere
+        subjects.append(make_result(F=2, seed=0, main_effect=me))
+    ijk = tuple(base.voxel_indices.T)
+    np.testing.assert_array_equal(subjects[0].main_effect_img("a").get_fdata()[ijk],
+                                  subjects[0].main_effect[:, 0])
+    vol = second_level_maps(subjects, "a", measure="main_effect", n_null=500,
+                            random_state=0).get_fdata()[ijk]
+    assert (vol[blob] > 1.3).all() and (vol[~blob] < 1.3).all()
+    vol_b = second_level_maps(subjects, "b", measure="main_effect", n_null=200,
+                              random_state=0).get_fdata()
+    assert np.isfinite(vol_b).all() and (vol_b < 1.3).all()
+    assert vol_b[tuple(base.voxel_indices[0])] == 0        # left out of the mask
+
+    with pytest.raises(ValueError, match="must be one of the features"):
+        second_level_maps(subjects, "a:b", measure="main_effect")
+    with pytest.raises(ValueError, match="measure must be one of"):
+        second_level_maps(subjects, "a", measure="score")
+    with pytest.raises(ValueError, match="additive is used with term='interactions' only"):
+        second_level_maps(subjects, "a", measure="main_effect", additive=subjects)
+    with pytest.raises(ValueError, match="have no main_effect"):
+        second_level_maps(subjects[:3] + [make_result(F=2, seed=0)], "a",
+                          measure="main_effect")
+    with pytest.raises(ValueError, match="main effects are per feature"):
+        subjects[0].main_effect_img("a:b")
 
 
 @pytest.mark.filterwarnings("ignore:Data array used to create a new image contains 64-bit")

@@ -48,6 +48,9 @@ BACKENDS = ("auto", "compiled", "torch", "reference")
 FEATURE_KINDS = ("categorical", "ordinal", "numeric")
 #: what :func:`mlem_neuro.stats.permutation_cluster_test` tests
 MEASURES = ("importance", "score", "interactions", "main_effect")
+#: what :func:`mlem_neuro.stats.second_level_maps` tests (the score and the interactions
+#: through ``term``)
+MAP_MEASURES = ("importance", "main_effect")
 #: the tails of a test (MNE's convention)
 TAILS = (1, 0, -1)
 #: the GLM of :func:`mlem_neuro.fmri.trial_images`

@@ -200,6 +200,32 @@ class BrainMapResult(BaseResult):
         t = self._one_term(term)
         return self._paint(self.importance[:, t])
 
+    def main_effect_img(self, feature):
+        """In-sample main effect of ``feature`` as a 3D image: the partial Spearman
+        correlation of its distance with the neural distance, the other features'
+        distances held fixed (:attr:`main_effect`; method page, "The feature test").
+
+        Parameters
+        ----------
+        feature : str
+            One of :attr:`feature_names` (main effects are per feature, not per
+            interaction term).
+
+        Returns
+        -------
+        img : Nifti1Image
+            NaN where the main effect is undefined (a constant neural RDM, or a feature
+            whose distance the others determine).
+        """
+        if self.main_effect is None:
+            raise ValueError("this result has no main_effect (a file saved before results "
+                             "kept it, or a result built without it): rerun the analysis "
+                             "to map main effects.")
+        if feature not in self.feature_names:
+            raise ValueError(f"main effects are per feature; {feature!r} is not one of "
+                             f"{list(self.feature_names)}.")
+        return self._paint(self.main_effect[:, list(self.feature_names).index(feature)])
+
     def importance_fold_std_img(self, term):
         """Across-fold standard deviation of the importance of ``term`` as a 3D image.
 

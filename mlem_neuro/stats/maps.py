@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 
+from ..core.checks import MAP_MEASURES, check
 from ..utils import renamed
 
 __all__ = ["second_level_maps"]
@@ -44,12 +45,13 @@ def _same_grid(r, ref, what, ref_what="results[0]"):
 
 @renamed(n_perm="n_null")
 def second_level_maps(results, term, mask_img=None, n_null=10000, two_sided_test=False,
-                      n_jobs=None, random_state=None, *, additive=None, n_perm=None,
-                      **kwargs):
+                      n_jobs=None, random_state=None, *, measure="importance",
+                      additive=None, n_perm=None, **kwargs):
     """One-sample permutation test of per-subject MLEM maps (nilearn).
 
-    Each subject's ``importance_img(term)`` (or its score map, or its map of the held-out
-    gain of the metric with interactions over the additive one) is fed to
+    Each subject's ``importance_img(term)`` (or its ``main_effect_img(term)``, its score
+    map, or its map of the held-out gain of the metric with interactions over the
+    additive one) is fed to
     :func:`nilearn.glm.second_level.non_parametric_inference` with an intercept-only
     design: is the importance (or held-out Spearman, or the gain) above 0 across subjects?
 
@@ -75,6 +77,12 @@ def second_level_maps(results, term, mask_img=None, n_null=10000, two_sided_test
         Parallel permutations (``None`` → 1).
     random_state : None | int
         Seeds the permutations.
+    measure : {"importance", "main_effect"}
+        Test ``term``'s held-out importance (default), or (``"main_effect"``, ``term`` a
+        feature) its in-sample main effect, each subject's ``main_effect_img(term)``: the
+        partial Spearman correlation of the feature's distance with the neural distance,
+        the other features' held fixed, centred on 0 without an effect (voxels where a
+        subject's main effect is undefined are left out of the default mask).
     additive : list of BrainMapResult | list of path | None
         With ``term="interactions"`` only: the same subjects in the same order, analysed
         like ``results`` but with ``constraint="diagonal"``, with the same ``cv`` and an int
@@ -113,8 +121,11 @@ def second_level_maps(results, term, mask_img=None, n_null=10000, two_sided_test
     import pandas as pd
     from nilearn.glm.second_level import non_parametric_inference
 
+    check("measure", measure, allowed=MAP_MEASURES)
     subjects = _load_results(results)
-    if additive is not None or (term == "interactions" and term not in subjects[0].terms):
+    if measure == "main_effect":
+        imgs = _main_effect_imgs(subjects, term, additive)
+    elif additive is not None or (term == "interactions" and term not in subjects[0].terms):
         imgs = _gain_imgs(subjects, additive, term, two_sided_test)
     elif term is None:
         imgs = [r.score_img for r in subjects]
@@ -128,6 +139,8 @@ def second_level_maps(results, term, mask_img=None, n_null=10000, two_sided_test
         covered = np.ones(subjects[0].shape, dtype=bool)
         for r in subjects:
             covered &= np.asarray(r.mask_img.dataobj).astype(bool)
+        for img in imgs:                                # undefined main effects
+            covered &= np.isfinite(np.asarray(img.dataobj))
         if not covered.any():
             raise ValueError("the subjects' maps share no voxel; pass mask_img.")
         mask_img = nib.Nifti1Image(covered.astype(np.int8), subjects[0].affine)
@@ -137,6 +150,30 @@ def second_level_maps(results, term, mask_img=None, n_null=10000, two_sided_test
                                     n_perm=int(n_null), two_sided_test=two_sided_test,
                                     n_jobs=1 if n_jobs is None else n_jobs,
                                     random_state=random_state, **kwargs)
+
+
+def _main_effect_imgs(subjects, term, additive):
+    """Each subject's main-effect map of feature ``term`` (checked: a feature of every
+    subject, main effects computed)."""
+    if additive is not None:
+        raise ValueError("additive is used with term='interactions' only, not with "
+                         "measure='main_effect'.")
+    names = list(subjects[0].feature_names)
+    if term not in names:
+        hint = (" Test whether features interact with term='interactions' and additive."
+                if term is not None and term in subjects[0].terms else "")
+        raise ValueError(f"measure='main_effect' tests a feature's main effect: term must "
+                         f"be one of the features {names}; got {term!r}.{hint}")
+    missing = [k for k, r in enumerate(subjects) if r.main_effect is None]
+    if missing:
+        raise ValueError(f"{len(missing)} of {len(subjects)} results (e.g. results"
+                         f"[{missing[0]}]) have no main_effect (a file saved before results "
+                         "kept it): rerun those subjects to test measure='main_effect'.")
+    for k, r in enumerate(subjects):
+        if list(r.feature_names) != names:
+            raise ValueError(f"results[{k}] has other features than results[0] "
+                             f"({list(r.feature_names)} vs {names}).")
+    return [r.main_effect_img(term) for r in subjects]
 
 
 def _gain_imgs(subjects, additive, term, two_sided_test):
