@@ -14,6 +14,8 @@ simulated datasets and the same null datasets:
   standardised main effect (:mod:`mlem_neuro.core.scoring.main_effect`);
 * ``full`` and ``main``: the two parts of that statistic alone, from the same fit and the
   same null datasets (``full`` is the former default test);
+* ``sum``: the two parts combined by their sum instead of their maximum (Stouffer's
+  combination of the same standardised statistics);
 * ``additive`` (not with ``--no-additive``): ``interactions=False``; the same
   ``random_state`` draws the same folds and null datasets, so the statistics are paired
   dataset by dataset, null by null;
@@ -82,7 +84,7 @@ DESIGNS = {
 }
 #: amplitudes of the tested feature (of the interaction for ``xor``)
 AMPLITUDES = (0.0, 0.2, 0.3, 0.4)
-METHODS = ("default", "full", "main", "additive", "max", "Mantel", "partial Mantel")
+METHODS = ("default", "full", "main", "sum", "additive", "max", "Mantel", "partial Mantel")
 #: also run the additive model (``--no-additive`` halves the cost per dataset)
 ADDITIVE = True
 
@@ -135,6 +137,16 @@ def _zscore(obs, null):
     return (obs - mu) / sd, (null - mu) / sd
 
 
+def _zscore_all(obs, null):
+    """Observed and null statistics standardised by the mean and deviation of all of them
+    (the observed one included), as :func:`~mlem_neuro.core.scoring.main_effect.combine`
+    does for one model."""
+    allv = np.concatenate([[obs], null])
+    mu, sd = allv.mean(), allv.std()
+    sd = sd if sd > 0 else 1.0
+    return (obs - mu) / sd, (null - mu) / sd
+
+
 def _p(obs, null):
     return float((1 + (null >= obs - 1e-12).sum()) / (1 + len(null)))
 
@@ -177,6 +189,12 @@ def run_one(design, a, seed):
             stats[label] = (obs[0], null[:, 0])
             rows.append(dict(method=label, feature=name, p=_p(*stats[label]),
                              cpu=cpus["default"]))
+        # the alternative combination: the sum of the two standardised parts (Stouffer)
+        # instead of their max, standardised as the default standardises them
+        zs = [_zscore_all(*stats[k]) for k in ("full", "main")]
+        rows.append(dict(method="sum", feature=name,
+                         p=_p(zs[0][0] + zs[1][0], zs[0][1] + zs[1][1]),
+                         cpu=cpus["default"]))
         if ADDITIVE:
             obs, null = parts["additive"][name]["importance"]
             stats["additive"] = (obs[0], null[:, 0])
