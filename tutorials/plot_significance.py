@@ -148,7 +148,7 @@ fig = it.plot()
 # On the IT recordings object identity, position (tested among stimuli of the same
 # object) and the held-out score pass the corrected test from 200 ms on; the test of
 # interactions does not (no evidence that the codes interact).  Coded as ordinal (lower
-# < middle < upper), position passes nowhere (corrected p 0.48 or more): the ordinal code
+# < middle < upper), position passes nowhere (corrected p 0.12 or more): the ordinal code
 # tests a distance that grows with the gap between positions, which these units do not
 # show.
 pd.DataFrame(it.pvalues_fwe.T, index=it.tests,
