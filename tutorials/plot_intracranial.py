@@ -102,7 +102,7 @@ else:
 # (mean importance 0.004 from 100 ms on, against 0.04–0.05 as categorical; seeds 0–2)
 # and the peak held-out ρ drops from 0.22 to 0.14; its permutation test (with the
 # settings of :ref:`sphx_glr_auto_tutorials_plot_significance.py`) finds no time point
-# below corrected p = 0.48, against 0.02 from 200 ms on as categorical.  Choosing the
+# below corrected p = 0.12, against 0.02 from 200 ms on as categorical.  Choosing the
 # code is part of the question: see ``feature_kinds`` on the :doc:`/options` page.
 features["position"] = pd.Categorical(features["position"], categories=positions)
 print(f"{data.shape[0]} pseudo-trials × {data.shape[1]} units × {data.shape[2]} samples")
