@@ -96,12 +96,6 @@ def _check_data(X, table):
     return normalise_magnitude(X, "X"), table
 
 
-def _basis(A):
-    """Orthonormal basis of the span of ``A``'s columns and their coordinates in it
-    (:func:`~mlem_neuro.core.ranks.partial.span_basis` at ``MANTEL_RESIDUAL_RTOL``)."""
-    return span_basis(A, MANTEL_RESIDUAL_RTOL)
-
-
 @renamed(n_permutations="n_null")
 def mantel_tests(X, table, n_null=999, random_state=None, *, n_permutations=None):
     """Mantel and partial Mantel p-values of every feature of ``table``.
@@ -177,7 +171,7 @@ def mantel_tests(X, table, n_null=999, random_state=None, *, n_permutations=None
     # every model RDM (centred ranks, unit norm) is S @ coords[:, k], and so is each one's
     # residual on the others: a centred permuted RDM c enters every statistic through
     # S.T @ c only (S has at most n_features columns)
-    S, coords = _basis(models[:, :len(names)])
+    S, coords = span_basis(models[:, :len(names)], MANTEL_RESIDUAL_RTOL)
     del models
     a0 = S.T @ centred
     undefined_partial, neural_explained = [], []
@@ -291,7 +285,8 @@ def _model_basis(table, partial):
         usable[name] = len(models)
         models.append(m / np.linalg.norm(m))
     n_pairs = n * (n - 1) // 2
-    S, coords = _basis(np.column_stack(models) if models else np.zeros((n_pairs, 0)))
+    S, coords = span_basis(np.column_stack(models) if models else np.zeros((n_pairs, 0)),
+                           MANTEL_RESIDUAL_RTOL)
     partials = {}
     if partial and len(models) > 1:
         residuals = partial_residuals(coords, MANTEL_RESIDUAL_RTOL)

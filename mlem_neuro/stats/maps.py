@@ -7,6 +7,7 @@ import numpy as np
 
 from ..core.checks import MAP_MEASURES, check
 from ..utils import renamed
+from ._main_effect import check_main_effect_term
 
 __all__ = ["second_level_maps"]
 
@@ -158,21 +159,7 @@ def _main_effect_imgs(subjects, term, additive):
     if additive is not None:
         raise ValueError("additive is used with term='interactions' only, not with "
                          "measure='main_effect'.")
-    names = list(subjects[0].feature_names)
-    if term not in names:
-        hint = (" Test whether features interact with term='interactions' and additive."
-                if term is not None and term in subjects[0].terms else "")
-        raise ValueError(f"measure='main_effect' tests a feature's main effect: term must "
-                         f"be one of the features {names}; got {term!r}.{hint}")
-    missing = [k for k, r in enumerate(subjects) if r.main_effect is None]
-    if missing:
-        raise ValueError(f"{len(missing)} of {len(subjects)} results (e.g. results"
-                         f"[{missing[0]}]) have no main_effect (a file saved before results "
-                         "kept it): rerun those subjects to test measure='main_effect'.")
-    for k, r in enumerate(subjects):
-        if list(r.feature_names) != names:
-            raise ValueError(f"results[{k}] has other features than results[0] "
-                             f"({list(r.feature_names)} vs {names}).")
+    check_main_effect_term(subjects, term, "term='interactions' and additive")
     return [r.main_effect_img(term) for r in subjects]
 
 

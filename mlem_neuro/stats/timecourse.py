@@ -19,6 +19,7 @@ from .._docs import fill_doc
 from ..core.checks import check
 from ..utils import logger, renamed, verbose
 from ._additive import NO_ADDITIVE, check_pairs
+from ._main_effect import check_main_effect_term
 
 
 @dataclass
@@ -195,30 +196,7 @@ def _main_effects(results, term):
     """``(n_subjects, n_times)`` in-sample main effect of feature ``term`` (partial
     Spearman correlation of its distance with the neural distance, the other features'
     held fixed), checked: a feature, the same features in every subject, computed."""
-    ref = results[0]
-    if term is None:
-        raise ValueError(f"name the feature whose main effect to test; features are "
-                         f"{ref.feature_names}")
-    if term not in ref.feature_names:
-        if term in ref.terms:
-            raise ValueError(f"measure='main_effect' tests a feature's main effect; "
-                             f"{term!r} is an interaction term (features are "
-                             f"{ref.feature_names}). Test whether features interact with "
-                             "measure='interactions'.")
-        raise ValueError(f"unknown feature {term!r}; features are {ref.feature_names}")
-    for k, r in enumerate(results[1:], start=1):
-        if list(r.feature_names) != list(ref.feature_names):
-            raise ValueError(f"result {k} has different features from result 0 "
-                             f"({r.feature_names} vs {ref.feature_names}); use the same "
-                             "features for every subject.")
-    missing = [k for k, r in enumerate(results) if r.main_effect is None]
-    if missing:
-        raise ValueError(f"{len(missing)} of {len(results)} results (e.g. result "
-                         f"{missing[0]}) have no main_effect (main_effect is None: a file "
-                         "saved before results kept it, or a result built without it); "
-                         "rerun the analysis of those subjects to test "
-                         "measure='main_effect'.")
-    k = ref.feature_names.index(term)
+    k = check_main_effect_term(results, term, "measure='interactions'")
     return _finite(np.stack([r.main_effect[:, k] for r in results]), f"{term} (main effect)",
                    "their neural distances were all equal there, or the feature's "
                    "distance is a function of the other features' (no main effect of its "
