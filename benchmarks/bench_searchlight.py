@@ -23,6 +23,10 @@ and the cost of a whole-brain-sized searchlight, in one run.
    its largest chunk: the peak measured around (b) is that of a full run with
    ``chunk_size=--wb-chunk``.
 
+After the analysis, the features' main effects (which every result keeps, with or without
+tests: :mod:`mlem_neuro.core.scoring.main_effect`) are timed alone on the same spheres, as a
+fraction of the analysis.
+
 Peak memory is the process's peak resident set size (``resource.getrusage(RUSAGE_SELF)
 .ru_maxrss``, monotone: it includes Python, torch, nilearn and every earlier step).
 
@@ -116,6 +120,7 @@ def small_case(args):
     t_ours = clock(dev) - t0
     print(f"mlem_searchlight, all {S} spheres   : {t_ours:8.1f} s  (measured; median steps "
           f"{int(np.median(res.n_iter))}; includes term importances, 10 permutations)")
+    main_effects_cost(imgs, table, mask_img, t_ours, dev)
 
     from nilearn.decoding import SearchLight
 
@@ -151,6 +156,27 @@ def small_case(args):
         found = {t: int(tested.significant(t).sum()) for t in tested.tests}
         print(f"mlem_searchlight with n_null={n_null:<4d}: {t_null:8.1f} s  "
               f"({t_null / t_ours:.1f}x the analysis; FWE-significant spheres {found})")
+
+
+def main_effects_cost(imgs, table, mask_img, t_analysis, dev):
+    """What every analysis spends on the features' main effects (results keep them, with
+    or without tests): the same computation timed alone on the same spheres, as a fraction
+    of the analysis that includes it."""
+    from mlem_neuro.core.scoring.main_effect import main_effect_tests
+    from mlem_neuro.core.stimuli.features import FeatureSpace
+
+    img4d = load_images(imgs)
+    m = load_mask(mask_img, img4d)
+    _, seeds = mask_coords(m, img4d.affine)
+    source = SphereRDMSource(mask_data(img4d, m), sphere_membership(seeds, m, img4d.affine,
+                                                                    6.0))
+    enc = FeatureSpace().fit(table).transform(table)
+    t0 = clock(dev)
+    main_effect_tests(source, enc, None)
+    t_main = clock(dev) - t0
+    print(f"  of which the main effects         : {t_main:8.2f} s  (timed alone: "
+          f"{100 * t_main / t_analysis:.1f} % of the analysis, "
+          f"{1000 * t_main / source.n_models:.2f} ms per sphere, sphere RDMs included)")
 
 
 def whole_brain(args):
