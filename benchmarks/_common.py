@@ -76,6 +76,21 @@ def wilson(count, n):
     return float(ci.low), float(ci.high)
 
 
+def part(text):
+    """``--part k/K`` (an ``argparse`` type): ``(k, K)``, this process being the k-th of K
+    that split a run's jobs, ``1 <= k <= K``."""
+    import argparse
+
+    try:
+        k, K = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected k/K, e.g. 1/2; got {text!r}") from None
+    if not 1 <= k <= K:
+        raise argparse.ArgumentTypeError(f"k/K needs 1 <= k <= K (the k-th of K processes); "
+                                         f"got {text!r}")
+    return k, K
+
+
 #: the shared Haxby 2001 copy (subject 1, 25 mm), beside the repository
 HAXBY = (Path(__file__).resolve().parents[2] / "shared" / "data" / "haxby2001_sub001_25mm"
          / "sub001")

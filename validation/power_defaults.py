@@ -30,7 +30,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import torch
-from _common import wilson
+from _common import part, wilson
 
 import mlem_neuro
 from mlem_neuro import rsa
@@ -129,7 +129,8 @@ def main():
     p.add_argument("--sizes", nargs="+", default=list(SIZES))
     p.add_argument("--settings", nargs="+", default=["5:1", "default"],
                    help="MLEM settings, cv:n_repeats or 'default'")
-    p.add_argument("--part", default="1/1", help="k/K: this process runs every K-th dataset")
+    p.add_argument("--part", type=part, default=(1, 1),
+                   help="k/K: this process runs every K-th dataset, from the k-th (1 <= k <= K)")
     p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "power_defaults"))
     p.add_argument("--report", action="store_true")
     p.add_argument("--rst", action="store_true", help="with --report: one RST table")
@@ -139,7 +140,7 @@ def main():
         return
     torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)
-    k, K = (int(x) for x in args.part.split("/"))
+    k, K = args.part
     # seed-major: a run stopped early leaves every cell with about as many datasets
     jobs = sorted(((size, a_B, seed) for size in args.sizes for a_B in SIZES[size][3]
                    for seed in range(args.null_datasets if a_B == 0 else args.datasets)),
