@@ -815,7 +815,14 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     out.untestable = untestable
     out.n_repeats_capped = notes.get("n_repeats_capped")
     out.held_out_pairs = "all" if held[0] is None else "between_groups"
-    out.main_effect, main_null = _main_effects(source, enc_all, null, opts, groups, held)
+    # the main effect's null dataset r must be the one the importance's null model r saw:
+    # null models that relabel the features (stimulus s takes the features of perm[s])
+    # see the dataset whose data are relabelled by the inverse permutation
+    relabelled = null
+    if null is not None and plans[0].null is not None:
+        relabelled = np.argsort(null, axis=-1, kind="stable")
+    out.main_effect, main_null = _main_effects(source, enc_all, relabelled, opts, groups,
+                                               held)
     out.feature_test = "importance" if main_null is None else main_null[0]
     if null is not None:
         _add_tests(out, main_null)
@@ -921,9 +928,12 @@ class _NullPlan:
 
 
 def _null_plans(folds, table, opts, null):
-    """Per fold (:class:`FoldPlan`), a :class:`_NullPlan` when its null models can relabel
+    """Per fold (:class:`FoldPlan`), a :class:`_NullPlan` when the null models can relabel
     the features (a grouped design trained on full batches, ``level="feature"``, few
-    feature rows), else ``None`` (no nulls, or null models that relabel the data)."""
+    feature rows), else ``None`` (no nulls, or null models that relabel the data).  All
+    folds or none: a test's null statistic is a mean over folds, and relabelling the
+    features by ``perm`` gives another dataset than relabelling the data by it, so every
+    fold of null model ``r`` must see the same null dataset."""
     plans = [None] * len(folds)
     if null is None or opts.level != "feature":
         return plans
@@ -931,11 +941,12 @@ def _null_plans(folds, table, opts, null):
         setup = _fold_setup(fold.enc_train, opts, fold.seed)
         if (setup.groups is None or setup.levels is not None
                 or setup.b < n_pairs(len(fold.train))):
-            continue
+            return [None] * len(folds)
         space = _fold_space(opts, table, fold.train, fold.index, len(folds))
         universe = fastnull.code_universe(space.transform(table))
-        if universe is not None:
-            plans[f] = _NullPlan(universe, setup)
+        if universe is None:
+            return [None] * len(folds)
+        plans[f] = _NullPlan(universe, setup)
     return plans
 
 

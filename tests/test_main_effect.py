@@ -262,3 +262,39 @@ def test_main_effects_that_do_not_fit_in_memory_leave_the_importance_said(monkey
     assert out.main_effect is None and out.feature_test == "importance"
     assert "held-out importance alone" in caplog.text
     np.testing.assert_allclose(out.tests["a"][0], out.importance.mean(axis=0)[:, 0])
+
+
+def test_both_parts_of_a_null_dataset_are_computed_on_the_same_dataset(monkeypatch):
+    """The combined statistic adds two statistics per null dataset, so both must come from
+    one dataset.  Null models that relabel the features (categorical designs: stimulus s
+    takes the features of perm[s]) and those that relabel the data (a numeric feature:
+    stimulus a takes the data of perm[a]) see different datasets for one perm; the main
+    effect of null r equals the main effect computed on the dataset null model r was
+    trained on, on both paths (it failed on the first before the main effect took the
+    inverse relabelling there: its p-values alone were right, the sum was not)."""
+    import mlem_neuro.crossval as cv
+
+    rng = np.random.default_rng(11)
+    n = 24
+    source = DenseRDMSource(rng.normal(size=(1, n, 6)), "euclidean")
+    draw, null_plans = cv._draw_nulls, cv._null_plans
+    for table, fast in ((_table(n, rng)[["a", "b"]], True), (_table(n, rng), False)):
+        seen = {}
+        monkeypatch.setattr(cv, "_draw_nulls",
+                            lambda *a: seen.setdefault("null", draw(*a)))
+        monkeypatch.setattr(cv, "_null_plans",
+                            lambda *a: seen.setdefault("plans", null_plans(*a)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = run_cv(source, table, MLEMOptions(n_null=5, random_state=0, max_steps=20))
+        assert all((p is not None) == fast for p in seen["plans"])
+        space = FeatureSpace().fit(table)
+        rdm = source.rdm(np.arange(n))
+        for f, name in enumerate(out.feature_names):
+            for r, perm in enumerate(seen["null"][1 + f]):
+                # stimulus s of null dataset r has the features of stimulus sigma[s]
+                sigma = perm if fast else np.argsort(perm)
+                enc = space.transform(table.iloc[sigma].reset_index(drop=True))
+                expected = MainEffects(enc).observed(rdm).numpy()[0, f]
+                np.testing.assert_allclose(out.parts[name]["main_effect"][1][r, 0],
+                                           expected, rtol=1e-5, atol=1e-7)
