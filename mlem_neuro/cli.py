@@ -768,8 +768,9 @@ def _add_analysis_options(p, what):
                    metavar=_choices(FEATURE_TESTS), default=d.feature_test,
                    help="the statistic of each feature's permutation test (--n-null): "
                         "combined (the larger of the standardised held-out importance "
-                        "and in-sample main effect, a partial Mantel statistic) or "
-                        "importance (the held-out importance alone)")
+                        "and in-sample main effect, a partial Mantel statistic), "
+                        "importance (the held-out importance alone) or main_effect (the "
+                        "main effect alone)")
     p.add_argument("--held-out-pairs", type=_flag_type("--held-out-pairs"),
                    metavar=_choices(HELD_OUT_PAIRS), default=d.held_out_pairs,
                    help="held-out pairs that score each fold: auto (pairs between runs "

@@ -89,7 +89,8 @@ def test_a_feature_whose_distance_the_others_give_has_no_main_effect():
 def test_combine_is_a_permutation_test_of_the_max():
     """Statistics exchangeable with their nulls give uniform p-values after combining
     (2,000 simulated tests, two correlated parts): the rate at 0.05 stays within its
-    99.9 % binomial interval; and one part alone keeps its own p-values."""
+    99.9 % binomial interval; one part alone keeps its own p-values; a part that is NaN
+    for a model leaves the other's p-value, and two NaN parts give NaN."""
     rng = np.random.default_rng(2)
     n_null, N = 99, 2000
     hits = 0
@@ -105,6 +106,13 @@ def test_combine_is_a_permutation_test_of_the_max():
     a = rng.normal(size=(n_null + 1, 4))
     obs, null = combine([a[0]], [a[1:]])
     assert ((null >= obs - 1e-12).sum(0) == (a[1:] >= a[0]).sum(0)).all()
+    b = rng.normal(size=(n_null + 1, 4))
+    b[:, 1] = np.nan
+    a[:, 2] = b[:, 2] = np.nan
+    obs, null = combine([a[0], b[0]], [a[1:], b[1:]])
+    assert ((null[:, 1] >= obs[1] - 1e-12).sum() == (a[1:, 1] >= a[0, 1]).sum())
+    assert np.isnan(obs[2]) and np.isnan(null[:, 2]).all()
+    assert np.isfinite(obs[[0, 1, 3]]).all()
 
 
 def _simulate(n, amp_b, rng, units=8):
