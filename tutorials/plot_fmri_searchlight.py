@@ -279,15 +279,15 @@ axes[0].set_ylabel("spheres")
 fig.tight_layout()
 
 # %%
-# With the shared data the real labels give 22 of 129 spheres at p < 0.05 and 4
-# family-wise significant ones, the shuffled labels 5 and none (the default test, which
-# combines the held-out importance with the category's main effect; method page).  With
-# the former test (``feature_test="importance"``), over 6 within-run shuffles
-# (``validation/haxby_shuffle.py``) the median importance stayed within ±0.006 and at most
-# 5.4 % of spheres reached p < 0.05 (one shuffle had one family-wise significant sphere),
-# as a calibrated test should.  Without ``groups``
-# (nulls across runs) the same folds put 27.9 % of the spheres of the real labels below
-# 0.05, far more than with them (13.2 %): that excess was the runs, not the categories.
+# With the shared data the real labels give 26 of 129 spheres at p < 0.05 and 5
+# family-wise significant ones, the shuffled labels 6 and none (the default test, which
+# combines the held-out importance with the category's main effect; method page).  Over
+# 6 within-run shuffles (``validation/haxby_shuffle.py``) at the default test the median
+# importance stayed within ±0.006, 0.8–5.4 % of spheres reached p < 0.05 (3.4 % on
+# average) and none was family-wise significant, as a calibrated test should.
+# Without ``groups`` (nulls across runs) the same folds put 27.9 % of the spheres of the
+# real labels below 0.05, far more than with them (13.2 %; both with the former test):
+# that excess was the runs, not the categories.
 # The method page has the simulations behind these choices.
 
 # %%
