@@ -572,7 +572,8 @@ def _train_chunk(source, enc_train, enc_test, train, test, options, seed, null=N
                                        perm_seq, len(test), len(i), held)
     elif null is not None:
         out["null"] = fastnull.null_statistics(plan.universe, null, target_train, target_test,
-                                               train, test, options, perm_seq, held)
+                                               train, test, options, perm_seq, held,
+                                               plan.scales)
     if flat.any():              # Spearman of a constant RDM is undefined, not 0
         for key in ("score", "importance", "importance_perm_std", "null"):
             if key in out:
@@ -921,22 +922,32 @@ def _shared_setups(plans, opts):
 @dataclass
 class _NullPlan:
     """A fold whose null models relabel the features (:mod:`~mlem_neuro.core.scoring.fastnull`):
-    its code universe and its training setup."""
+    its code universe, its training setup and the column scales of each relabelling's
+    encoding (:meth:`~mlem_neuro.core.stimuli.features.FeatureSpace.refit_scales`)."""
 
     universe: object
     setup: object
+    scales: object = None
 
 
 def _null_plans(folds, table, opts, null):
-    """Per fold (:class:`FoldPlan`), a :class:`_NullPlan` when the null models can relabel
-    the features (a grouped design trained on full batches, ``level="feature"``, few
-    feature rows), else ``None`` (no nulls, or null models that relabel the data).  All
-    folds or none: a test's null statistic is a mean over folds, and relabelling the
-    features by ``perm`` gives another dataset than relabelling the data by it, so every
-    fold of null model ``r`` must see the same null dataset."""
+    """Per fold (:class:`FoldPlan`), a :class:`_NullPlan` when its null models can relabel
+    the features, else ``None`` (no nulls, or null models that relabel the data).
+
+    They can when the fold trains grouped on its exact distance rows and full batches
+    (not on the grid of numeric distances), at ``level="feature"``, with few feature rows
+    (:func:`~mlem_neuro.core.scoring.fastnull.code_universe`), and when the analysis of
+    every relabelled table would train the same way (on the exact rows of its own
+    pairs: :func:`~mlem_neuro.core.scoring.fastnull.grouped_like_observed`) with an
+    encoding that differs from the fold's in its scales only
+    (:meth:`~mlem_neuro.core.stimuli.features.FeatureSpace.refit_scales`).  All folds or
+    none: a test's null statistic is a mean over folds, and relabelling the features by
+    ``perm`` gives another dataset than relabelling the data by it, so every fold of null
+    model ``r`` must see the same null dataset."""
     plans = [None] * len(folds)
     if null is None or opts.level != "feature":
         return plans
+    relabellings = null.reshape(-1, null.shape[-1])
     for f, fold in enumerate(folds):
         setup = _fold_setup(fold.enc_train, opts, fold.seed)
         if (setup.groups is None or setup.levels is not None
@@ -946,7 +957,11 @@ def _null_plans(folds, table, opts, null):
         universe = fastnull.code_universe(space.transform(table))
         if universe is None:
             return [None] * len(folds)
-        plans[f] = _NullPlan(universe, setup)
+        scales = space.refit_scales(table, relabellings[:, fold.train])
+        if scales is None or not fastnull.grouped_like_observed(universe, relabellings,
+                                                                fold.train):
+            return [None] * len(folds)
+        plans[f] = _NullPlan(universe, setup, scales)
     return plans
 
 

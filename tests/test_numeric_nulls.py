@@ -106,3 +106,172 @@ def test_held_out_scores_are_spearman_of_the_pairs(U):
             for k in range(K):
                 expected = spearmanr(q[m, r, g[r, k]].numpy(), target[m].numpy())[0]
                 np.testing.assert_allclose(got[m, r, k], expected, atol=1e-12)
+
+
+def _rare_maximum_design(n=36, seed=0):
+    """:func:`_fas_design` with the largest association held by one stimulus only: the
+    relabelled tables whose training stimuli lack it scale ``FAS`` by another range."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    related = rng.permutation(np.arange(n) % 2)
+    fas = np.where(related == 1, rng.choice([0.0, 0.1, 0.25, 0.4, 0.7], n), 0.0)
+    fas[np.flatnonzero(related == 1)[0]] = 1.0
+    table = pd.DataFrame({"relatedness": related.astype(str), "FAS": fas})
+    Y = rng.normal(size=(2, n, 6))
+    Y[:, :, 0] += 2.0 * related + 3.0 * fas
+    return Y, table
+
+
+def test_null_models_scale_numeric_features_as_their_relabelled_tables(monkeypatch):
+    """A relabelled table whose training stimuli lack the largest value fits another
+    min-max scale: its null model trains and scores on its own encoding's distances, as
+    the analysis of that table does (the fold's scale gave differences up to 0.1 here),
+    and the identity's null statistics are the observed statistics."""
+    from mlem_neuro import crossval
+    from mlem_neuro.core.options import MLEMOptions
+    from mlem_neuro.core.rdms.sources import DenseRDMSource
+    from mlem_neuro.crossval import run_cv
+
+    Y, table = _rare_maximum_design()
+    n = len(table)
+    rng = np.random.default_rng(0)
+    perms = np.stack([np.stack([np.arange(n)] + [rng.permutation(n) for _ in range(4)])
+                      for _ in range(3)])
+    monkeypatch.setattr(crossval, "_draw_nulls", lambda opts, enc, design, rng: perms)
+    calls = []
+    real = fastnull.null_statistics
+    monkeypatch.setattr(fastnull, "null_statistics",
+                        lambda *a, **k: calls.append(a[-1]) or real(*a, **k))
+    small = dict(cv=3, n_repeats=1, max_steps=60, patience=10, n_permutations=3,
+                 interactions=True)
+    source = DenseRDMSource(Y)
+    out = run_cv(source, table, MLEMOptions(**small, n_null=5, random_state=0))
+    assert len(calls) == 3                                 # every fold's nulls relabel features
+    # the identity: the observed fits, scored grouped (equal up to the order of the sums)
+    np.testing.assert_allclose(out.fold_null[:, :, 0, 0], out.score, atol=1e-12)
+    for f, name in enumerate(out.feature_names):
+        np.testing.assert_allclose(out.fold_null[:, :, 1 + f, 0],
+                                   out.importance[:, :, out.terms.index(name)], atol=1e-12)
+    top = np.flatnonzero(table["FAS"].to_numpy() == 1.0)[0]
+    rescaled = compared = 0
+    for t in range(3):
+        for r in range(1, 5):
+            ref = run_cv(source, table.iloc[perms[t, r]].reset_index(drop=True),
+                         MLEMOptions(**small, random_state=0))
+            assert all(np.array_equal(a[1], b[1]) for a, b in zip(ref.folds, out.folds))
+            compared += 1
+            # folds where the relabelled training stimuli lack the maximum and the
+            # fold's own have it, or the reverse: another scale
+            rescaled += sum((top in perms[t, r][tr]) != (top in tr) for tr, _ in out.folds)
+            expected = ref.score if t == 0 else ref.importance[:, :, ref.terms.index(
+                out.feature_names[t - 1])]
+            # measured: equal to 1e-16 (float32 training of the same numbers)
+            np.testing.assert_allclose(out.fold_null[:, :, t, r], expected, atol=1e-6)
+    assert compared == 12 and rescaled >= 6
+
+
+def test_refit_scales_are_those_of_fitting_on_the_rows():
+    """The scales of a fit on other stimuli, to the bit: floats with missing values,
+    integers (taken minus their own minimum), a multi-column feature, an ordinal
+    categorical, a categorical; None where such a fit would change more than scales."""
+    import pandas as pd
+
+    from mlem_neuro.core.stimuli.features import FeatureSpace
+
+    rng = np.random.default_rng(2)
+    n = 30
+    table = pd.DataFrame({
+        "x": rng.gamma(2.0, 0.1, n), "k": rng.integers(3, 40, n),
+        "u": rng.random(n), "v": rng.random(n) * 7.0,
+        "o": pd.Categorical(rng.choice(["lo", "mid", "hi"], n), categories=["lo", "mid", "hi"],
+                            ordered=True),
+        "c": rng.choice(["a", "b", "c"], n)})
+    table.loc[[2, 7], "x"] = np.nan
+    groups = {"uv": ["u", "v"]}
+    space = FeatureSpace(groups=groups).fit(table.iloc[:20])
+    rows = np.stack([rng.permutation(n)[:20] for _ in range(8)])
+    got = space.refit_scales(table, rows)
+    assert got.shape == (8, 6)
+    for r, row in enumerate(rows):
+        expected = FeatureSpace(groups=groups).fit(table.iloc[row]).transform(table)
+        np.testing.assert_array_equal(got[r], expected.column_scale())
+    assert len({tuple(s) for s in got}) == 8                    # the scales differ
+    # ordinal levels taken from the values present: a set without "hi" has other levels
+    plain = table[["k"]].assign(level=np.where(np.arange(n) < 3, 2, np.arange(n) % 2))
+    space = FeatureSpace(kinds={"level": "ordinal"}).fit(plain.iloc[:20])
+    assert space.refit_scales(plain, np.arange(20)[None]) is not None
+    assert space.refit_scales(plain, np.arange(3, 23)[None]) is None
+    # a numeric feature constant over a set: its fit refuses it
+    flat = table[["x"]].assign(x=np.where(np.arange(n) < 20, 1.0, 2.0))
+    space = FeatureSpace().fit(flat)
+    assert space.refit_scales(flat, np.arange(20)[None]) is None
+
+
+def test_universe_rows_at_refitted_scales_are_the_refitted_distances():
+    """The universe's rows at another fit's scales are that fit's distances of the
+    stimuli's pairs (up to the offset's rounding, far below the distances' 2**-30
+    grid); at the encoding's own scales they are its rows."""
+    import pandas as pd
+
+    from mlem_neuro.core.stimuli.features import FeatureSpace
+
+    rng = np.random.default_rng(3)
+    n = 40
+    table = pd.DataFrame({"related": rng.integers(0, 2, n).astype(str),
+                          "FAS": 0.2 + rng.choice([0.0, 0.15, 0.3, 0.55, 1.1], n)})
+    space = FeatureSpace().fit(table.iloc[:25])
+    u = fastnull.code_universe(space.transform(table))
+    np.testing.assert_array_equal(u.rows_at(u.encoded.column_scale()), u.D_uniq)
+    i, j = (torch.as_tensor(x) for x in np.triu_indices(n, 1))
+    codes = torch.as_tensor(u.codes)
+    rows = u.pair_row[codes[i], codes[j]]
+    for keep in (np.flatnonzero(table["FAS"] > 0.2), np.flatnonzero(table["FAS"] < 1.0)):
+        refit = FeatureSpace().fit(table.iloc[keep]).transform(table)
+        assert not np.array_equal(refit.scale, space.transform(table).scale)
+        got = u.rows_at(refit.scale)[rows]
+        expected = torch.as_tensor(refit.pair_distances(i.numpy(), j.numpy()))
+        assert (got - expected).abs().max() <= 2.0 ** -30
+
+
+def _plans(table, opts, folds, null):
+    from mlem_neuro import crossval
+
+    rows = []
+    for f, (train, test) in enumerate(folds):
+        space = opts.feature_space().fit(table.iloc[train])
+        rows.append(crossval.FoldPlan(f, train, test, space.transform(table.iloc[train]),
+                                      space.transform(table.iloc[test]), 1 + f))
+    return [p is not None for p in crossval._null_plans(rows, table, opts, null)]
+
+
+def test_numeric_null_models_relabel_features_only_where_their_tables_train_grouped():
+    """The null models of a numeric feature relabel the features where the fold and every
+    relabelled table train grouped on exact rows: few values (yes); many values, trained
+    on the grid or, with ``numeric_levels=None``, pair by pair (no); a fold of few rows
+    whose relabelled tables have too many (no: their analyses train on the grid)."""
+    import pandas as pd
+
+    from mlem_neuro.core.options import MLEMOptions
+    from mlem_neuro.crossval import check_cv
+
+    rng = np.random.default_rng(4)
+    n = 45
+    few = pd.DataFrame({"related": (np.arange(n) % 2).astype(str),
+                        "FAS": rng.choice([0.0, 0.1, 0.25, 0.5, 1.0], n)})
+    many = few.assign(FAS=rng.random(n))
+    folds = check_cv(3, n, np.random.default_rng(0))
+    null = np.stack([np.stack([rng.permutation(n) for _ in range(3)]) for _ in range(3)])
+    opts = MLEMOptions(cv=3, n_null=3)
+    assert _plans(few, opts, folds, null) == [True] * 3
+    assert _plans(many, opts, folds, null) == [False] * 3                   # the grid
+    exact = MLEMOptions(cv=3, n_null=3, numeric_levels=None)
+    assert _plans(many, exact, folds, null) == [False] * 3                  # pair by pair
+    # 25 stimuli at 0 and 20 distinct values: training on the zeros and 5 values takes 16
+    # rows (of 435 pairs), on 10 zeros and the 20 values 211 (more than a quarter)
+    zeros = pd.DataFrame({"FAS": np.r_[np.zeros(25), 0.05 * np.arange(1, 21) ** 1.3]})
+    train, test = np.r_[np.arange(25), 25 + np.arange(5)], 30 + np.arange(15)
+    keep = np.arange(n)
+    keep[train[:15]], keep[test] = test, train[:15]      # 15 zeros <-> the held-out values
+    assert _plans(zeros, opts, [(train, test)], keep[None, None]) == [False]
+    assert _plans(zeros, opts, [(train, test)], np.arange(n)[None, None]) == [True]

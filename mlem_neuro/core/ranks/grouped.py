@@ -61,8 +61,15 @@ def distinct_rows(P, codes=None):
     return _few(uniq, inverse, n_rows)
 
 
+def few_rows(n_groups, n_rows):
+    """Whether ``n_rows`` pairs that fall into ``n_groups`` distinct rows are trained and
+    scored on the groups (the rule of :func:`distinct_rows`): at least 8 pairs, at most
+    :data:`MAX_GROUPS` groups and at most a quarter of the pairs."""
+    return n_rows >= 4 * 2 and n_groups <= MAX_GROUPS and 4 * n_groups <= n_rows
+
+
 def _few(uniq, inverse, n_rows):
-    if uniq.shape[0] > MAX_GROUPS or 4 * uniq.shape[0] > n_rows:
+    if not few_rows(uniq.shape[0], n_rows):
         return None
     return uniq, inverse
 

@@ -24,6 +24,18 @@ No null model ranks its targets again, gathers an RDM or expands pairs per step.
 folds stay with the neural data (with ``groups``, the runs stay in their folds).  Used
 by :func:`mlem_neuro.crossval.run_cv` when every fold's design is grouped and trained on
 full batches and ``level="feature"`` (else the null models relabel the data).
+
+A null model is the analysis of its relabelled table, so it is fitted as that analysis
+fits it.  With numeric features (of few distinct values: more make too many rows) the
+encoding fitted on the relabelled training stimuli scales a numeric feature by their
+range, so each null model's distance rows are those of its own scales
+(:meth:`~mlem_neuro.core.stimuli.features.FeatureSpace.refit_scales`,
+:meth:`CodeUniverse.rows_at`; with the fold's own scales the null statistics of the
+rare-maximum design of ``tests/test_numeric_nulls.py`` were up to 0.1 away from the
+relabelled tables' analyses); and a fold whose
+relabelled tables would not all train grouped on their exact rows
+(:func:`grouped_like_observed`: more distinct rows than the grouped path takes) relabels
+the data instead.
 """
 from __future__ import annotations
 
@@ -43,7 +55,7 @@ from ..constants import (
     STACK_ARRAYS,
 )
 from ..memory import memory_budget
-from ..ranks.grouped import MAX_GROUPS, grouped_spearman
+from ..ranks.grouped import MAX_GROUPS, few_rows, grouped_spearman
 from ..ranks.spearman import _EPS, rankdata, sort_with_ties, standardize
 from ..stimuli.pairs import n_pairs, pair_indices
 from ..training import compiled
@@ -70,10 +82,15 @@ class CodeUniverse:
         Distance row of two stimuli of codes ``a`` and ``b``.
     D_uniq : tensor (U, m)
         The distinct feature-distance rows (float64).
+    encoded : EncodedFeatures
+        The ``E`` universe rows, encoded.
+    rep : tensor of int (U, 2)
+        Two universe rows whose distances are each distance row (for :meth:`rows_at`).
     """
 
-    def __init__(self, codes, base_to_ext, swap, table, D_uniq):
+    def __init__(self, codes, base_to_ext, swap, table, D_uniq, encoded=None, rep=None):
         self.codes, self.swap, self.table, self.D_uniq = codes, swap, table, D_uniq
+        self.encoded, self.rep = encoded, rep
         ext = torch.as_tensor(base_to_ext)
         self.pair_row = table[ext][:, ext]
 
@@ -84,6 +101,15 @@ class CodeUniverse:
     @property
     def n_rows(self):
         return self.D_uniq.shape[0]
+
+    def rows_at(self, scale):
+        """The distance rows ``(U, m)`` (float64) with the encoding's column scales
+        replaced by ``scale (n_columns,)``: the rows of an encoding refitted on other
+        training stimuli (:meth:`~mlem_neuro.core.stimuli.features.FeatureSpace.refit_scales`;
+        with the encoding's own scales, :attr:`D_uniq`)."""
+        enc = dataclasses.replace(self.encoded, scale=np.asarray(scale, dtype=np.float64))
+        return enc.to_torch("cpu", torch.float64).pair_distances(self.rep[:, 0],
+                                                                 self.rep[:, 1]).double()
 
 
 def code_universe(enc):
@@ -131,8 +157,32 @@ def code_universe(enc):
     table = torch.empty(E, E, dtype=torch.long)
     table[a, b] = row
     table[b, a] = row
+    first = torch.full((D_uniq.shape[0],), len(row), dtype=torch.long).scatter_reduce_(
+        0, row, torch.arange(len(row)), reduce="amin")            # a pair of each row
+    rep = torch.stack([torch.as_tensor(a)[first], torch.as_tensor(b)[first]], dim=1)
     return CodeUniverse(codes.ravel(), inv[:S], inv[S:].reshape(enc.n_features, S, S),
-                        table, D_uniq)
+                        table, D_uniq, ext_enc, rep)
+
+
+def grouped_like_observed(universe, relabellings, train):
+    """Whether the analysis of every relabelled table trains this fold as the null
+    models here train: grouped on the exact distance rows of its own training pairs.
+
+    The fold's own design trains grouped (the caller checks it); a relabelled table's
+    training stimuli carry other feature rows, so their pairs may fall into more
+    distinct rows than :func:`~mlem_neuro.core.ranks.grouped.few_rows` groups (a
+    numeric feature's values), and its analysis would then train otherwise (on the grid
+    of numeric distances, or pair by pair).  ``relabellings (R, n)``: under row ``r``
+    stimulus ``s`` takes the features of stimulus ``relabellings[r, s]``."""
+    i, j = (torch.as_tensor(x) for x in pair_indices(len(train)))
+    P = len(i)
+    ct = torch.as_tensor(universe.codes[np.asarray(relabellings)[:, train]])
+    for r in range(ct.shape[0]):
+        g = universe.pair_row[ct[r, i], ct[r, j]]
+        rows = int((torch.bincount(g, minlength=universe.n_rows) > 0).sum())
+        if not few_rows(rows, P):
+            return False
+    return True
 
 
 def group_sums(tz, g, U):
@@ -166,7 +216,7 @@ def _importance_perms(perm_seq, K, f, n):
 
 
 def null_statistics(universe, perms, target_train, target_test, train, test, options,
-                    perm_seq, held=None):
+                    perm_seq, held=None, scales=None):
     """Statistics ``(M, n_tests, n_null)`` of the null models of ``M`` models.
 
     Parameters
@@ -184,6 +234,12 @@ def null_statistics(universe, perms, target_train, target_test, train, test, opt
         The fold's importance stream (see :func:`_importance_perms`).
     held : ndarray of int | None
         The columns of the held-out pairs that ``target_test`` holds (``None``: all).
+    scales : ndarray (n_tests * n_null, n_columns) | None
+        The encoding's column scales refitted on each relabelling's training stimuli
+        (:meth:`~mlem_neuro.core.stimuli.features.FeatureSpace.refit_scales`, relabellings
+        flattened test by test): each null model's distance rows are then those of its
+        own encoding, in training and held out, as in the analysis of its relabelled
+        table (``None``: the universe's rows for all, e.g. without numeric features).
     """
     n_tests, n_null, n = perms.shape
     M = target_train.shape[0]
@@ -198,11 +254,15 @@ def null_statistics(universe, perms, target_train, target_test, train, test, opt
     tz = standardize(rankdata(target_train.double().cpu()))
     sums, counts = group_sums(tz, g, U)
     del g, tz
-    W = _fit_null_models(universe.D_uniq, counts, sums, options)     # (M, R, m, m)
+    D_sets, which = _relabelled_rows(universe, scales, R)
+    W = _fit_null_models(D_sets, which, counts, sums, options)      # (M, R, m, m)
     del sums
     kk, ll = term_index(m, True)
-    q = _fold(term_weights(W.reshape(M * R, m, m), kk, ll), universe.D_uniq,
-              terms=(kk, ll)).reshape(M, R, U)
+    q = torch.empty(M, R, U, dtype=torch.float64)
+    for k, D in enumerate(D_sets):
+        rel = torch.nonzero(which == k).ravel()
+        q[:, rel] = _fold(term_weights(W[:, rel].reshape(-1, m, m), kk, ll), D,
+                          terms=(kk, ll)).reshape(M, len(rel), U)
     # held out
     n_te = len(test)
     it, jt = pair_indices(n_te)
@@ -258,10 +318,27 @@ def _held_out_scores(q, g, tzt, P_te):
     return score.reshape(M, R, *inner)
 
 
-def _fit_null_models(D_uniq, counts, sums, options):
+def _relabelled_rows(universe, scales, R):
+    """The distance rows of the ``R`` relabellings' encodings: ``(D_sets, which)``, the
+    distinct sets of rows ``(U, m)`` and the set of each relabelling ``(R,)``.  One set,
+    the universe's own rows, when ``scales`` is ``None`` or every relabelling's scales are
+    the encoding's."""
+    which = torch.zeros(R, dtype=torch.long)
+    if scales is None:
+        return [universe.D_uniq], which
+    uniq, inverse = np.unique(np.asarray(scales, dtype=np.float64), axis=0,
+                              return_inverse=True)
+    own = universe.encoded.column_scale()
+    D_sets = [universe.D_uniq if np.array_equal(s, own) else universe.rows_at(s)
+              for s in uniq]
+    return D_sets, torch.as_tensor(inverse.ravel(), dtype=torch.long)
+
+
+def _fit_null_models(D_sets, which, counts, sums, options):
     """Metrics ``(M, R, m, m)`` of the null models trained on ``counts (R, U)`` pairs per
     distance row (one grouping per relabelling, shared by the ``M`` models) and target
-    sums ``sums (M, R, U)``.
+    sums ``sums (M, R, U)``; relabelling ``r``'s distance rows are ``D_sets[which[r]]``
+    (its encoding's, :func:`_relabelled_rows`).
 
     Each null model trains on the rows its own pairs have, as the observed model of its
     relabelled table would (:func:`~mlem_neuro.core.training.engine.fit_grouped`): relabellings
@@ -270,19 +347,21 @@ def _fit_null_models(D_uniq, counts, sums, options):
     count :data:`~mlem_neuro.core.training.engine.GroupedTargets.ABSENT_COUNT`, and every step
     pays for those rows: with a numeric feature a null model has about 1,000 of the 1,500
     rows its relabellings have together (``benchmarks/bench_numeric_null.py``), with
-    categorical features most relabellings have every row (one stack).
+    categorical features most relabellings have every row (one stack).  Relabellings
+    with the same rows but other distances (another numeric scale) train apart.
     """
     M, R, _ = sums.shape
-    m = D_uniq.shape[1]
+    m = D_sets[0].shape[1]
     W = torch.empty(M, R, m, m, dtype=torch.float64)
-    has = counts > 0
-    masks, which = torch.unique(has, dim=0, return_inverse=True)
+    has = torch.cat([which[:, None], (counts > 0).long()], dim=1)
+    masks, stack = torch.unique(has, dim=0, return_inverse=True)
     for k in range(masks.shape[0]):
-        rel = torch.nonzero(which == k).ravel()               # relabellings with these rows
-        rows = masks[k]
+        rel = torch.nonzero(stack == k).ravel()   # relabellings with these rows and scales
+        rows = masks[k, 1:] > 0
         Uk = int(rows.sum())
         c = counts[rel][:, rows]                               # (Rk, Uk)
-        fit = fit_grouped(D_uniq[rows], c[None].expand(M, len(rel), Uk).reshape(-1, Uk),
+        fit = fit_grouped(D_sets[int(masks[k, 0])][rows],
+                          c[None].expand(M, len(rel), Uk).reshape(-1, Uk),
                           sums[:, rel][:, :, rows].reshape(-1, Uk), options)
         W[:, rel] = torch.as_tensor(fit.W, dtype=torch.float64).reshape(M, len(rel), m, m)
     return W

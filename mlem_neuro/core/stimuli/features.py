@@ -668,3 +668,83 @@ class FeatureSpace:
     def fit_transform(self, table):
         """:meth:`fit` on ``table``, then :meth:`transform` it."""
         return self.fit(table).transform(table)
+
+    def refit_scales(self, table, rows):
+        """The column scales that fitting this space on other stimuli of ``table`` gives,
+        when such a fit changes nothing but the scales.
+
+        Null models that relabel the features (:mod:`~mlem_neuro.core.scoring.fastnull`)
+        fit the encoding on the relabelled training stimuli, as the analysis of the
+        relabelled table does: a numeric feature's min-max scaling then spans their range,
+        not the observed training stimuli's.  The values' offset (their training minimum)
+        cancels in every distance, so the encoding of ``table`` by this space with these
+        scales in place of its own gives the refitted encoding's distances (up to the
+        rounding of the offset, in the last bit of a value).
+
+        Parameters
+        ----------
+        table : DataFrame
+            The table this space encodes (every stimulus).
+        rows : array of int (R, k)
+            ``R`` sets of ``k`` rows of ``table`` to fit on.
+
+        Returns
+        -------
+        ndarray (R, n_columns) | None
+            The scales of each fit (one per column of :meth:`transform`'s values), or
+            ``None`` when some fit would change more than the scales: an ordinal feature
+            whose levels come from the values present (not from an ordered categorical
+            dtype) with other levels present, a numeric feature with every value missing
+            or constant over some set (the fit refuses it), values of extreme magnitude
+            (the fit's power-of-two prescaling), or integers beyond ``2**53``.
+        """
+        table = as_feature_table(table)
+        rows = np.asarray(rows, dtype=np.int64)
+        out = []
+        for s in self.specs_:
+            if s.kind == "categorical":          # indicator distances: no scale
+                out.append(np.ones((len(rows), 1)))
+                continue
+            if s.kind == "ordinal":
+                col = table[s.columns[0]]
+                if not isinstance(col.dtype, pd.CategoricalDtype):
+                    values = np.asarray(col.tolist(), dtype=object)
+                    present = ~col.isna().to_numpy()
+                    levels = set(s.categories)
+                    if any(set(values[r][present[r]]) != levels for r in rows):
+                        return None
+                out.append(np.full((len(rows), 1), 1.0 / max(len(s.categories) - 1, 1)))
+                continue
+            scales = _refit_numeric_scales(s, table[s.columns], rows)
+            if scales is None:
+                return None
+            out.append(scales)
+        return np.concatenate(out, axis=1)
+
+
+def _refit_numeric_scales(spec, sub, rows):
+    """:meth:`FeatureSpace.refit_scales` of one numeric feature: ``(R, n_columns)`` or
+    ``None``.  The range of each set is taken as :func:`_fit_numeric` takes it (the
+    maximum minus the minimum of the same floats, or of integers minus an integer offset,
+    exact), so the scales are the refit's to the bit."""
+    if getattr(spec, "exponent", 0) != 0 or getattr(spec, "unit", 1.0) != 1.0:
+        return None
+    offsets = getattr(spec, "offsets", None) or [0] * len(spec.columns)
+    cols = []
+    for c, offset in zip(spec.columns, offsets):
+        ints = _integers(sub[c])
+        if ints is not None and any(v is not None and abs(v) > 2**53 for v in ints):
+            return None
+        cols.append(_numeric_values(sub[c], spec.name, offset))
+    vals = np.column_stack(cols)                                  # (n, k)
+    ok = ~np.isnan(vals).any(axis=1)
+    v, okr = vals[rows], ok[rows][..., None]                      # (R, t, k), (R, t, 1)
+    if not okr.any(axis=1).all():
+        return None                                               # every value missing
+    top = np.where(okr, np.abs(v), 0.0).max(axis=(1, 2))
+    if np.any((top > 0) & ((top < 2.0 ** -500) | (top > 2.0 ** 500))):
+        return None                                               # prescaled by the fit
+    rng = np.where(okr, v, -np.inf).max(axis=1) - np.where(okr, v, np.inf).min(axis=1)
+    if np.any(np.all(rng == 0, axis=1)):
+        return None                                               # constant: refused
+    return np.where(rng > 0, 1.0 / np.where(rng > 0, rng, 1), 0)
