@@ -476,8 +476,10 @@ numeric_levels : "auto" | int | None
     the other features) number at most 256, and at least 4 levels while they number at
     most 1,024; it trains exactly, pair by pair, when 4 levels would leave more (6 or
     more numeric features) or when the cells are not at least 4 times fewer than the
-    training pairs; ``None`` always trains
-    exactly.  Grid training takes mini-batches (see ``batch_size``).  See
+    training pairs.  Numeric values that repeat (a few values, or a covariate that is 0
+    for many stimuli) put the pairs into few distinct exact rows: up to 256 rows they
+    train on those, exactly; beyond, on the grid when it has fewer cells.  ``None``
+    always trains exactly.  Grid training takes mini-batches (see ``batch_size``).  See
     :doc:`/performance` for its speed and measured error.
 """
 

@@ -958,8 +958,8 @@ def _null_plans(folds, table, opts, null):
         if universe is None:
             return [None] * len(folds)
         scales = space.refit_scales(table, relabellings[:, fold.train])
-        if scales is None or not fastnull.grouped_like_observed(universe, relabellings,
-                                                                fold.train):
+        if scales is None or not fastnull.grouped_like_observed(
+                universe, relabellings, fold.train, opts.numeric_levels):
             return [None] * len(folds)
         plans[f] = _NullPlan(universe, setup, scales)
     return plans

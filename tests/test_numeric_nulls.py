@@ -275,3 +275,70 @@ def test_numeric_null_models_relabel_features_only_where_their_tables_train_grou
     keep[train[:15]], keep[test] = test, train[:15]      # 15 zeros <-> the held-out values
     assert _plans(zeros, opts, [(train, test)], keep[None, None]) == [False]
     assert _plans(zeros, opts, [(train, test)], np.arange(n)[None, None]) == [True]
+
+
+def _repeating_design(n=60, distinct=25, seed=5):
+    """A covariate that is 0 for most stimuli and takes ``distinct`` values on the others
+    (as ``FAS`` in ``benchmarks/bench_numeric_null.py``), beside a binary feature: its
+    pairs fall into a few hundred exact distance rows."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    fas = np.zeros(n)
+    fas[:distinct] = rng.gamma(2.0, 0.08, distinct)
+    fas = fas[rng.permutation(n)]
+    return pd.DataFrame({"related": np.where(fas > 0, "yes", "no"), "FAS": fas})
+
+
+def test_many_exact_rows_train_on_the_grid():
+    """Pairs of a numeric covariate whose values repeat fall into hundreds of exact rows:
+    beyond TARGET_CELLS they train on the grid's fewer cells (``"auto"``), exactly with
+    ``numeric_levels=None``; a covariate of few values keeps its exact rows."""
+    from mlem_neuro.core.constants import TARGET_CELLS
+    from mlem_neuro.core.options import MLEMOptions
+    from mlem_neuro.core.stimuli.features import FeatureSpace
+    from mlem_neuro.core.training.engine import PairSetup
+
+    def setup(table, levels):
+        enc = FeatureSpace().fit_transform(table)
+        return PairSetup(enc, MLEMOptions(numeric_levels=levels).fit_kwargs(),
+                         np.random.default_rng(0), "cpu", torch.float32)
+
+    table = _repeating_design()
+    exact = setup(table, None)
+    assert exact.levels is None and exact.groups[0].shape[0] > TARGET_CELLS
+    grid = setup(table, "auto")
+    assert grid.levels == 16 and grid.groups[0].shape[0] < TARGET_CELLS
+    few = table.assign(FAS=np.round(table["FAS"] * 20) / 20)    # a few values
+    assert setup(few, "auto").levels is None
+
+
+def test_tables_relabelled_onto_many_rows_relabel_the_data_and_interactions_refit():
+    """A fold of few exact rows whose relabelled tables have more than TARGET_CELLS (their
+    analyses train on the grid) relabels the data; the test of interactions of a design
+    of many rows fits its null datasets through run_cv (which trains on the grid)."""
+    from mlem_neuro.core.options import MLEMOptions
+    from mlem_neuro.core.rdms.sources import DenseRDMSource
+
+    table = _repeating_design(n=90, distinct=30)
+    n = len(table)
+    order = np.argsort(table["FAS"].to_numpy())           # the 60 zeros, then the values
+    train, test = np.sort(order[:70]), np.sort(order[70:])  # training: 10 values, 55 rows
+    swap = np.arange(n)
+    swap[train[:20]], swap[test] = test, train[:20]         # training: 30 values, 496 rows
+    opts = MLEMOptions(cv=3, n_null=1)
+    assert _plans(table, opts, [(train, test)], np.arange(n)[None, None]) == [True]
+    assert _plans(table, opts, [(train, test)], swap[None, None]) == [False]
+    exact = MLEMOptions(cv=3, n_null=1, numeric_levels=None)
+    assert _plans(table, exact, [(train, test)], swap[None, None]) == [True]
+    # 120 training stimuli: 932 rows in the universe, at most a quarter of the 7,140 pairs
+    table = _repeating_design(n=150, distinct=30)
+    rng = np.random.default_rng(1)
+    split = rng.permutation(len(table))
+    folds = [(np.sort(split[:120]), np.sort(split[120:]))]
+    source = DenseRDMSource(rng.normal(size=(1, len(table), 4)))
+    assert fastnull.interaction_scores(source, table, opts, folds,
+                                       ("spd", "diagonal")) is None
+    few = table.assign(FAS=np.round(table["FAS"] * 20) / 20)   # a few values
+    assert fastnull.interaction_scores(source, few, opts, folds,
+                                       ("spd", "diagonal")) is not None

@@ -57,6 +57,7 @@ from ..constants import (
 from ..memory import memory_budget
 from ..ranks.grouped import MAX_GROUPS, few_rows, grouped_spearman
 from ..ranks.spearman import _EPS, rankdata, sort_with_ties, standardize
+from ..stimuli import quantise
 from ..stimuli.pairs import n_pairs, pair_indices
 from ..training import compiled
 from ..training.engine import fit_grouped
@@ -164,25 +165,35 @@ def code_universe(enc):
                         table, D_uniq, ext_enc, rep)
 
 
-def grouped_like_observed(universe, relabellings, train):
+def grouped_like_observed(universe, relabellings, train, numeric_levels):
     """Whether the analysis of every relabelled table trains this fold as the null
     models here train: grouped on the exact distance rows of its own training pairs.
 
     The fold's own design trains grouped (the caller checks it); a relabelled table's
     training stimuli carry other feature rows, so their pairs may fall into more
-    distinct rows than :func:`~mlem_neuro.core.ranks.grouped.few_rows` groups (a
-    numeric feature's values), and its analysis would then train otherwise (on the grid
-    of numeric distances, or pair by pair).  ``relabellings (R, n)``: under row ``r``
-    stimulus ``s`` takes the features of stimulus ``relabellings[r, s]``."""
+    distinct rows (a numeric feature's values): more than
+    :func:`~mlem_neuro.core.ranks.grouped.few_rows` groups (its analysis trains pair by
+    pair, or on the grid), or more than a grid would have
+    (:func:`~mlem_neuro.core.stimuli.quantise.prefers_grid`; counted as a change
+    whenever the universe's distances could make a grid).  ``relabellings (R, n)``:
+    under row ``r`` stimulus ``s`` takes the features of stimulus ``relabellings[r,
+    s]``; ``numeric_levels``: the option."""
     i, j = (torch.as_tensor(x) for x in pair_indices(len(train)))
     P = len(i)
     ct = torch.as_tensor(universe.codes[np.asarray(relabellings)[:, train]])
+    grid = _grid_possible(universe, numeric_levels)
     for r in range(ct.shape[0]):
         g = universe.pair_row[ct[r, i], ct[r, j]]
         rows = int((torch.bincount(g, minlength=universe.n_rows) > 0).sum())
-        if not few_rows(rows, P):
+        if not few_rows(rows, P) or (grid and quantise.prefers_grid(rows, numeric_levels)):
             return False
     return True
+
+
+def _grid_possible(universe, numeric_levels):
+    """Whether some pairs of the universe's rows could train on a grid of numeric
+    distances (a column with more distinct distances than a grid keeps as they are)."""
+    return quantise.choose_levels(universe.D_uniq, numeric_levels) is not None
 
 
 def group_sums(tz, g, U):
@@ -520,8 +531,10 @@ def interaction_scores(source, table, options, folds, constraints, progress=None
         universe = code_universe(space.transform(table))
         P = n_pairs(len(train))
         if universe is None or 4 * universe.n_rows > P or (
-                options.batch_size == "auto" and P > FULL_BATCH_PAIRS):
-            return None
+                options.batch_size == "auto" and P > FULL_BATCH_PAIRS) or (
+                quantise.prefers_grid(universe.n_rows, options.numeric_levels)
+                and _grid_possible(universe, options.numeric_levels)):
+            return None                # run_cv would not train on the exact rows
         plans.append((universe, _fold_groups(universe, train, n),
                       _fold_groups(universe, test, n)))
     # one set of distance rows for all folds (their encodings may differ)

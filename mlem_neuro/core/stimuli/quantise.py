@@ -17,6 +17,10 @@ per-block tables and makes no pass over the pairs.  Full batches made models fit
 noise run about twice as many steps as exact training's (their training score creeps up
 by more than ``tol`` within ``patience``).
 
+Numeric distances that repeat enough to fall into few distinct rows (a feature of few
+values) train on those rows, exactly; beyond :data:`TARGET_CELLS` rows they train on the
+grid too when it has fewer cells (:func:`prefers_grid`).
+
 Only training sees the grid: held-out scores and importances are computed on the exact
 distances.  Features whose distances take at most ``q`` values (categorical, binary,
 few-level ordinal) are left as they are.  ``numeric_levels="auto"`` picks the largest
@@ -93,6 +97,22 @@ def choose_levels(D, numeric_levels, counts=None):
     while q > MIN_LEVELS and other * q ** len(numeric) > TARGET_CELLS:
         q -= 1
     return q if other * q ** len(numeric) <= MAX_CELLS else None
+
+
+def prefers_grid(n_rows, numeric_levels):
+    """Whether a design whose pairs fall into ``n_rows`` distinct term rows trains on the
+    grid rather than on those rows, when the grid gives fewer cells
+    (:class:`~mlem_neuro.core.training.engine.PairSetup`).
+
+    Grouped training costs each model about the same per row at every step, and the grid
+    aims at :data:`TARGET_CELLS` cells: beyond them exact rows cost more than the grid
+    is allowed to.  Numeric features whose values repeat (a covariate that is 0 for half
+    the stimuli, proportions of a norm) gave 529-1,129 exact rows per training fold of
+    120 stimuli where the grid gives 29 cells; their permutation tests took 32 times the
+    same design with the covariate in 3 levels (``benchmarks/bench_numeric_null.py``).
+    ``numeric_levels=None`` keeps every design exact.
+    """
+    return numeric_levels is not None and n_rows > TARGET_CELLS
 
 
 def quantise_distances(D, levels):

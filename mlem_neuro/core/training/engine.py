@@ -155,6 +155,17 @@ class PairSetup:
         if groups is None:
             self.terms.build()
         self.levels = None
+        if groups is not None and quantise.prefers_grid(groups[0].shape[0],
+                                                        fit_kw["numeric_levels"]):
+            # many exact rows (a numeric feature whose values repeat): the grid, when it
+            # has fewer cells
+            self.terms.build(keep_distances=True)
+            if self.terms.all is not None:
+                grid, levels = quantise.training_groups(
+                    enc.to_torch(dev, dtype), self.n, self.k, self.l,
+                    fit_kw["numeric_levels"], D=self.terms.distances, P=self.terms.all)
+                if grid is not None and grid[0].shape[0] < groups[0].shape[0]:
+                    groups, self.levels = grid, levels
         if groups is None and self.terms.all is not None:
             # numeric features: group pairs on a grid of distances (training only)
             groups, self.levels = quantise.training_groups(
