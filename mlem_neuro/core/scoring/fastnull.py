@@ -179,14 +179,22 @@ def grouped_like_observed(universe, relabellings, train, numeric_levels):
     under row ``r`` stimulus ``s`` takes the features of stimulus ``relabellings[r,
     s]``; ``numeric_levels``: the option."""
     i, j = (torch.as_tensor(x) for x in pair_indices(len(train)))
-    P = len(i)
+    P, U = len(i), universe.n_rows
     ct = torch.as_tensor(universe.codes[np.asarray(relabellings)[:, train]])
     grid = _grid_possible(universe, numeric_levels)
-    for r in range(ct.shape[0]):
-        g = universe.pair_row[ct[r, i], ct[r, j]]
-        rows = int((torch.bincount(g, minlength=universe.n_rows) > 0).sum())
-        if not few_rows(rows, P) or (grid and quantise.prefers_grid(rows, numeric_levels)):
-            return False
+    if few_rows(U, P) and not (grid and quantise.prefers_grid(U, numeric_levels)):
+        return True                  # each relabelling's rows are among the universe's
+    step = max(1, memory_budget() // 16 // (8 * max(P, U)))  # relabellings at a time
+    S = universe.pair_row.shape[0]
+    for r0 in range(0, ct.shape[0], step):
+        c = ct[r0:r0 + step]
+        g = torch.take(universe.pair_row, (c * S).index_select(1, i)
+                       + c.index_select(1, j))                             # (step, P)
+        seen = torch.zeros(len(c), U, dtype=torch.bool).scatter_(1, g, True)
+        for rows in seen.sum(dim=1).tolist():
+            if not few_rows(rows, P) or (grid and quantise.prefers_grid(rows,
+                                                                         numeric_levels)):
+                return False
     return True
 
 
