@@ -22,6 +22,8 @@ from __future__ import annotations
 import difflib
 import re
 
+from .core.constants import STAGED_GATE
+
 docdict: dict[str, str] = {}
 
 # --------------------------------------------------------------------------------- B
@@ -183,24 +185,27 @@ feature_names : list of str
 """
 
 docdict["feature_test"] = """
-feature_test : {"combined", "importance", "main_effect"}
-    The statistic of each feature's permutation test (with ``n_null``).  ``"combined"``
-    (default): the larger of two standardised statistics, read on the same null
-    datasets: the feature's held-out permutation importance in the learned metric
-    (which sees interactions: a feature that matters only through an interaction, as in
-    an XOR code) and its in-sample main effect, the partial Spearman correlation between
-    its distance and the neural distance with the other features' distances held fixed
-    (a partial Mantel statistic, tested by the analysis's conditional relabellings).
-    Each is standardised by one mean and standard deviation over all its values (every
-    model, the observed and the null datasets), so the combination is itself a
-    permutation test.  ``"importance"``: the held-out importance alone (the only test
-    before ``feature_test`` existed).  ``"main_effect"``: the main effect alone, as
-    powerful as a partial Mantel test for a feature's own effect but blind to one that
-    acts only through an interaction (the test of interactions still runs).  Measured
-    side by side on the method page ("The feature test").  The main effects are in the
-    result's ``main_effect``; ``settings["feature_test_used"]`` records what ran (the
-    importance alone when the main effects did not fit in memory).
-"""
+feature_test : {"staged", "combined", "importance", "main_effect"}
+    The statistic of each feature's permutation test (with ``n_null``).  Two statistics
+    are read on the same null datasets: the feature's in-sample main effect, the partial
+    Spearman correlation between its distance and the neural distance with the other
+    features' distances held fixed (a partial Mantel statistic, tested by the analysis's
+    conditional relabellings), and its held-out permutation importance in the learned
+    metric (which sees interactions: a feature that matters only through an
+    interaction, as in an XOR code).  ``"staged"`` (default): the main effect alone, and
+    in the models (time points, spheres) where the test of interactions finds
+    interactions (p <= GATE, uncorrected) the larger of the two, each standardised by
+    one mean and standard deviation over all its values (every model, the observed and
+    the null datasets); with one feature or ``interactions=False`` there is no
+    interaction to find and the main effect is the test.  ``"combined"``: the larger of
+    the two in every model.  ``"importance"``: the held-out importance alone.
+    ``"main_effect"``: the main effect alone, blind to a feature that acts only through
+    an interaction (the test of interactions still runs).  Measured side by side on the
+    method page ("The feature test").  The main effects are in the result's
+    ``main_effect``; ``settings["feature_test_used"]`` records what ran (the importance
+    alone when the main effects did not fit in memory) and, for ``"staged"``,
+    ``settings["feature_test_staged_open"]`` in how many models the importance joined.
+""".replace("GATE", f"{STAGED_GATE:g}")
 
 docdict["features_images"] = """
 features : DataFrame | array (n_images, n_features)

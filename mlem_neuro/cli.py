@@ -767,8 +767,10 @@ def _add_analysis_options(p, what):
     p.add_argument("--feature-test", type=_flag_type("--feature-test"),
                    metavar=_choices(FEATURE_TESTS), default=d.feature_test,
                    help="the statistic of each feature's permutation test (--n-null): "
-                        "combined (the larger of the standardised held-out importance "
-                        "and in-sample main effect, a partial Mantel statistic), "
+                        "staged (the in-sample main effect, a partial Mantel statistic, "
+                        "joined by the held-out importance where the test of "
+                        "interactions finds interactions), combined (the larger of the "
+                        "standardised importance and main effect everywhere), "
                         "importance (the held-out importance alone) or main_effect (the "
                         "main effect alone)")
     p.add_argument("--held-out-pairs", type=_flag_type("--held-out-pairs"),

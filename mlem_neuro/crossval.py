@@ -128,6 +128,10 @@ class CVOutput:
     feature_test : str
         What each feature's test read (``"importance"`` when the main effects were not
         computed).
+    gate_open : (M,) bool | None
+        With ``feature_test="staged"``, the models whose features' tests added the held-out
+        importance to the main effect (interactions found,
+        :func:`mlem_neuro.inference.run_analysis`).
     """
 
     W: np.ndarray
@@ -150,6 +154,7 @@ class CVOutput:
     main_effect: np.ndarray = None
     parts: dict = field(default_factory=dict)
     feature_test: str = "importance"
+    gate_open: np.ndarray = None
 
     def pvalues(self):
         """``(names, pvalues, pvalues_fwe)`` of :attr:`tests`, or ``(None, None, None)``
@@ -1066,8 +1071,9 @@ def _add_tests(out, main_null=None):
     """Fold-mean observed and null statistics of the tests "score" and each feature;
     with ``main_null`` (``(feature_test, null (M, m, n_null))``) each feature's statistic
     is, for ``"combined"``, the :func:`~mlem_neuro.core.scoring.main_effect.combine` of its
-    held-out importance and its main effect, for ``"main_effect"`` its main effect; both
-    parts are kept in ``out.parts``."""
+    held-out importance and its main effect, for ``"main_effect"`` and (until
+    :func:`mlem_neuro.inference.run_analysis` reads the test of interactions)
+    ``"staged"`` its main effect; both parts are kept in ``out.parts``."""
     null = out.fold_null.mean(axis=0)                       # (M, n_tests, n_null)
     out.tests["score"] = (out.score.mean(axis=0), null[:, 0].T)
     importance = out.importance.mean(axis=0)
@@ -1162,6 +1168,9 @@ def result_settings(options, out, groups=None, **extra):
     # what each feature's test read: the combined statistic, or the importance alone (by
     # choice, without tests, or when the main effects did not fit in memory)
     settings["feature_test_used"] = out.feature_test if out.tests else None
+    if out.tests and out.gate_open is not None:
+        # the staged test: in how many models the importance joined the main effect
+        settings["feature_test_staged_open"] = int(np.count_nonzero(out.gate_open))
     if _int_cv(options.cv):             # what n_repeats="auto" (or an int) gave
         settings["n_repeats_used"] = len(out.folds) // int(options.cv)
     if out.n_repeats_capped:            # fewer distinct splits than repeats asked for

@@ -15,6 +15,9 @@ import warnings
 
 import numpy as np
 
+from .core.constants import STAGED_GATE
+from .core.scoring.main_effect import staged
+from .core.scoring.nulls import permutation_pvalues
 from .crossval import run_cv
 from .utils import logger, use_log_level
 
@@ -27,11 +30,16 @@ def run_analysis(source, features, options=None, *, groups=None, desc="models"):
     """
     out = run_cv(source, features, options, groups=groups, desc=desc)
     if out.interaction_seed is None:
-        return out
+        # no interactions to find (one feature, an additive model) or no tests
+        return _stage_feature_tests(out, gate=False)
     if not getattr(source, "supports_interaction_test", False):
         logger.warning("no test of interactions: it permutes residual response patterns, "
                        "which a %s does not hold", type(source).__name__)
-        return out
+        if out.feature_test == "staged" and out.parts:
+            logger.info("MLEM: the features' tests combine the held-out importance and "
+                        "the main effect in every %s (no test of interactions to stage "
+                        "them)", desc)
+        return _stage_feature_tests(out, gate=True)
     from .core.options import MLEMOptions
 
     opts = MLEMOptions() if options is None else options
@@ -43,6 +51,28 @@ def run_analysis(source, features, options=None, *, groups=None, desc="models"):
     undefined = np.isnan(out.score).any(axis=0)
     obs, nul = np.where(undefined, np.nan, obs), np.where(undefined, np.nan, nul)
     out.tests["interactions"] = (obs, nul)
+    _, p, _ = permutation_pvalues({"interactions": (obs, nul)})
+    with np.errstate(invalid="ignore"):
+        gate = p[:, 0] <= STAGED_GATE                          # NaN (undefined): shut
+    if out.feature_test == "staged" and out.parts and gate.any():
+        logger.info("MLEM: interactions found (p <= %g) in %d of %d %s: there the "
+                    "features' tests add the held-out importance to the main effect",
+                    STAGED_GATE, int(gate.sum()), M, desc)
+    return _stage_feature_tests(out, gate=gate)
+
+
+def _stage_feature_tests(out, gate):
+    """With ``feature_test="staged"``, each feature's test statistic from its two parts
+    (:func:`~mlem_neuro.core.scoring.main_effect.staged`): the main effect alone where
+    ``gate`` (a bool, or one per model) is shut, joined by the held-out importance where
+    it is open; :attr:`~mlem_neuro.crossval.CVOutput.gate_open` records it."""
+    if out.feature_test != "staged" or not out.parts:
+        return out
+    any_part = next(iter(out.parts.values()))["main_effect"][0]
+    gate = np.broadcast_to(np.asarray(gate, bool), np.shape(any_part)).copy()
+    for name, parts in out.parts.items():
+        out.tests[name] = staged(parts["importance"], parts["main_effect"], gate)
+    out.gate_open = gate
     return out
 
 

@@ -241,7 +241,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
                      groups=None, items=None, partitions=None, cv=2, n_repeats="auto",
                      standardize=None,
                      n_permutations=10, n_null=0,
-                     null="conditional", feature_test="combined", held_out_pairs="auto",
+                     null="conditional", feature_test="staged", held_out_pairs="auto",
                      level="feature", constraint="spd",
                      interactions=True,
                      feature_kinds=None, feature_groups=None, missing_distance=0.0,
@@ -359,7 +359,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
 @fill_doc
 def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=None,
              partitions=None, cv=2, n_repeats="auto", standardize=None, n_permutations=10, n_null=0,
-             null="conditional", feature_test="combined", held_out_pairs="auto",
+             null="conditional", feature_test="staged", held_out_pairs="auto",
              level="feature",
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
              missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50, lr=0.03,

@@ -221,7 +221,7 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
               tmax=None, decim=1, window=None, groups=None, items=None, partitions=None,
               cv=2, n_repeats="auto",
               n_permutations=10, n_null=0,
-              null="conditional", feature_test="combined", held_out_pairs="auto",
+              null="conditional", feature_test="staged", held_out_pairs="auto",
               level="feature", constraint="spd",
               interactions=True,
               feature_kinds=None, feature_groups=None, missing_distance=0.0,

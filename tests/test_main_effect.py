@@ -9,6 +9,7 @@ import pytest
 import torch
 from scipy import stats
 
+from mlem_neuro.core.constants import STAGED_GATE
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.rdms.sources import DenseRDMSource
 from mlem_neuro.core.scoring.main_effect import (
@@ -16,11 +17,13 @@ from mlem_neuro.core.scoring.main_effect import (
     combine,
     main_effect_tests,
     pair_columns,
+    staged,
 )
 from mlem_neuro.core.scoring.nulls import null_permutations, permuted_pairs
 from mlem_neuro.core.stimuli.features import FeatureSpace
 from mlem_neuro.core.stimuli.pairs import pair_indices
 from mlem_neuro.crossval import run_cv
+from mlem_neuro.inference import run_analysis
 
 
 def _table(n, rng):
@@ -157,7 +160,8 @@ def test_run_cv_combines_the_two_parts_and_importance_keeps_the_former_test():
     source = DenseRDMSource(X[None], "euclidean")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        comb = run_cv(source, table, MLEMOptions(n_null=9, random_state=0, max_steps=50))
+        comb = run_cv(source, table, MLEMOptions(n_null=9, random_state=0, max_steps=50,
+                                                 feature_test="combined"))
         imp = run_cv(source, table, MLEMOptions(n_null=9, random_state=0, max_steps=50,
                                                 feature_test="importance"))
         main = run_cv(source, table, MLEMOptions(n_null=9, random_state=0, max_steps=50,
@@ -192,7 +196,7 @@ def test_combined_test_keeps_what_only_interactions_carry():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out = run_cv(DenseRDMSource(X[None], "euclidean"), table,
-                     MLEMOptions(n_null=19, random_state=1))
+                     MLEMOptions(n_null=19, random_state=1, feature_test="combined"))
     names, p, _ = out.pvalues()
     assert np.abs(out.main_effect).max() < 0.1
     for name in ("A", "B"):
@@ -306,3 +310,113 @@ def test_both_parts_of_a_null_dataset_are_computed_on_the_same_dataset(monkeypat
                 expected = MainEffects(enc).observed(rdm).numpy()[0, f]
                 np.testing.assert_allclose(out.parts[name]["main_effect"][1][r, 0],
                                            expected, rtol=1e-5, atol=1e-7)
+
+
+def _perm_p(obs, null):
+    return (1 + (null >= obs - 1e-12).sum(axis=0)) / (1 + len(null))
+
+
+def test_staged_is_the_main_effect_where_the_gate_is_shut_and_the_max_where_open():
+    """Per model: where the gate is shut the p-value is the main effect's own, where it
+    is open the combined test's (the same standardisation over every model)."""
+    rng = np.random.default_rng(6)
+    n_null, M = 99, 6
+    imp, main = rng.normal(size=(2, n_null + 1, M))
+    imp[0] += [0, 4, 0, 4, 0, 0]                 # observed: an importance in models 1 and 3
+    main[0] += [0, 0, 4, 4, 0, 0]                # a main effect in models 2 and 3
+    gate = np.array([False, False, True, True, True, False])
+    obs, null = staged((imp[0], imp[1:]), (main[0], main[1:]), gate)
+    p = _perm_p(obs, null)
+    cobs, cnull = combine([imp[0], main[0]], [imp[1:], main[1:]])
+    np.testing.assert_array_equal(p[~gate], _perm_p(main[0], main[1:])[~gate])
+    np.testing.assert_array_equal(p[gate], _perm_p(cobs, cnull)[gate])
+    assert p[1] > 0.05 and p[3] <= 0.05          # the importance counts only where open
+    assert p[2] <= 0.05                          # a main effect counts everywhere
+    # every gate shut: the main effect's p-values; every gate open: the combined test's
+    shut = staged((imp[0], imp[1:]), (main[0], main[1:]), np.zeros(M, bool))
+    np.testing.assert_array_equal(_perm_p(*shut), _perm_p(main[0], main[1:]))
+    opened = staged((imp[0], imp[1:]), (main[0], main[1:]), np.ones(M, bool))
+    np.testing.assert_allclose(opened[0], cobs)
+    np.testing.assert_allclose(opened[1], cnull)
+
+
+def test_staged_default_reads_the_test_of_interactions():
+    """The default (``"staged"``) on known truths: in each model the gate is open exactly
+    where the test of interactions has p <= STAGED_GATE; where it is shut a feature's
+    p-value is its main effect's, where open the combined test's.  Additive codes (a
+    strong feature beside a weaker one, four noise draws as four models) leave it shut in
+    most models; an XOR code opens it and both features are found through the importance
+    (their main effects near 0: the main effect alone misses them)."""
+    rng = np.random.default_rng(7)
+    table = _simulate(24, 0.8, rng)[1]
+    a = pd.factorize(table["a"])[0]
+    b = pd.factorize(table["b"])[0]
+    X = rng.normal(size=(4, 24, 8)) + 1.0 * rng.normal(size=(4, 3, 8))[:, a] \
+        + 0.8 * rng.normal(size=(4, 2, 8))[:, b]
+    opts = MLEMOptions(n_null=19, random_state=0, max_steps=60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = run_analysis(DenseRDMSource(X, "euclidean"), table, opts)
+    names, p, _ = out.pvalues()
+    assert out.feature_test == "staged"
+    np.testing.assert_array_equal(out.gate_open,
+                                  p[:, names.index("interactions")] <= STAGED_GATE)
+    shut = ~out.gate_open
+    assert shut.sum() >= 2
+    for name in ("a", "b"):
+        cobs, cnull = combine(*zip(out.parts[name]["importance"],
+                                   out.parts[name]["main_effect"]))
+        np.testing.assert_array_equal(p[shut, names.index(name)],
+                                      _perm_p(*out.parts[name]["main_effect"])[shut])
+        np.testing.assert_array_equal(p[~shut, names.index(name)],
+                                      _perm_p(cobs, cnull)[~shut])
+    assert (p[:, names.index("a")] <= 0.05).all()
+    X, table = _xor(32, 1.5, np.random.default_rng(5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = run_analysis(DenseRDMSource(X[None], "euclidean"), table,
+                           MLEMOptions(n_null=19, random_state=1))
+    names, p, _ = out.pvalues()
+    assert out.gate_open.all() and p[0, names.index("interactions")] <= 0.05
+    for name in ("A", "B"):
+        assert p[0, names.index(name)] <= 0.1
+        assert _perm_p(*out.parts[name]["main_effect"])[0] > 0.1
+
+
+def test_staged_without_interactions_to_find_is_the_main_effect():
+    """An additive model (``interactions=False``) has no test of interactions and no
+    interaction to find: each feature's test is its main effect's."""
+    rng = np.random.default_rng(8)
+    X, table = _simulate(24, 0.5, rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = run_analysis(DenseRDMSource(X[None], "euclidean"), table,
+                           MLEMOptions(n_null=9, random_state=0, max_steps=40,
+                                       interactions=False))
+    names, p, _ = out.pvalues()
+    assert "interactions" not in names and not out.gate_open.any()
+    for name in ("a", "b"):
+        np.testing.assert_array_equal(p[:, names.index(name)],
+                                      _perm_p(*out.parts[name]["main_effect"]))
+
+
+def test_staged_without_a_test_of_interactions_combines_everywhere(caplog):
+    """A source that cannot take the test of interactions (no response patterns): an
+    interaction cannot be ruled out, so every model's test is the combined one, said."""
+    rng = np.random.default_rng(9)
+    X, table = _simulate(24, 0.5, rng)
+
+    class NoPatterns(DenseRDMSource):
+        supports_interaction_test = False
+
+    opts = MLEMOptions(n_null=9, random_state=0, max_steps=40)
+    with warnings.catch_warnings(), caplog.at_level("INFO", logger="mlem_neuro"):
+        warnings.simplefilter("ignore")
+        out = run_analysis(NoPatterns(X[None], "euclidean"), table, opts)
+    assert out.gate_open.all()
+    assert "no test of interactions to stage them" in caplog.text
+    for name in ("a", "b"):
+        obs, null = combine(*zip(out.parts[name]["importance"],
+                                 out.parts[name]["main_effect"]))
+        np.testing.assert_allclose(out.tests[name][0], obs)
+        np.testing.assert_allclose(out.tests[name][1], null)

@@ -133,10 +133,10 @@ def test_analysis_returns_the_main_effects_larger_for_the_encoded_feature():
     assert res.main_effect[:, 0].mean() > res.main_effect[:, 1].mean() + 0.2
     assert (res.main_effect[:, 0] > np.abs(res.main_effect[:, 1])).all()
     assert res.settings["feature_test_used"] is None          # no tests
-    assert res.settings["feature_test"] == "combined"         # the default, recorded
+    assert res.settings["feature_test"] == "staged"           # the default, recorded
 
 
-@pytest.mark.parametrize("feature_test", ["combined", "importance"])
+@pytest.mark.parametrize("feature_test", ["staged", "combined", "importance"])
 def test_feature_test_reaches_the_analysis_and_is_recorded(feature_test, tmp_path):
     X, table = _simulated(n=30)
     res = mlem_neuro.mlem_array(X, table, n_null=19, interactions=False,
@@ -161,8 +161,8 @@ def test_a_bad_feature_test_is_refused_by_every_analysis():
                                              feature_test="mantel"),
                  lambda: mlem_neuro.mlem_stcs(object(), object(), feature_test="mantel"),
                  lambda: MLEMOptions(feature_test="mantel")):
-        with pytest.raises(ValueError, match=r"feature_test must be one of \['combined', "
-                                             r"'importance', 'main_effect'\]"):
+        with pytest.raises(ValueError, match=r"feature_test must be one of \['staged', "
+                                             r"'combined', 'importance', 'main_effect'\]"):
             call()
 
 
@@ -173,8 +173,8 @@ def test_every_analysis_takes_feature_test_after_null_and_documents_it():
               mlem_neuro.mlem_roi, mlem_neuro.mlem_stcs):
         names = list(inspect.signature(f).parameters)
         assert names[names.index("null") + 1] == "feature_test", f.__name__
-        assert inspect.signature(f).parameters["feature_test"].default == "combined"
-        assert ('feature_test : {"combined", "importance", "main_effect"}'
+        assert inspect.signature(f).parameters["feature_test"].default == "staged"
+        assert ('feature_test : {"staged", "combined", "importance", "main_effect"}'
                 in f.__doc__), f.__name__
 
 
@@ -186,17 +186,17 @@ def test_command_line_flag_feature_test(capsys):
     for command in ("epochs", "searchlight"):
         p = sub.choices[command]
         actions = {s: a for a in p._actions for s in a.option_strings}
-        assert actions["--feature-test"].default == "combined"
-        assert actions["--feature-test"].metavar == "{combined,importance,main_effect}"
+        assert actions["--feature-test"].default == "staged"
+        assert actions["--feature-test"].metavar == "{staged,combined,importance,main_effect}"
     args = parser.parse_args(["epochs", "x-epo.fif", "--out", "o"])
-    assert _analysis_kwargs(args)["feature_test"] == "combined"
+    assert _analysis_kwargs(args)["feature_test"] == "staged"
     args = parser.parse_args(["epochs", "x-epo.fif", "--out", "o",
                               "--feature-test", "importance"])
     assert _analysis_kwargs(args)["feature_test"] == "importance"
     with pytest.raises(SystemExit):
         parser.parse_args(["epochs", "x-epo.fif", "--out", "o", "--feature-test", "mantel"])
-    assert ("argument --feature-test: must be one of ['combined', 'importance', "
-            "'main_effect']; got 'mantel'") in capsys.readouterr().err
+    assert ("argument --feature-test: must be one of ['staged', 'combined', "
+            "'importance', 'main_effect']; got 'mantel'") in capsys.readouterr().err
 
 
 def test_plot_draws_the_main_effects_of_the_features():

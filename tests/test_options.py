@@ -28,7 +28,8 @@ BAD = [
     ("held_out_pairs", "within", ValueError, r"held_out_pairs must be one of \['auto'"),
     ("null", "partial", ValueError, r"null must be one of \['conditional', 'marginal'\]"),
     ("feature_test", "mantel", ValueError,
-     r"feature_test must be one of \['combined', 'importance', 'main_effect'\]; got 'mantel'"),
+     r"feature_test must be one of \['staged', 'combined', 'importance', 'main_effect'\]; "
+     r"got 'mantel'"),
     ("backend", "cuda", ValueError, r"backend must be one of \[.auto., .compiled., "
                                     r".torch., .reference.\]"),
     ("n_repeats", 0, ValueError, r"n_repeats must be .auto. or an int >= 1; got 0"),

@@ -1,7 +1,7 @@
-"""Which feature statistic should the default be?  The default test (the held-out importance
-and the main effect combined), each of its parts, the additive model and the max of full
-and additive, side by side with Mantel and partial Mantel tests, over a grid of designs
-(issue 37, item 1).
+"""Which feature statistic should the default be?  The default test (the main effect, with
+the held-out importance where interactions are found), each of its parts, other
+combinations of them, the additive model and the max of full and additive, side by side
+with Mantel and partial Mantel tests, over a grid of designs (issue 37, item 1).
 
 Before issue 37 the feature test read the importance of the model with interactions
 (symmetric positive definite ``W``): on real recordings it missed main effects that a
@@ -10,13 +10,17 @@ them but cannot see an interaction-only (XOR) code.  This script measures, on th
 simulated datasets and the same null datasets:
 
 * ``default``: the feature's test at the defaults (``n_null=99``,
-  ``feature_test="combined"``): the max of its standardised held-out importance and its
-  standardised main effect (:mod:`mlem_neuro.core.scoring.main_effect`);
+  ``feature_test="staged"``): its main effect, joined by its held-out importance (the
+  max of the two, standardised) when the test of interactions has p <= STAGED_GATE
+  (:func:`mlem_neuro.core.scoring.main_effect.staged`); recomputed here from the parts
+  as a check;
 * ``full`` and ``main``: the two parts of that statistic alone, from the same fit and the
   same null datasets (``full`` is the test before issue 37);
-* ``sum`` and ``max of parts``: the two parts combined here, from the parts, by their sum
-  (Stouffer's combination, the alternative measured for the default) and by their
-  maximum (what the default computes: a check that it does);
+* ``combined``, ``sum``, ``min p``, ``Fisher``: the two parts combined here in every
+  model: by their standardised maximum (``feature_test="combined"``, the default
+  before the staged test), their sum (Stouffer), and the nonparametric combinations of
+  their permutation p-values by Tippett (minimum) and Fisher;
+* ``gate 0.1``, ``gate 0.2``, ``gate 0.5``: the staged test with other gates;
 * ``additive`` (not with ``--no-additive``): ``interactions=False``; the same
   ``random_state`` draws the same folds and null datasets, so the statistics are paired
   dataset by dataset, null by null;
@@ -64,8 +68,10 @@ import torch
 from _common import part, wilson
 
 from mlem_neuro import rsa
+from mlem_neuro.core.constants import STAGED_GATE
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.rdms.sources import DenseRDMSource
+from mlem_neuro.core.scoring.main_effect import combine
 from mlem_neuro.inference import run_analysis
 
 ALPHA = 0.05
@@ -85,8 +91,8 @@ DESIGNS = {
 }
 #: amplitudes of the tested feature (of the interaction for ``xor``)
 AMPLITUDES = (0.0, 0.2, 0.3, 0.4)
-METHODS = ("default", "full", "main", "sum", "max of parts", "additive", "max", "Mantel",
-           "partial Mantel")
+METHODS = ("default", "full", "main", "combined", "sum", "min p", "Fisher", "gate 0.1",
+           "gate 0.2", "gate 0.5", "additive", "max", "Mantel", "partial Mantel")
 #: also run the additive model (``--no-additive`` halves the cost per dataset)
 ADDITIVE = True
 
@@ -149,6 +155,12 @@ def _zscore_all(obs, null):
     return (obs - mu) / sd, (null - mu) / sd
 
 
+def _rank_p(obs, null):
+    """Each dataset's upper-tail permutation p among all of them (the observed first)."""
+    allv = np.concatenate([[obs], null])
+    return (allv[None, :] >= allv[:, None] - 1e-12).sum(axis=1) / len(allv)
+
+
 def _p(obs, null):
     return float((1 + (null >= obs - 1e-12).sum()) / (1 + len(null)))
 
@@ -184,6 +196,7 @@ def run_one(design, a, seed):
         stats = {}
         # the default's statistic, and the two it combines (same fit, same null datasets)
         obs, null = tests["default"][name]
+        default_row = len(rows)
         rows.append(dict(method="default", feature=name, p=_p(obs[0], null[:, 0]),
                          cpu=cpus["default"]))
         for label, key in (("full", "importance"), ("main", "main_effect")):
@@ -191,14 +204,32 @@ def run_one(design, a, seed):
             stats[label] = (obs[0], null[:, 0])
             rows.append(dict(method=label, feature=name, p=_p(*stats[label]),
                              cpu=cpus["default"]))
-        # the two combinations of the same standardised parts: their sum (Stouffer) and
-        # their maximum (the default's)
+        # combinations of the same standardised parts: their sum (Stouffer) and their
+        # maximum (the combined test), and the staged test with several gates (the
+        # default's, STAGED_GATE, must give the default's p-value)
         zs = [_zscore_all(*stats[k]) for k in ("full", "main")]
         rows.append(dict(method="sum", feature=name,
                          p=_p(zs[0][0] + zs[1][0], zs[0][1] + zs[1][1]),
                          cpu=cpus["default"]))
-        rows.append(dict(method="max of parts", feature=name,
-                         p=_p(max(zs[0][0], zs[1][0]), np.maximum(zs[0][1], zs[1][1])),
+        p_comb = _p(max(zs[0][0], zs[1][0]), np.maximum(zs[0][1], zs[1][1]))
+        p_main = _p(*stats["main"])
+        rows.append(dict(method="combined", feature=name, p=p_comb, cpu=cpus["default"]))
+        for gate in (STAGED_GATE, 0.1, 0.2, 0.5):
+            p_gated = p_comb if p_int <= gate else p_main
+            if gate == STAGED_GATE:
+                assert abs(p_gated - rows[default_row]["p"]) < 1e-9, (p_gated, rows[default_row])
+            else:
+                rows.append(dict(method=f"gate {gate:g}", feature=name, p=p_gated,
+                                 cpu=cpus["default"]))
+        # nonparametric combinations of the parts' permutation p-values (each part on the
+        # probability scale, whatever the shape of its null): Tippett (their minimum) and
+        # Fisher (the sum of their logarithms)
+        ps = [_rank_p(*stats[k]) for k in ("full", "main")]
+        tip = -np.minimum(ps[0], ps[1])
+        fis = -np.log(ps[0]) - np.log(ps[1])
+        rows.append(dict(method="min p", feature=name, p=_p(tip[0], tip[1:]),
+                         cpu=cpus["default"]))
+        rows.append(dict(method="Fisher", feature=name, p=_p(fis[0], fis[1:]),
                          cpu=cpus["default"]))
         if ADDITIVE:
             obs, null = parts["additive"][name]["importance"]
@@ -282,6 +313,10 @@ def it_pilot(n_groups=8, window=0.05, step=0.05, seed=0):
         t0 = time.perf_counter()
         outs[label] = analyse(data, N_NULL, inter)
         print(f"  {label}: {time.perf_counter() - t0:.0f} s")
+    gate = outs["default"].gate_open
+    if gate is not None:
+        print(f"  staged test: interactions found (gate open) in {int(gate.sum())} of "
+              f"{len(gate)} bins")
     rng = np.random.default_rng(seed)
     conds = np.unique(cond)
     ranks = np.stack([sstats.rankdata(pdist(data[:, :, t])) for t in range(len(centres))])
@@ -290,6 +325,8 @@ def it_pilot(n_groups=8, window=0.05, step=0.05, seed=0):
     for name in ("object", "position"):
         level = dict(zip(cond, table[name]))
         row = {"default": outs["default"].tests[name],
+               "combined": combine(*zip(outs["default"].parts[name]["importance"],
+                                        outs["default"].parts[name]["main_effect"])),
                "full": outs["default"].parts[name]["importance"],
                "main": outs["default"].parts[name]["main_effect"],
                "additive": outs["additive"].parts[name]["importance"]}

@@ -37,11 +37,13 @@ NULLS = ("conditional", "marginal")
 #: which held-out pairs score a fold (:func:`mlem_neuro.crossval.held_out_columns`).
 HELD_OUT_PAIRS = ("auto", "all", "between_groups")
 #: the statistic of each feature's test (:func:`mlem_neuro.crossval.run_cv`):
-#: ``"combined"`` joins the held-out importance and the in-sample main effect
+#: ``"staged"`` is the main effect alone, joined by the held-out importance in the models
+#: where the test of interactions finds interactions
+#: (:func:`mlem_neuro.core.scoring.main_effect.staged`); ``"combined"`` joins the held-out importance and the in-sample main effect
 #: (:mod:`mlem_neuro.core.scoring.main_effect`) in one max statistic; ``"importance"`` is the
 #: held-out importance alone; ``"main_effect"`` the main effect alone (a conditional partial
 #: Mantel test: no power for a feature that acts only through an interaction)
-FEATURE_TESTS = ("combined", "importance", "main_effect")
+FEATURE_TESTS = ("staged", "combined", "importance", "main_effect")
 #: the training paths (:func:`mlem_neuro.core.training.engine.choose_backend`); ``"auto"`` picks
 #: the fastest one that can train the design on its device
 BACKENDS = ("auto", "compiled", "torch", "reference")

@@ -175,6 +175,12 @@ MAX_REPEATS = 1000
 #: repeats asked for; with more, random splits are drawn and one already drawn is drawn
 #: again (on average at most this many draws per repeat).
 SPLITS_PER_REPEAT = 2
+#: level of the test of interactions from which the staged feature test
+#: (``feature_test="staged"``, :func:`~mlem_neuro.core.scoring.main_effect.staged`) adds
+#: the held-out importance to a feature's main effect in a model.  Chosen from gates of
+#: 0.05, 0.1, 0.2 and 0.5 (and "always", the combined test) measured side by side on the
+#: same datasets (``validation/feature_statistic.py``, method page "The feature test").
+STAGED_GATE = 0.05
 #: quantile bins of a numeric feature when it defines the strata of another feature's null.
 NULL_BINS = 5
 #: relative size under which a feature's main-effect residual (its distance ranks once the

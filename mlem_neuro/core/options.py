@@ -55,7 +55,7 @@ class MLEMOptions:
     n_permutations: int = 10
     n_null: int = 0
     null: str = "conditional"
-    feature_test: str = "combined"
+    feature_test: str = "staged"
     held_out_pairs: str = "auto"
     max_steps: int = 1000
     patience: int = 50

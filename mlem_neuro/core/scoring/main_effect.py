@@ -15,7 +15,9 @@ Its null datasets are the analysis's own (:mod:`~mlem_neuro.core.scoring.nulls`)
 relabellings of feature ``f``'s test move the neural data within strata of the other
 features, so the same relabellings give the null distribution of ``r_f`` and of the
 held-out importance of ``f``, null dataset by null dataset.  :func:`combine` turns the two
-into one statistic per null dataset (``feature_test="combined"``).
+into one statistic per null dataset (``feature_test="combined"``); :func:`staged` does so
+only where the test of interactions finds interactions, and leaves the main effect alone
+elsewhere (``feature_test="staged"``, the default).
 
 A relabelling permutes the pairs, so the neural ranks of a null dataset are the observed
 ranks moved to other pairs: the ranks are computed once per model, and a null dataset's
@@ -197,7 +199,7 @@ def main_effect_tests(source, enc, null, columns=None, device="cpu", chunk_bytes
     return obs, nul
 
 
-def combine(observed, null):
+def combine(observed, null, use=None):
     """One statistic from several on the same null datasets: each standardised by the
     mean and standard deviation of all its values (every model, the observed and every
     null dataset together), then their maximum.
@@ -210,19 +212,47 @@ def combine(observed, null):
     for each part: a strong model stays strong (standardising model by model would cap
     every model's observed value near ``sqrt(n_null)`` and let any model's extreme null
     reach it).  A part that is NaN for a model (undefined) leaves the others; all NaN
-    gives NaN.
+    gives NaN.  ``use``: per statistic, ``None`` (every model) or a boolean ``(M,)``
+    saying in which models it joins the maximum (:func:`staged`); where it does not, the
+    model's statistic is the others' (still standardised over every model).
     """
+    use = [None] * len(observed) if use is None else use
     z_obs, z_null = [], []
-    for o, nl in zip(observed, null):
+    for o, nl, keep in zip(observed, null, use):
         allv = np.concatenate([np.asarray(o, float)[None], np.asarray(nl, float)], axis=0)
         with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)     # all NaN: NaN
             mu = np.nanmean(allv)
             sd = np.nanstd(allv)
             z = (allv - mu) / (sd if sd > 0 else np.nan)
+        if keep is not None:
+            z[:, ~np.asarray(keep, bool)] = np.nan
         z_obs.append(z[0])
         z_null.append(z[1:])
     with np.errstate(invalid="ignore"):
         obs = np.fmax.reduce(np.stack(z_obs), axis=0)
         nul = np.fmax.reduce(np.stack(z_null), axis=0)
     return obs, nul
+
+
+def staged(importance, main_effect, gate_open):
+    """The staged feature test (``feature_test="staged"``, the default): in each model
+    the feature's main effect alone, and where the test of interactions finds
+    interactions (``gate_open (M,)``, its p-value at most
+    :data:`~mlem_neuro.core.constants.STAGED_GATE`) the :func:`combine` of its held-out
+    importance and its main effect.
+
+    ``importance`` and ``main_effect`` are ``(observed (M,), null (n_null, M))`` on the
+    same null datasets; returns the same.  Where the gate is shut the p-value is the main
+    effect's own, as powerful as a partial Mantel test; where it is open the importance
+    (which sees what a feature does through an interaction, an XOR code) joins it.  The
+    gate is read once per model on the observed data and holds for every null dataset of
+    that model; the family-wise maximum over models compares each model's own statistic.
+    Each of the two tests is a permutation test; choosing between them on the observed
+    data is not exact by construction (a feature without any effect is rejected at most
+    at ``alpha`` plus the chance that the gate opens and the combined test rejects), so
+    its rates were measured on null data (method page, "The feature test").
+    """
+    gate_open = np.asarray(gate_open, bool)
+    return combine([importance[0], main_effect[0]], [importance[1], main_effect[1]],
+                   use=[gate_open, None])
