@@ -287,7 +287,7 @@ def fits(case, n_datasets, null_rng):
                        observed=None, **test)
             p = null_rng.permutation(len(tr))           # relabel the training stimuli
             Dp = Dn[np.ix_(p, p)]
-            yield dict(name=name + "/null", kind="null", D_train=pairs_of(F, tr, kinds),
+            yield dict(name=name + "/null", kind="null-fit", D_train=pairs_of(F, tr, kinds),
                        y_train=Dp[i, j], engine=None, observed=name, **test)
 
 
@@ -321,7 +321,7 @@ def run_fit(prob, args, observed_A):
     for label, (tg, tc, mi) in LBFGS_SETTINGS.items():
         runs[f"lbfgs {label}"] = lbfgs(obj, A0, tg, tc, mi)
     runs["adam .1 x20 + lbfgs"] = hybrid(obj, A0)
-    if prob["kind"] == "null" and observed_A is not None:
+    if prob["kind"] == "null-fit" and observed_A is not None:
         runs["adam warm"] = adam(obj, observed_A)
         tg, tc, mi = LBFGS_SETTINGS[WARM_LBFGS]
         runs[f"lbfgs warm {WARM_LBFGS}"] = lbfgs(obj, observed_A, tg, tc, mi)
@@ -438,7 +438,7 @@ def main():
         df.to_csv(args.csv, index=False)
     pd.set_option("display.width", 250)
     pd.set_option("display.max_columns", 30)
-    print("\nper case, kind (obs: observed fit; null: relabelled) and optimiser; gap: best "
+    print("\nper case, kind (obs: observed fit; null-fit: relabelled) and optimiser; gap: best "
           "training soft Spearman of any run on the fit minus this run's; |W-Wadam|: "
           "Frobenius distance to the 'adam .03/50' fit (its ±sd rows: Adam's own spread); "
           "d held-out: exact held-out Spearman minus Adam's; W err: ||W - W_true||; "
