@@ -143,6 +143,10 @@ def test_feature_test_reaches_the_analysis_and_is_recorded(feature_test, tmp_pat
                                 feature_test=feature_test, **FAST)
     assert res.settings["feature_test"] == feature_test
     assert res.settings["feature_test_used"] == feature_test
+    # the staged test records in how many models the importance joined (none: an additive
+    # model has no interaction to find)
+    assert res.settings.get("feature_test_staged_open") == (
+        0 if feature_test == "staged" else None)
     assert res.tests == ["score", "a", "b"]
     assert res.main_effect.shape == (3, 2)
     back = read_result(res.save(tmp_path / "r.npz"))

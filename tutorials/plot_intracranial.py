@@ -101,8 +101,9 @@ else:
 # and these IT units do not follow it: coded as ordinal, ``position`` stays near zero
 # (mean importance 0.004 from 100 ms on, against 0.04–0.05 as categorical; seeds 0–2)
 # and the peak held-out ρ drops from 0.22 to 0.14; its permutation test (with the
-# settings of :ref:`sphx_glr_auto_tutorials_plot_significance.py`) finds no time point
-# below corrected p = 0.12, against 0.02 from 200 ms on as categorical.  Choosing the
+# settings of :ref:`sphx_glr_auto_tutorials_plot_significance.py`) passes only at 400 ms
+# (corrected p = 0.04; 0.50 and 0.12 at 200 and 300 ms), against 0.02 from 200 ms on as
+# categorical.  Choosing the
 # code is part of the question: see ``feature_kinds`` on the :doc:`/options` page.
 features["position"] = pd.Categorical(features["position"], categories=positions)
 print(f"{data.shape[0]} pseudo-trials × {data.shape[1]} units × {data.shape[2]} samples")
@@ -156,10 +157,11 @@ pd.Series(res.importance[baseline].mean(axis=0), index=res.terms,
 # over all pairs (the curve a partial RSA draws).  On these units the ``position`` main
 # effect curve replicates between two disjoint halves of the units as well as a RSA curve
 # (r = 0.95 against 0.94; the importance curve 0.39: ``validation/feature_statistic.py
-# --it``).  With tests (``n_null``), each feature's test combines both statistics
-# (``feature_test="combined"``, the default): the main effect makes it as sensitive as a
-# partial Mantel test to a feature's own effect, the importance keeps what only an
-# interaction carries (:ref:`sphx_glr_auto_tutorials_plot_interactions.py`).
+# --it``).  With tests (``n_null``), each feature's test is its main effect, as
+# sensitive as a partial Mantel test to a feature's own effect, and where the test of
+# interactions finds interactions the importance joins it, which keeps what only an
+# interaction carries (``feature_test="staged"``, the default;
+# :ref:`sphx_glr_auto_tutorials_plot_interactions.py`).
 fig = res.plot(measure="main_effect", score=False)
 
 # %%
