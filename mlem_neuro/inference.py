@@ -3,6 +3,12 @@
 tests that need more than one fold loop, today the test of interactions
 (:func:`~mlem_neuro.interaction.interaction_test`, which runs fold loops of its own).
 
+The test of interactions also stages the features' tests (``feature_test="staged"``, the
+default): :func:`~mlem_neuro.crossval.run_cv` leaves each feature's main effect as its
+test, and here the held-out importance joins it in the models where the test of
+interactions has p <= :data:`~mlem_neuro.core.constants.STAGED_GATE`
+(:func:`~mlem_neuro.core.scoring.main_effect.staged`).
+
 Keeping it here, above :mod:`mlem_neuro.crossval`, keeps the fold loop free of the tests
 built on it (no import circle between them).  A source says whether it can take the test
 (``supports_interaction_test``: it holds the response patterns whose residuals the test

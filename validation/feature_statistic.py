@@ -31,7 +31,9 @@ simulated datasets and the same null datasets:
 * the test of interactions of the full model (run by default with tests).
 
 ``--main-only`` runs the main-effect part and the Mantel tests alone (no training: a
-fraction of a second per dataset); ``--it`` the IT units of the shared data.
+fraction of a second per dataset), e.g. with ``--n-null 999`` to compare it with the
+Mantel tests at the same number of permutations; ``--it`` the IT units of the shared
+data.
 
 Designs (``--designs``; one time point, ``units`` response units, noise N(0, 1), each
 feature level a random pattern N(0, 1) times its amplitude, centred over levels)::
@@ -386,6 +388,7 @@ def report(out):
 
 
 def main():
+    global ADDITIVE, N_NULL
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", type=int, default=100)
     p.add_argument("--designs", nargs="+", default=list(DESIGNS))
@@ -400,9 +403,12 @@ def main():
                    help="skip the additive model (and the max of full and additive)")
     p.add_argument("--it", action="store_true",
                    help="the IT units pilot (../shared/data) instead of simulations")
+    p.add_argument("--n-null", type=int, default=N_NULL,
+                   help="null datasets of the analyses' tests (default 99, the "
+                        "package's usual choice; with --main-only 999 costs seconds)")
     args = p.parse_args()
-    global ADDITIVE
     ADDITIVE = not args.no_additive
+    N_NULL = args.n_null
     if args.it:
         torch.set_num_threads(1)
         it_pilot()
