@@ -119,8 +119,9 @@ pd.DataFrame(fits).T.round(3)
 # folds repeated 20 times, the setting that preceded ``n_repeats="auto"`` (which repeats
 # 50 times here); "MLEM cv=5" the former default.  Both read the feature test of their
 # time, the held-out importance alone (now ``feature_test="importance"``); the default
-# test, which adds the feature's main effect, is measured beside the same Mantel tests on
-# the method page ("The feature test").
+# test (the feature's main effect, joined by the importance where the test of
+# interactions finds interactions) is measured beside the same Mantel tests on the method
+# page ("The feature test").
 measured = pd.DataFrame(
     {"Mantel": [0.92, 0.58, 0.03], "partial Mantel": [0.92, 0.13, 0.03],
      "MLEM cv=5": [0.36, 0.08, 0.77], "MLEM 2 × 20": [0.90, 0.07, 0.99]},
