@@ -49,25 +49,19 @@ def run_one(imgs, feats, mask, run, args, label, **kw):
 
 
 def main_only(imgs, mask, run, labels, n_null, rng):
-    """The main-effect test of ``trial_type`` in every sphere (the analysis's relabellings
-    within runs, between-run pairs as with ``groups``), per set of labels."""
-    from mlem_neuro.adapters.nifti import (
-        SphereRDMSource,
-        load_images,
-        load_mask,
-        mask_coords,
-        mask_data,
-        sphere_membership,
-    )
+    """The main-effect test of ``trial_type`` in every sphere (the searchlight's spheres
+    and run-standardised patterns, its relabellings within runs, between-run pairs as
+    with ``groups``), per set of labels."""
+    from mlem_neuro.adapters.nifti import SphereRDMSource, load_images, load_mask
     from mlem_neuro.core.scoring.main_effect import main_effect_tests, pair_columns
     from mlem_neuro.core.scoring.nulls import null_permutations, permutation_pvalues
     from mlem_neuro.core.stimuli.features import FeatureSpace
+    from mlem_neuro.searchlight import spheres
 
     img4d = load_images(imgs)
-    m = load_mask(mask, img4d)
-    _, seeds = mask_coords(m, img4d.affine)
-    source = SphereRDMSource(mask_data(img4d, m), sphere_membership(seeds, m, img4d.affine,
-                                                                    30.0))
+    # the searchlight's own spheres and patterns, z-scored within run as it does
+    *_, A, X = spheres(img4d, load_mask(mask, img4d), None, 30.0, run, "groups")
+    source = SphereRDMSource(X, A)
     cols = pair_columns(len(run), run)
     frac, fwe = [], []
     for name, f in labels:
