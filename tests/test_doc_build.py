@@ -25,5 +25,6 @@ def test_documentation_builds_with_tutorials(tmp_path):
         page = html / "auto_tutorials" / f"{t.stem}.html"
         assert page.exists(), f"{t.name} was not rendered"
         assert "sphx-glr-script-out" in page.read_text() or "<img" in page.read_text()
-    for page in ("index", "install", "method", "options", "performance", "api"):
+    for page in ("index", "install", "method", "options", "performance", "whats_new",
+                 "changelog", "api"):
         assert (html / f"{page}.html").exists()
