@@ -39,7 +39,8 @@ HELD_OUT_PAIRS = ("auto", "all", "between_groups")
 #: the statistic of each feature's test (:func:`mlem_neuro.crossval.run_cv`):
 #: ``"staged"`` is the main effect alone, joined by the held-out importance in the models
 #: where the test of interactions finds interactions
-#: (:func:`mlem_neuro.core.scoring.main_effect.staged`); ``"combined"`` joins the held-out importance and the in-sample main effect
+#: (:func:`mlem_neuro.core.scoring.main_effect.staged`); ``"combined"`` joins the held-out
+#: importance and the in-sample main effect
 #: (:mod:`mlem_neuro.core.scoring.main_effect`) in one max statistic; ``"importance"`` is the
 #: held-out importance alone; ``"main_effect"`` the main effect alone (a conditional partial
 #: Mantel test: no power for a feature that acts only through an interaction)
