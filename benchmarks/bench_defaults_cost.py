@@ -10,8 +10,8 @@ one after the other in this process, on the same arrays:
    ``cv=5, n_repeats=1`` (the defaults before issue 30);
 3. the defaults with the single-subject tests, ``n_null=99``, with ``n_jobs`` of
    ``--n-jobs`` (default 2: the two cores of the reference machine);
-4. what the default feature test (``feature_test="combined"``) adds to them: every
-   feature's main effect and its null over the same relabellings
+4. what the default feature test (``feature_test="staged"``; ``"combined"`` alike) adds to
+   them: every feature's main effect and its null over the same relabellings
    (:func:`~mlem_neuro.core.scoring.main_effect.main_effect_tests`), timed alone and as a
    fraction of 3.
 
@@ -104,7 +104,7 @@ def main():
     X = (data - data.mean(axis=(0, 2), keepdims=True)) / data.std(axis=(0, 2), keepdims=True)
     source = DenseRDMSource(X.transpose(2, 0, 1), "euclidean")
     t_main, runs = timed(lambda: main_effect_tests(source, enc, null), args.repeats)
-    print(f"main effects + {args.n_null} nulls (what feature_test='combined' adds): "
+    print(f"main effects + {args.n_null} nulls (what feature_test='staged' adds): "
           f"{t_main:7.2f} s = {100 * t_main / t:.2f} % of the tests above")
 
 
