@@ -10,7 +10,12 @@ one after the other in this process, on the same arrays:
    ``cv=5, n_repeats=1`` (the defaults before issue 30);
 3. the defaults with the single-subject tests, ``n_null=99``, with ``n_jobs`` of
    ``--n-jobs`` (default 2: the two cores of the reference machine);
-4. what the default feature test (``feature_test="staged"``; ``"combined"`` alike) adds to
+4. the same tests with ``feature_test="combined"`` (every feature's null models at every
+   time point; the staged default fits them only where the test of interactions finds
+   interactions), and a RSA with the same number of permutations
+   (:func:`mlem_neuro.rsa_array`, ``n_null``: a max statistic over time points), each
+   with its ratio to 3;
+5. what the default feature test (``feature_test="staged"``; ``"combined"`` alike) adds to
    them: every feature's main effect and its null over the same relabellings
    (:func:`~mlem_neuro.core.scoring.main_effect.main_effect_tests`), timed alone and as a
    fraction of 3.
@@ -92,7 +97,26 @@ def main():
     t = time.perf_counter() - t0
     print(f"defaults, n_null={args.n_null}, n_jobs={args.n_jobs}: {t:7.1f} s = {t / 60:.2f} min "
           f"(target <= 3 min on 2 cores); FWE-significant time points "
-          f"{ {k: int(res.significant(k).sum()) for k in res.tests} }")
+          f"{ {k: int(res.significant(k).sum()) for k in res.tests} }; the features' null "
+          f"models fitted at {res.settings['feature_test_staged_open']} of {args.n_times} "
+          "time points (where interactions are found)")
+    t0 = time.perf_counter()
+    full = mlem_neuro.mlem_array(data, table, times=times, n_null=args.n_null,
+                                 n_jobs=args.n_jobs, random_state=0, verbose="WARNING",
+                                 feature_test="combined")
+    t_full = time.perf_counter() - t0
+    print(f"the same with feature_test='combined' (every feature's null models at every time "
+          f"point: what the staged default fitted before it fitted them where interactions "
+          f"are found): {t_full:7.1f} s; staged / combined = {t / t_full:.2f}; FWE-significant "
+          f"{ {k: int(full.significant(k).sum()) for k in full.tests} }")
+    t0 = time.perf_counter()
+    rsa_res = rsa.rsa_array(data, table, times=times, n_null=args.n_null, random_state=0,
+                            verbose="WARNING")
+    t_rsa_test = time.perf_counter() - t0
+    print(f"rsa_array with n_null={args.n_null} (max statistic over time points): "
+          f"{t_rsa_test:7.2f} s; the default tests = {t / t_rsa_test:.0f}x it (issue 38 "
+          f"target <= 100x); FWE-significant "
+          f"{ {k: int(rsa_res.significant(k).sum()) for k in rsa_res.tests} }")
     from mlem_neuro.core.rdms.sources import DenseRDMSource
     from mlem_neuro.core.scoring.main_effect import main_effect_tests
     from mlem_neuro.core.scoring.nulls import null_permutations

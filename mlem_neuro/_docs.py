@@ -195,8 +195,10 @@ feature_test : {"staged", "combined", "importance", "main_effect"}
     interaction, as in an XOR code).  ``"staged"`` (default): the main effect alone, and
     in the models (time points, spheres) where the test of interactions finds
     interactions (p <= GATE, uncorrected) the larger of the two, each standardised by
-    one mean and standard deviation over all its values (every model, the observed and
-    the null datasets); with one feature or ``interactions=False`` there is no
+    one mean and standard deviation over all its values (the observed and the null
+    datasets of every model for the main effect, of those models for the importance,
+    whose null models are fitted there only: the staged tests cost less than the
+    combined ones); with one feature or ``interactions=False`` there is no
     interaction to find and the main effect is the test.  ``"combined"``: the larger of
     the two in every model.  ``"importance"``: the held-out importance alone.
     ``"main_effect"``: the main effect alone, blind to a feature that acts only through

@@ -141,7 +141,8 @@ def announce(times, sizes, rest, ctx):
     ``ctx``: ``desc``, ``M`` (models), ``n_folds``, ``n_null``, ``n_tests``, ``counts``
     (:func:`fit_counts`), ``workers``, ``cores``, ``n_chunks``, ``cv`` (an int, else
     ``None``), ``device``, ``cuda`` (available), ``per_pair_numeric`` (numeric features
-    trained pair by pair with ``numeric_levels=None``).
+    trained pair by pair with ``numeric_levels=None``), ``staged`` (the number of features
+    whose null models come only where interactions are found, 0 for none).
     """
     M, folds, counts, desc = ctx["M"], ctx["n_folds"], ctx["counts"], ctx["desc"]
     fixed, per_model = chunk_costs(times, sizes)
@@ -155,6 +156,11 @@ def announce(times, sizes, rest, ctx):
                f"{counts[0]:,}")
     if counts[1]:
         message += f", and {counts[1]:,} for the test of interactions"
+    if ctx.get("staged"):
+        # the staged feature tests: the features' null models where interactions are found
+        message += (f"; the {ctx['staged']} features' null models ({folds} x "
+                    f"{ctx['n_null']} x {ctx['staged']} per {desc.rstrip('s')}) only "
+                    f"in the {desc} where interactions are found")
     message += (f"). The first {sum(sizes)} {desc} of fold 1 took {sum(times):.1f} s: the "
                 f"analysis will take about {_minutes(total)} (likely {_range(total)})")
     if counts[1]:

@@ -524,7 +524,7 @@ def _fit_chunk(*args, **kwargs):
 
 
 def _train_chunk(source, enc_train, enc_test, train, test, options, seed, null=None,
-                 setup=None, plan=None, held=None):
+                 setup=None, plan=None, held=None, tests=None):
     """Train one chunk of models on training pairs; score and permute on held-out pairs.
 
     ``null`` (relabellings ``(n_tests, n_null, n)``) adds every model's null models to the
@@ -535,6 +535,8 @@ def _train_chunk(source, enc_train, enc_test, train, test, options, seed, null=N
     (:func:`~mlem_neuro.core.scoring.fastnull.null_statistics`).  ``setup`` (:func:`_fold_setup`),
     when the fold's chunks share one, skips recomputing it.  ``held`` (columns of the
     held-out pairs, :func:`held_out_columns`) scores the fold on those pairs only.
+    ``tests``: which tests the rows of ``null`` are (``0`` the score, ``1 + f`` feature
+    ``f``; ``None``: all, in order).
     """
     # separate streams: training draws as many batches as its slowest model needs
     train_seq, perm_seq = np.random.SeedSequence(seed).spawn(2)
@@ -574,11 +576,11 @@ def _train_chunk(source, enc_train, enc_test, train, test, options, seed, null=N
                batch_size=fit.batch_size)
     if relabel_data:
         out["null"] = _null_statistics(W[:, 1:], everything, null, test, options, stat,
-                                       perm_seq, len(test), len(i), held)
+                                       perm_seq, len(test), len(i), held, tests)
     elif null is not None:
         out["null"] = fastnull.null_statistics(plan.universe, null, target_train, target_test,
                                                train, test, options, perm_seq, held,
-                                               plan.scales)
+                                               plan.scales, tests)
     if flat.any():              # Spearman of a constant RDM is undefined, not 0
         for key in ("score", "importance", "importance_perm_std", "null"):
             if key in out:
@@ -652,7 +654,7 @@ def _importance_fn(options, enc_t, m, i, j):
 
 
 def _null_statistics(W, everything, null, test, options, stat, perm_seq, n_test, n_pairs,
-                     held=None):
+                     held=None, tests=None):
     """Statistics ``(M, n_tests, n_null)`` of the null models ``W (M, n_tests * n_null,
     m, m)`` on held-out pairs: the score for the score's nulls, feature ``f``'s importance
     (its own term at ``level="term"``) for feature ``f``'s nulls.
@@ -661,6 +663,7 @@ def _null_statistics(W, everything, null, test, options, stat, perm_seq, n_test,
     importance of ``f`` did (the observed stream ``perm_seq`` replayed up to ``f``): the
     observed and null statistics then differ only by the data, as an exact permutation test
     needs (independent draws shared by all nulls would shift them together).
+    ``tests``: the test of each row of ``null`` (``None``: row ``t`` is test ``t``).
     """
     K = options.n_permutations
     size = n_pairs if options.level == "term" else n_test
@@ -670,17 +673,18 @@ def _null_statistics(W, everything, null, test, options, stat, perm_seq, n_test,
     if held is not None:
         lin = lin[:, torch.as_tensor(held, device=lin.device)]
     out = np.empty((M, n_tests, n_null))
-    for t in range(n_tests):
+    tests = range(n_tests) if tests is None else tests
+    for t, test_id in enumerate(tests):
         Wt = torch.as_tensor(W[:, t * n_null:(t + 1) * n_null].reshape(-1, m, m))
         target = everything[:, lin[t * n_null:(t + 1) * n_null]].reshape(M * n_null, -1)
-        if t == 0:              # the baseline score only, computed as the observed one
+        if test_id == 0:        # the baseline score only, computed as the observed one
             value = stat(Wt, target, K, None, [])[1]
         else:
-            # feature t - 1's column (at term level its own term has the same index)
+            # feature test_id - 1's column (at term level its own term has that index)
             rng = np.random.default_rng(perm_seq)
-            for _ in range((t - 1) * K):
+            for _ in range((test_id - 1) * K):
                 rng.permutation(size)
-            drops, _ = stat(Wt, target, K, rng, [t - 1])
+            drops, _ = stat(Wt, target, K, rng, [test_id - 1])
             value = drops[:, 0].mean(dim=-1)
         out[:, t] = value.cpu().numpy().reshape(M, n_null)
     return out
@@ -711,7 +715,7 @@ def _policy_threads(function):
 
 
 @_policy_threads
-def run_cv(source, features, options=None, *, groups=None, desc="models"):
+def run_cv(source, features, options=None, *, groups=None, desc="models", stage=None):
     """Cross-validated MLEM for every model of ``source``.
 
     Parameters
@@ -727,12 +731,21 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
         One label per stimulus (runs, items, sessions): folds never split a group.
     desc : str
         What the models are, for progress messages (``"time points"``, ``"spheres"``).
+    stage : callable | None
+        With tests, ``feature_test="staged"`` and a model with interactions, ``stage(out)
+        -> gate (M,) bool``, called once the observed models, the score's null models and
+        the main effects are in ``out`` (:func:`mlem_neuro.inference.run_analysis` runs the
+        test of interactions there): the features' null models, which only the staged
+        test's importance part reads, are then fitted in the models where ``gate`` is open
+        only (their nulls are NaN elsewhere; :attr:`CVOutput.gate_open` records ``gate``).
+        Every model fitted is the one a run fitting all of them fits (same folds, seeds
+        and relabellings).  ``None``: every test's null models in every model.
 
     Returns
     -------
     CVOutput
     """
-    from joblib import Parallel, delayed
+    from joblib import Parallel
 
     opts = MLEMOptions() if options is None else options
     table = as_feature_table(features, name="features")
@@ -777,46 +790,49 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
         untestable = _warn_untestable(design, said)
     # drawn after the folds' seeds: the observed results do not depend on n_null
     null = _draw_nulls(opts, enc_all, design, rng) if opts.n_null else None
+    # staged feature tests: the score's null models first, the features' where the
+    # test of interactions opens the gate (their importance is read there only)
+    staging = (stage is not None and null is not None and opts.feature_test == "staged"
+               and opts.model_interactions and len(names) >= 2
+               and _main_effects_fit(n))
+    first = None if null is None else np.arange(1 if staging else null.shape[0])
     for plan, null_plan, cols in zip(plans, _null_plans(plans, table, opts, null), held):
         plan.null, plan.held = null_plan, cols
         plan.chunks = _chunk_slices(M, len(plan.train), opts.chunk_size, opts.n_jobs,
-                                    _null_rows(null, null_plan, len(plan.train)))
+                                    _null_rows(None if null is None else null[first],
+                                               null_plan, len(plan.train)))
     if opts.level == "term":
         warn_unidentifiable_terms(plans[0].enc_train, opts.model_interactions)
     # the test of interactions, only where it will run (mlem_neuro.inference.run_analysis)
     then = ("the test of interactions" if opts.n_null and opts.model_interactions
             and len(names) >= 2 and getattr(source, "supports_interaction_test", False)
             else None)
-    n_tests = 0 if null is None else null.shape[0]
+    n_tests = 0 if null is None else len(first)
     counts = _projection.fit_counts(M, len(folds), opts.n_null, n_tests, then is not None)
     calibrate = 0
     if _projection.wanted(counts):   # the first chunk cut small: timed, they project it
-        rows = 1 + (0 if null is None else null.shape[0] * null.shape[1])
+        rows = 1 + (0 if null is None else n_tests * null.shape[1])
         plans[0].chunks[:1], calibrate = _projection.calibration_split(plans[0].chunks[0],
                                                                        rows)
     # torch threads per worker: workers x threads <= cores (main process and each worker)
     threads = policy(effective_n_jobs(opts.n_jobs))
-    # chunk data are cut lazily, as joblib asks for the next job
-    jobs = (delayed(call_with_threads)(threads, _fit_chunk, source.subset(sl), p.enc_train,
-                                       p.enc_test, p.train, p.test, opts, p.seed, null, setup,
-                                       p.null, p.held)
-            for p, sl, setup in _shared_setups(plans, opts))
+    jobs = _chunk_jobs(source, plans, opts, null, first, threads)
     n_chunks = sum(len(p.chunks) for p in plans)
     logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), n_chunks)
-    first, warned = [], False
+    done, warned = [], False
     if calibrate:
-        first, warned = _calibration(jobs, plans, calibrate, opts, dict(
+        done, warned = _calibration(jobs, plans, calibrate, opts, dict(
             desc=desc, M=M, n_folds=len(folds), n_null=opts.n_null, n_tests=n_tests,
             counts=counts, n_chunks=n_chunks, cv=opts.cv if _int_cv(opts.cv) else None,
-            then=then, per_pair_numeric=_per_pair_numeric(opts, space)))
-    results = first + _run_jobs(Parallel, jobs, n_chunks - len(first), opts.n_jobs, desc,
-                                estimate=bool(opts.n_null) or bool(calibrate), then=then,
-                                warned=warned)
-    with _COLUMNS_LOCK:                  # the nulls' pair columns are not needed any more
-        _COLUMNS.clear()
+            then=then, per_pair_numeric=_per_pair_numeric(opts, space),
+            staged=len(names) if staging else 0))
+    results = done + _run_jobs(Parallel, jobs, n_chunks - len(done), opts.n_jobs, desc,
+                               estimate=bool(opts.n_null) or bool(calibrate), then=then,
+                               warned=warned)
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
              else list(names))
-    out = _collect(plans, results, folds, terms, names, M)
+    out = _collect(plans, results, folds, terms, names, M,
+                   None if null is None else (null.shape[0], first))
     _warn_undefined(out, desc)
     out.untestable = untestable
     out.n_repeats_capped = notes.get("n_repeats_capped")
@@ -830,13 +846,63 @@ def run_cv(source, features, options=None, *, groups=None, desc="models"):
     out.main_effect, main_null = _main_effects(source, enc_all, relabelled, opts, groups,
                                                held)
     out.feature_test = "importance" if main_null is None else main_null[0]
+    if null is not None and opts.model_interactions and len(names) >= 2:
+        # the seed of the test of interactions, which the inference layer runs
+        # (:func:`mlem_neuro.inference.run_analysis`)
+        out.interaction_seed = int(rng.integers(2**63 - 1))
+    if staging:
+        out.gate_open = np.asarray(stage(out), bool).reshape(M)
+        _fit_gated_features(out, source, plans, opts, null, threads, desc, Parallel)
+    with _COLUMNS_LOCK:                  # the nulls' pair columns are not needed any more
+        _COLUMNS.clear()
     if null is not None:
         _add_tests(out, main_null)
-        if opts.model_interactions and len(names) >= 2:
-            # the seed of the test of interactions, which the inference layer runs
-            # (:func:`mlem_neuro.inference.run_analysis`)
-            out.interaction_seed = int(rng.integers(2**63 - 1))
+        if "interactions" in out.tests:      # staged: run before; listed after, as always
+            out.tests["interactions"] = out.tests.pop("interactions")
     return out
+
+
+def _chunk_jobs(source, plans, opts, null, tests, threads, models=None):
+    """The joblib jobs of every chunk of every fold (``plan.chunks``, slices of
+    ``models``, an index array, or of every model when ``None``), with the null models of
+    ``tests`` (rows of ``null``; ``None`` without nulls).  Chunk data are cut lazily, as
+    joblib asks for the next job."""
+    from joblib import delayed
+
+    sub = None if null is None else null[tests]
+    for p, sl, setup in _shared_setups(plans, opts):
+        part = sl if models is None else models[sl]
+        yield delayed(call_with_threads)(threads, _fit_chunk, source.subset(part),
+                                         p.enc_train, p.enc_test, p.train, p.test, opts,
+                                         p.seed, sub, setup, p.null, p.held, tests)
+
+
+def _fit_gated_features(out, source, plans, opts, null, threads, desc, Parallel):
+    """The features' null models of the models where ``out.gate_open`` (the staged
+    test, :func:`run_cv`'s ``stage``), into ``out.fold_null`` (NaN elsewhere)."""
+    models = np.flatnonzero(out.gate_open)
+    if not len(models):
+        return
+    tests = np.arange(1, null.shape[0])
+    for plan in plans:
+        plan.chunks = _chunk_slices(len(models), len(plan.train), opts.chunk_size,
+                                    opts.n_jobs, _null_rows(null[tests], plan.null,
+                                                            len(plan.train)))
+    n_chunks = sum(len(p.chunks) for p in plans)
+    logger.info("MLEM: the features' null models where interactions are found: %d of %d "
+                "%s x %d fold(s) in %d chunk(s)", len(models), out.fold_null.shape[1], desc,
+                len(plans), n_chunks)
+    jobs = _chunk_jobs(source, plans, opts, null, tests, threads, models)
+    results = _run_jobs(Parallel, jobs, n_chunks, opts.n_jobs, desc, estimate=True)
+    chunks = [(plan.index, sl) for plan in plans for sl in plan.chunks]
+    for (f, sl), r in zip(chunks, results):
+        out.fold_null[f, models[sl][:, None], tests[None, :]] = r["null"]
+        out.training.update(r.get("training", ()))
+
+
+def _main_effects_fit(n):
+    """Whether the main effects' RDM of all ``n`` stimuli fits in the memory budget."""
+    return 8 * n_pairs(n) * 3 <= memory_budget() // 4
 
 
 def _calibration(jobs, plans, n, opts, ctx):
@@ -1056,7 +1122,7 @@ def _main_effects(source, enc, null, opts, groups, held):
     folds (between groups when the held-out pairs are); ``(None, None)`` when the RDM of
     all stimuli does not fit in memory (the test is then the importance alone, said)."""
     n = source.n_stimuli
-    if 8 * n_pairs(n) * 3 > memory_budget() // 4:
+    if not _main_effects_fit(n):
         if null is not None and opts.feature_test != "importance":
             logger.warning("the features' tests use the held-out importance alone: the "
                            "main effects need the RDM of all %d stimuli in memory", n)
@@ -1133,7 +1199,10 @@ def _warn_flat(flat, random_split=False):
                       stacklevel=6)   # user > verbose wrapper > public > _fit > run_cv > here
 
 
-def _collect(plans, results, folds, terms, names, M):
+def _collect(plans, results, folds, terms, names, M, nulls=None):
+    """The chunks' ``results`` in one :class:`CVOutput`; ``nulls``: ``(n_tests, tests)``,
+    the tests of the analysis and those whose null statistics the chunks hold (the others
+    NaN in ``fold_null``)."""
     m, T, F = len(names), len(terms), len(folds)
     out = CVOutput(W=np.empty((F, M, m, m)), score=np.empty((F, M)),
                    importance=np.empty((F, M, T)), importance_perm_std=np.empty((F, M, T)),
@@ -1144,9 +1213,10 @@ def _collect(plans, results, folds, terms, names, M):
         for key in ("W", "score", "importance", "importance_perm_std", "n_iter", "converged"):
             getattr(out, key)[f, sl] = r[key]
         if "null" in r:
+            n_tests, tests = nulls
             if out.fold_null is None:
-                out.fold_null = np.empty((F, M) + r["null"].shape[1:])
-            out.fold_null[f, sl] = r["null"]
+                out.fold_null = np.full((F, M, n_tests, r["null"].shape[-1]), np.nan)
+            out.fold_null[f, sl][:, tests] = r["null"]
         if sl.start == 0:
             out.batch_size.append(r["batch_size"])
         out.training.update(r.get("training", ()))

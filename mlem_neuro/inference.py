@@ -32,13 +32,31 @@ def run_analysis(source, features, options=None, *, groups=None, desc="models"):
     """:func:`~mlem_neuro.crossval.run_cv`, and with tests (``n_null``) of a model with
     interactions, the test of interactions added to the output's ``tests``.
 
+    With the staged feature test (the default) the test of interactions runs between the
+    fold loop's score and main effects and the features' null models, which are then
+    fitted only in the models where it opens the gate (run_cv's ``stage``): elsewhere the
+    features' tests read their main effects alone, which need no training.
+
     Parameters and returns as :func:`~mlem_neuro.crossval.run_cv`.
     """
-    out = run_cv(source, features, options, groups=groups, desc=desc)
+    from .core.options import MLEMOptions
+
+    opts = MLEMOptions() if options is None else options
+    can_test = getattr(source, "supports_interaction_test", False)
+    gates = []
+
+    def stage(out):
+        gates.append(_interactions(out, source, features, opts, groups, desc))
+        return gates[0]
+
+    out = run_cv(source, features, options, groups=groups, desc=desc,
+                 stage=stage if can_test and opts.feature_test == "staged" else None)
+    if gates:                                  # staged inside the fold loop
+        return _stage_feature_tests(out, gate=gates[0])
     if out.interaction_seed is None:
         # no interactions to find (one feature, an additive model) or no tests
         return _stage_feature_tests(out, gate=False)
-    if not getattr(source, "supports_interaction_test", False):
+    if not can_test:
         logger.warning("no test of interactions: it permutes residual response patterns, "
                        "which a %s does not hold", type(source).__name__)
         if out.feature_test == "staged" and out.parts:
@@ -46,9 +64,13 @@ def run_analysis(source, features, options=None, *, groups=None, desc="models"):
                         "the main effect in every %s (no test of interactions to stage "
                         "them)", desc)
         return _stage_feature_tests(out, gate=True)
-    from .core.options import MLEMOptions
+    return _stage_feature_tests(out, gate=_interactions(out, source, features, opts,
+                                                        groups, desc))
 
-    opts = MLEMOptions() if options is None else options
+
+def _interactions(out, source, features, opts, groups, desc):
+    """Run the test of interactions on ``out`` (its seed, its scores), add it to
+    ``out.tests``; return the staged test's gate (p <= STAGED_GATE per model)."""
     M = source.n_models
     # its own progress is silenced (it repeats the analysis's): say what runs
     logger.info("MLEM: test of interactions, %d %s x %d null dataset(s) x 2 fits", M, desc,
@@ -60,11 +82,11 @@ def run_analysis(source, features, options=None, *, groups=None, desc="models"):
     _, p, _ = permutation_pvalues({"interactions": (obs, nul)})
     with np.errstate(invalid="ignore"):
         gate = p[:, 0] <= STAGED_GATE                          # NaN (undefined): shut
-    if out.feature_test == "staged" and out.parts and gate.any():
+    if out.feature_test == "staged" and gate.any():
         logger.info("MLEM: interactions found (p <= %g) in %d of %d %s: there the "
                     "features' tests add the held-out importance to the main effect",
                     STAGED_GATE, int(gate.sum()), M, desc)
-    return _stage_feature_tests(out, gate=gate)
+    return gate
 
 
 def _stage_feature_tests(out, gate):

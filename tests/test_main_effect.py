@@ -316,9 +316,17 @@ def _perm_p(obs, null):
     return (1 + (null >= obs - 1e-12).sum(axis=0)) / (1 + len(null))
 
 
+def _z(values, models):
+    """Standardised by the mean and sd of ``values (n_null + 1, M)`` over ``models``."""
+    sub = values[:, models]
+    return (values - sub.mean()) / sub.std()
+
+
 def test_staged_is_the_main_effect_where_the_gate_is_shut_and_the_max_where_open():
     """Per model: where the gate is shut the p-value is the main effect's own, where it
-    is open the combined test's (the same standardisation over every model)."""
+    is open the maximum of the importance standardised over the open models and the main
+    effect standardised over every model; the importance's values elsewhere (which a
+    staged analysis does not compute) are not read."""
     rng = np.random.default_rng(6)
     n_null, M = 99, 6
     imp, main = rng.normal(size=(2, n_null + 1, M))
@@ -327,9 +335,17 @@ def test_staged_is_the_main_effect_where_the_gate_is_shut_and_the_max_where_open
     gate = np.array([False, False, True, True, True, False])
     obs, null = staged((imp[0], imp[1:]), (main[0], main[1:]), gate)
     p = _perm_p(obs, null)
-    cobs, cnull = combine([imp[0], main[0]], [imp[1:], main[1:]])
+    both = np.maximum(_z(imp, gate), _z(main, slice(None)))
     np.testing.assert_array_equal(p[~gate], _perm_p(main[0], main[1:])[~gate])
-    np.testing.assert_array_equal(p[gate], _perm_p(cobs, cnull)[gate])
+    np.testing.assert_allclose(obs[gate], both[0, gate])
+    np.testing.assert_allclose(null[:, gate], both[1:, gate])
+    # the importance where the gate is shut is not read (NaN there: the same statistic)
+    unread = imp.copy()
+    unread[:, ~gate] = np.nan
+    again = staged((unread[0], unread[1:]), (main[0], main[1:]), gate)
+    np.testing.assert_array_equal(again[0], obs)
+    np.testing.assert_array_equal(again[1], null)
+    cobs, cnull = combine([imp[0], main[0]], [imp[1:], main[1:]])
     assert p[1] > 0.05 and p[3] <= 0.05          # the importance counts only where open
     assert p[2] <= 0.05                          # a main effect counts everywhere
     # every gate shut: the main effect's p-values; every gate open: the combined test's
@@ -367,12 +383,17 @@ def test_staged_default_reads_the_test_of_interactions():
     shut = ~out.gate_open
     assert shut.sum() >= 2
     for name in ("a", "b"):
-        cobs, cnull = combine(*zip(out.parts[name]["importance"],
-                                   out.parts[name]["main_effect"]))
+        imp = np.vstack([out.parts[name]["importance"][0][None],
+                         out.parts[name]["importance"][1]])
+        main = np.vstack([out.parts[name]["main_effect"][0][None],
+                          out.parts[name]["main_effect"][1]])
+        # the features' null models were fitted where the gate is open only
+        assert np.isnan(imp[1:, shut]).all() and np.isfinite(imp[:, ~shut]).all()
+        both = np.maximum(_z(imp, ~shut), _z(main, slice(None)))
         np.testing.assert_array_equal(p[shut, names.index(name)],
-                                      _perm_p(*out.parts[name]["main_effect"])[shut])
+                                      _perm_p(main[0], main[1:])[shut])
         np.testing.assert_array_equal(p[~shut, names.index(name)],
-                                      _perm_p(cobs, cnull)[~shut])
+                                      _perm_p(both[0], both[1:])[~shut])
     assert (p[:, names.index("a")] <= 0.05).all()
     X, table = _xor(32, 1.5, np.random.default_rng(5))
     with warnings.catch_warnings():
@@ -384,6 +405,44 @@ def test_staged_default_reads_the_test_of_interactions():
     for name in ("A", "B"):
         assert p[0, names.index(name)] <= 0.1
         assert _perm_p(*out.parts[name]["main_effect"])[0] > 0.1
+
+
+def test_staged_fits_the_null_models_of_a_full_run_where_the_gate_is_open():
+    """The staged analysis fits the features' null models only where the test of
+    interactions opens the gate, and those are the null models a run fitting all of them
+    fits (``feature_test="combined"``, same seed: same folds, relabellings and training):
+    the same score and interaction nulls everywhere, the same feature nulls where open,
+    and each feature's staged statistic is the one :func:`staged` gives from the full
+    run's parts.  On grouped (categorical) and pair-by-pair (numeric) null models."""
+    rng = np.random.default_rng(11)
+    n, M = 32, 4
+    a, b = rng.integers(0, 2, n), rng.integers(0, 3, n)
+    X = rng.normal(size=(M, n, 10))
+    X[:2] += 2.0 * rng.normal(size=(2, 2, 10))[:, a ^ (b > 0)]  # XOR in models 0 and 1
+    X[2:] += 1.5 * rng.normal(size=(2, 2, 10))[:, a]            # a alone in 2 and 3
+    for extra in (None, rng.normal(size=n)):
+        table = pd.DataFrame({"a": a.astype(str), "b": b.astype(str)})
+        if extra is not None:
+            table["c"] = extra
+        outs = {}
+        for test in ("staged", "combined"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                outs[test] = run_analysis(
+                    DenseRDMSource(X, "euclidean"), table,
+                    MLEMOptions(n_null=19, random_state=3, max_steps=60, n_repeats=2,
+                                feature_test=test))
+        s, c = outs["staged"], outs["combined"]
+        g = s.gate_open
+        assert g.any() and not g.all()
+        np.testing.assert_array_equal(s.tests["interactions"][1], c.tests["interactions"][1])
+        np.testing.assert_array_equal(s.fold_null[:, :, 0], c.fold_null[:, :, 0])
+        np.testing.assert_array_equal(s.fold_null[:, g, 1:], c.fold_null[:, g, 1:])
+        assert np.isnan(s.fold_null[:, ~g, 1:]).all()
+        for name in s.parts:
+            obs, null = staged(c.parts[name]["importance"], c.parts[name]["main_effect"], g)
+            np.testing.assert_allclose(s.tests[name][0], obs, rtol=1e-12)
+            np.testing.assert_allclose(s.tests[name][1], null, rtol=1e-12)
 
 
 def test_staged_without_interactions_to_find_is_the_main_effect():

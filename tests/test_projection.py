@@ -75,6 +75,17 @@ def test_projection_before_the_chunks(epochs_data, monkeypatch):
     assert re.search(r"likely .+ to .+\)", messages[at])          # a range
 
 
+def test_projection_of_the_staged_tests(epochs_data, monkeypatch):
+    """With the staged default and a model with interactions, the fold loop fits the
+    score's null models, and the features' only where the test of interactions finds
+    interactions: the projection counts the first and says the second."""
+    messages, _ = _run(epochs_data, monkeypatch, n_null=9, interactions=True)
+    line = _projection_line(messages)
+    assert f"(1 + 9 null(s) x 1 test(s)) x 12 time points = {4 * (1 + 9) * 12:,}" in line
+    assert ("the 2 features' null models (4 x 9 x 2 per time point) only in the time "
+            "points where interactions are found") in line
+
+
 def test_projection_names_a_cheaper_option(epochs_data, monkeypatch):
     messages, _ = _run(epochs_data, monkeypatch, n_null=99, n_repeats=10)
     line = _projection_line(messages)

@@ -235,7 +235,7 @@ def _importance_perms(perm_seq, K, f, n):
 
 
 def null_statistics(universe, perms, target_train, target_test, train, test, options,
-                    perm_seq, held=None, scales=None):
+                    perm_seq, held=None, scales=None, tests=None):
     """Statistics ``(M, n_tests, n_null)`` of the null models of ``M`` models.
 
     Parameters
@@ -259,8 +259,18 @@ def null_statistics(universe, perms, target_train, target_test, train, test, opt
         flattened test by test): each null model's distance rows are then those of its
         own encoding, in training and held out, as in the analysis of its relabelled
         table (``None``: the universe's rows for all, e.g. without numeric features).
+    tests : ndarray of int | None
+        The test of each row of ``perms`` (``0`` the score, ``1 + f`` feature ``f``):
+        ``perms`` then holds the relabellings of those tests only, while ``scales`` holds
+        every test's (as refitted for the analysis) and is sliced here; ``None``: row
+        ``t`` is test ``t``.
     """
     n_tests, n_null, n = perms.shape
+    if tests is None:
+        tests = np.arange(n_tests)
+    elif scales is not None:
+        scales = scales.reshape(-1, n_null, scales.shape[-1])[tests].reshape(
+            n_tests * n_null, -1)
     M = target_train.shape[0]
     m = universe.n_features
     U = universe.n_rows
@@ -298,10 +308,10 @@ def null_statistics(universe, perms, target_train, target_test, train, test, opt
         q_t = q[:, t * n_null:(t + 1) * n_null]
         base = _held_out_scores(q_t, universe.pair_row[c0[:, it], c0[:, jt]], tzt,
                                 P_te)                                 # (M, n_null)
-        if t == 0:
-            out[:, 0] = base.numpy()
+        if tests[t] == 0:
+            out[:, t] = base.numpy()
             continue
-        f = t - 1
+        f = int(tests[t]) - 1
         p = torch.as_tensor(_importance_perms(perm_seq, K, f, n_te))
         swapped = torch.as_tensor(universe.swap[f])[c0[:, None, :], c0[:, p]]  # (R', K, n)
         gk = universe.table[swapped[..., it], swapped[..., jt]].reshape(n_null, K, P_te)

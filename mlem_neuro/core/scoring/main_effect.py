@@ -213,20 +213,22 @@ def combine(observed, null, use=None):
     every model's observed value near ``sqrt(n_null)`` and let any model's extreme null
     reach it).  A part that is NaN for a model (undefined) leaves the others; all NaN
     gives NaN.  ``use``: per statistic, ``None`` (every model) or a boolean ``(M,)``
-    saying in which models it joins the maximum (:func:`staged`); where it does not, the
-    model's statistic is the others' (still standardised over every model).
+    saying in which models it joins the maximum (:func:`staged`); it is standardised over
+    those models only (the others' values, which a staged analysis does not compute for
+    the importance, are not read) and where it does not join, the model's statistic is
+    the others'.
     """
     use = [None] * len(observed) if use is None else use
     z_obs, z_null = [], []
     for o, nl, keep in zip(observed, null, use):
         allv = np.concatenate([np.asarray(o, float)[None], np.asarray(nl, float)], axis=0)
+        if keep is not None:
+            allv[:, ~np.asarray(keep, bool)] = np.nan
         with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)     # all NaN: NaN
             mu = np.nanmean(allv)
             sd = np.nanstd(allv)
             z = (allv - mu) / (sd if sd > 0 else np.nan)
-        if keep is not None:
-            z[:, ~np.asarray(keep, bool)] = np.nan
         z_obs.append(z[0])
         z_null.append(z[1:])
     with np.errstate(invalid="ignore"):
