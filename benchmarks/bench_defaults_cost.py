@@ -91,32 +91,30 @@ def main():
         print(f"{label:<40s} {t:7.2f} s = {t / t_rsa:5.1f}x the RSA  (cv={s['cv']}, "
               f"{s['n_repeats_used']} repeats, {s['n_folds']} folds; runs "
               f"{', '.join(f'{x:.2f}' for x in runs)})")
-    t0 = time.perf_counter()
-    res = mlem_neuro.mlem_array(data, table, times=times, n_null=args.n_null,
-                                n_jobs=args.n_jobs, random_state=0, verbose="WARNING")
-    t = time.perf_counter() - t0
+    def tests(fn, **kw):
+        """One run of ``fn`` with the tests: its result, wall time and FWE-significant
+        time points per test."""
+        t0 = time.perf_counter()
+        out = fn(data, table, times=times, n_null=args.n_null, random_state=0,
+                 verbose="WARNING", **kw)
+        return out, time.perf_counter() - t0, {k: int(out.significant(k).sum())
+                                               for k in out.tests}
+
+    res, t, found = tests(mlem_neuro.mlem_array, n_jobs=args.n_jobs)
     print(f"defaults, n_null={args.n_null}, n_jobs={args.n_jobs}: {t:7.1f} s = {t / 60:.2f} min "
-          f"(target <= 3 min on 2 cores); FWE-significant time points "
-          f"{ {k: int(res.significant(k).sum()) for k in res.tests} }; the features' null "
-          f"models fitted at {res.settings['feature_test_staged_open']} of {args.n_times} "
-          "time points (where interactions are found)")
-    t0 = time.perf_counter()
-    full = mlem_neuro.mlem_array(data, table, times=times, n_null=args.n_null,
-                                 n_jobs=args.n_jobs, random_state=0, verbose="WARNING",
-                                 feature_test="combined")
-    t_full = time.perf_counter() - t0
+          f"(target <= 3 min on 2 cores); FWE-significant time points {found}; the features' "
+          f"null models fitted at {res.settings['feature_test_staged_open']} of "
+          f"{args.n_times} time points (where interactions are found)")
+    _, t_full, found = tests(mlem_neuro.mlem_array, n_jobs=args.n_jobs,
+                             feature_test="combined")
     print(f"the same with feature_test='combined' (every feature's null models at every time "
           f"point: what the staged default fitted before it fitted them where interactions "
           f"are found): {t_full:7.1f} s; staged / combined = {t / t_full:.2f}; FWE-significant "
-          f"{ {k: int(full.significant(k).sum()) for k in full.tests} }")
-    t0 = time.perf_counter()
-    rsa_res = rsa.rsa_array(data, table, times=times, n_null=args.n_null, random_state=0,
-                            verbose="WARNING")
-    t_rsa_test = time.perf_counter() - t0
+          f"{found}")
+    _, t_rsa_test, found = tests(rsa.rsa_array)
     print(f"rsa_array with n_null={args.n_null} (max statistic over time points): "
           f"{t_rsa_test:7.2f} s; the default tests = {t / t_rsa_test:.0f}x it (issue 38 "
-          f"target <= 100x); FWE-significant "
-          f"{ {k: int(rsa_res.significant(k).sum()) for k in rsa_res.tests} }")
+          f"target <= 100x); FWE-significant {found}")
     from mlem_neuro.core.rdms.sources import DenseRDMSource
     from mlem_neuro.core.scoring.main_effect import main_effect_tests
     from mlem_neuro.core.scoring.nulls import null_permutations
