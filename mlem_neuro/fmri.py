@@ -2,7 +2,9 @@
 
 :func:`trial_images` fits nilearn's :class:`~nilearn.glm.first_level.FirstLevelModel` and
 returns the images and the matching feature table that :func:`mlem_neuro.mlem_searchlight`
-and :func:`mlem_neuro.mlem_roi` take.
+and :func:`mlem_neuro.mlem_roi` take.  Block designs given otherwise become events tables
+with :func:`events_from_labels` (one label per volume, PyMVPA's ``attributes.txt``) and
+:func:`read_fsl_onsets` / :func:`read_openfmri_onsets` (FSL three-column onset files).
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
+# the events of block designs in other layouts (per-volume labels, FSL onset files)
+from .block_events import events_from_labels, read_fsl_onsets, read_openfmri_onsets
 from .core.checks import check
 from .core.constants import (  # noqa: F401  (tuning constants, defined there once)
     NULL_REGRESSOR as _NULL_REGRESSOR,
@@ -21,7 +25,8 @@ from .core.constants import (
 )
 from .utils import logger, verbose, warn_user
 
-__all__ = ["trial_images"]
+__all__ = ["trial_images", "events_from_labels", "read_fsl_onsets",
+           "read_openfmri_onsets"]
 
 _TIMING = ("onset", "duration")
 #: values of ``standardize`` besides ``None`` / ``False`` (no standardisation)
@@ -183,9 +188,7 @@ def _check_inputs(runs, evs, t_r, confounds):
     if len(evs) != len(runs):
         raise ValueError(f"{len(runs)} BOLD run(s) but {len(evs)} events table(s): pass one "
                          "events table per run, in the same order.")
-    if isinstance(t_r, bool) or not isinstance(t_r, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(t_r) or t_r <= 0:
-        raise ValueError(f"t_r must be the repetition time in seconds (> 0); got {t_r!r}")
+    check("t_r", t_r)
     if confounds is not None and len(confounds) != len(runs):
         raise ValueError(f"{len(runs)} run(s) but {len(confounds)} confounds table(s).")
     n_scans, grids = [], []

@@ -144,6 +144,8 @@ OTHER_ENTRIES = [
     ("n_null", 0, lambda: _cluster(n_null=0)),
     ("random_state", -1, lambda: _cluster(random_state=-1)),
     ("model", "block", lambda: mlem_neuro.fmri.trial_images([], [], t_r=2.0, model="block")),
+    ("t_r", 0, lambda: mlem_neuro.fmri.trial_images([], [], t_r=0)),
+    ("t_r", "2", lambda: mlem_neuro.fmri.events_from_labels(["a"], t_r="2")),
     ("sfreq", -1.0, lambda: mlem_neuro.mlem_array(np.zeros((6, 2, 3)), pd.DataFrame(
         {"a": list("xyxyxy")}), sfreq=-1.0)),
     ("radius", 0, lambda: _searchlight(radius=0)),

@@ -23,6 +23,7 @@ with the project's shared test data.  When that copy is not found, simulated noi
 with the same design stand in for it.
 """
 # %%
+import tempfile
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -33,7 +34,12 @@ from nilearn.image import mean_img
 from sklearn.model_selection import GroupKFold
 
 import mlem_neuro
-from mlem_neuro.fmri import trial_images
+from mlem_neuro.fmri import (
+    events_from_labels,
+    read_fsl_onsets,
+    read_openfmri_onsets,
+    trial_images,
+)
 
 
 def find_haxby():
@@ -103,6 +109,51 @@ else:
 
 print(imgs.shape)
 table.head()
+
+# %%
+# Block designs given as labels per volume or as FSL onset files
+# --------------------------------------------------------------
+# The events tables above are BIDS-style ``events.tsv`` files.  Two other layouts are
+# common for block designs, and each becomes the same list of events tables (one per
+# run) in one call.  PyMVPA's ``attributes.txt`` (and the labels table of nilearn's Haxby
+# example) gives a label and a run per volume, rest included:
+# :func:`~mlem_neuro.fmri.events_from_labels` turns each stretch of consecutive volumes
+# with one label into a block, in seconds from the run's first volume, and leaves the
+# ``rest`` volumes out.  Here two runs of such labels, 5 rest volumes before each 9-volume
+# block, in an order drawn at random (with a file: ``events_from_labels("attributes.txt",
+# t_r=2.5)``):
+order = np.random.default_rng(2)
+labels, chunks = [], []
+for chunk in range(2):
+    for category in order.permutation(CATEGORIES):
+        labels += ["rest"] * 5 + [category] * 9
+        chunks += [chunk] * 14
+block_events = events_from_labels(labels, chunks, t_r=2.5)
+block_events[0].head(3)
+
+# %%
+# FSL's three-column onset files (``onset duration weight``, one file per condition) are
+# read by :func:`~mlem_neuro.fmri.read_fsl_onsets`, each condition named by a dict or by
+# its file's name.  Written from the first run's blocks and read back:
+fsl_folder = Path(tempfile.mkdtemp())
+for category, blocks in block_events[0].groupby("trial_type"):
+    blocks[["onset", "duration"]].assign(weight=1).to_csv(
+        fsl_folder / f"{category}.txt", sep=" ", header=False, index=False)
+print(read_fsl_onsets(sorted(fsl_folder.glob("*.txt"))).equals(block_events[0]))
+
+# %%
+# The OpenFMRI layout keeps such files as ``condNNN.txt``, one folder per run, and names
+# the conditions in ``condition_key.txt`` (``task001 cond001 house``):
+# :func:`~mlem_neuro.fmri.read_openfmri_onsets` reads a run's folder with it.  The shared
+# Haxby copy has this layout too, and its onset files give the runs' events tables again.
+# Each of these lists goes to :func:`~mlem_neuro.fmri.trial_images` as its ``events``,
+# with the BOLD runs in the same order (``trial_images(runs, fsl_events, t_r=2.5)``).
+if HAXBY is not None:
+    key = HAXBY.parent / "models/model001/condition_key.txt"
+    fsl_events = [read_openfmri_onsets(HAXBY / f"model/model001/onsets/task001_run{r:03d}",
+                                       key) for r in range(1, 13)]
+    print(all(ev.equals(pd.read_csv(path, sep="\t").sort_values("onset", ignore_index=True))
+              for ev, path in zip(fsl_events, events)))
 
 # %%
 # Features

@@ -162,6 +162,10 @@ def _sfreq(name, value):
     return real(name, value, strict=True, hint=" It is the sampling rate in Hz.")
 
 
+def _t_r(name, value):
+    return real(name, value, strict=True, hint=" It is the repetition time in seconds.")
+
+
 def _batch_size(name, value):
     if isinstance(value, str):
         if value in ("auto", "full"):
@@ -349,6 +353,7 @@ CHECKS = {
     "random_state": _random_state,
     "sfreq": _sfreq,
     "spatial_radius": _radius_m,
+    "t_r": _t_r,
     "tail": choice(TAILS),
     "tol": _tol,
 }
