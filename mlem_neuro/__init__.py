@@ -21,7 +21,8 @@ _LAZY = {
     "mlem_roi": "mlem_neuro.searchlight",
     "mlem_stcs": "mlem_neuro.spatial",
 }
-_SUBMODULES = ("stats", "fmri", "simulation", "results", "adapters", "crossval", "rsa")
+_SUBMODULES = ("stats", "fmri", "simulation", "results", "adapters", "crossval", "rsa",
+               "bids")
 
 __all__ = ["MLEM", "FeatureSpace", "read_result", "set_log_level", "__version__",
            *_LAZY, *_SUBMODULES]

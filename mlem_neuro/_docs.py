@@ -51,6 +51,12 @@ batch_size : "auto" | "full" | int
 """
 
 # --------------------------------------------------------------------------------- C
+docdict["bids_root"] = """
+bids_root : path-like
+    The top folder of a BIDS dataset (raw data: ``dataset_description.json``,
+    ``sub-<label>/`` folders, ``events.tsv`` files).
+"""
+
 docdict["chunk_size_spheres"] = """
 chunk_size : int | None
     Spheres (or regions) per engine call (default: at most 1,000, bounded by memory, and
@@ -100,6 +106,12 @@ cv : None | int | scikit-learn splitter | iterable of (train, test)
 """
 
 # --------------------------------------------------------------------------------- D
+docdict["datatype"] = """
+datatype : "auto" | "func" | "eeg" | "meg"
+    The recordings analysed: BOLD runs (``func``) or MEG / EEG recordings; ``"auto"``
+    (default): the one datatype in which the task is recorded.
+"""
+
 docdict["decim"] = """
 decim : int
     Keep one sample in ``decim``, on a grid anchored at ``t = 0`` (as MNE; at the
@@ -108,6 +120,14 @@ decim : int
     before decimation: e.g. spikes binned at 1 ms with ``window=0.05, decim=25`` give
     50 ms averages every 25 ms.  Low-pass the data first (or use ``window``) to avoid
     aliasing.
+"""
+
+docdict["derivatives"] = """
+derivatives : path-like | None
+    fMRI: the folder of preprocessed runs in fMRIPrep's layout
+    (``sub-<label>/func/*_space-<S>_desc-preproc_bold.nii.gz``, brain masks, confounds
+    tables); default: ``<bids_root>/derivatives/fmriprep``, else
+    ``<bids_root>/derivatives``.
 """
 
 docdict["device"] = """
@@ -498,6 +518,12 @@ partial : bool
     (identical or nested features) has none: NaN, with a warning.
 """
 
+docdict["participant_label"] = """
+participant_label : str | list of str | None
+    The participants to analyse (``"01"`` or ``"sub-01"``); default: every participant
+    with recordings of the task.
+"""
+
 docdict["partitions"] = """
 partitions : None | str | array-like
     With ``distance="crossnobis"`` or ``"cv_euclidean"`` (which need ``items``): the
@@ -567,6 +593,13 @@ settings : dict | None
     recorded by the analysis.
 """
 
+docdict["space"] = """
+space : str | None
+    fMRI: the space of the preprocessed runs (fMRIPrep's ``space-<label>``, e.g.
+    ``"MNI152NLin2009cAsym"``); needed when the runs are in several spaces.  A template
+    space shared by every participant is what the group level needs.
+"""
+
 docdict["spatial_radius_sensors"] = """
 spatial_radius : float | None
     A sensor searchlight: radius in metres (e.g. ``0.04``; MNE's unit, unlike the images'
@@ -612,6 +645,11 @@ standardize : "run" | None
 """
 
 # --------------------------------------------------------------------------------- T
+docdict["task"] = """
+task : str
+    The task analysed (the label of ``task-<label>`` in the file names).
+"""
+
 docdict["terms"] = """
 terms : list of str
     The importance terms, one per importance column: ``"f"`` per feature, ``"f:g"`` per

@@ -20,14 +20,11 @@ line each.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import shutil
-import signal
 import sys
 import tempfile
-import threading
 import warnings
 import zlib
 from pathlib import Path
@@ -35,6 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from ._docs import short_doc
+from ._outputs import brain_map_figure as _brain_map_figure
+from ._outputs import deferred_interrupts as _deferred_interrupts
 from ._provenance import describe as describe_provenance
 from .core.checks import (
     BACKENDS,
@@ -132,25 +131,6 @@ def check_out(out, overwrite, patterns=RESULT_PATTERNS):
     if not os.access(parent, os.W_OK | os.X_OK):
         raise CLIError(f"--out {out} cannot be created: no write permission in {parent}")
     return out
-
-
-@contextlib.contextmanager
-def _deferred_interrupts():
-    """Hold Ctrl-C (SIGINT) back for the duration (main thread only): the few renames that
-    swap result sets run to their end, then the interrupt is raised.  The Python handler
-    is swapped for one that records the signal (blocking the signal in the main thread
-    alone would not do: another thread of the process may receive it)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught:
-        raise KeyboardInterrupt
 
 
 def _publish(out, write):
@@ -614,22 +594,6 @@ def _standardize(args):
     return None if args.standardize == "none" else args.standardize
 
 
-def _brain_map_figure(res, bg_img):
-    """One row per term whose importance map is not 0 everywhere, and a last row with the
-    score, all cut through the sphere with the best score; also the terms left out."""
-    import matplotlib.pyplot as plt
-
-    empty = [t for k, t in enumerate(res.terms) if not np.any(res.importance[:, k])]
-    rows = [t for t in res.terms if t not in empty] + [None]
-    score = np.nan_to_num(res.score, nan=-np.inf)
-    cut = tuple(float(v) for v in res.model_coords()[int(np.argmax(score))])
-    fig, axes = plt.subplots(len(rows), 1, figsize=(8, 2.6 * len(rows)), squeeze=False)
-    for ax, term in zip(axes[:, 0], rows):
-        res.plot(term, bg_img=bg_img, axes=ax, figure=fig, draw_cross=False,
-                 cmap="RdBu_r", cut_coords=cut)
-    return fig, empty
-
-
 def _image_error(err, paths):
     """A CLIError naming the first of ``paths`` that does not read as a NIfTI image."""
     import nibabel as nib
@@ -724,6 +688,108 @@ def run_searchlight(args):
     print(f"Computed with {describe_provenance(res.provenance)}")
 
 
+# ----------------------------------------------------------------------------- bids
+def _bids_features(args):
+    """The --features names; without them, a CLIError listing the events columns of the
+    first participant (before anything is analysed)."""
+    names = _name_list(args.features, "--features")
+    if names is not None:
+        return names
+    from . import bids
+
+    labels = bids.bids_participants(args.bids_root, args.task,
+                                    participant_label=args.participant_label,
+                                    datatype=args.datatype)
+    inputs = bids.bids_inputs(args.bids_root, labels[0], args.task, datatype=args.datatype,
+                              derivatives=args.derivatives, space=args.space)
+    events = _read_events(inputs.events[:1])[0]
+    table = events[[c for c in events.columns if c not in ("onset", "duration")]]
+    raise _no_features_error(table, f"events ({inputs.events[0]})")
+
+
+def _interval(text, flag):
+    if text is None:
+        return None
+    try:
+        start, end = (None if v.strip().lower() in ("", "none") else float(v)
+                      for v in text.split(","))
+    except ValueError:
+        raise CLIError(f"{flag} {text!r}: give START,END in seconds, e.g. {flag} -0.2,0") \
+            from None
+    return (start, end)
+
+
+def _bids_participant_kwargs(args):
+    kw = _analysis_kwargs(args)
+    for name in ("verbose", "n_jobs"):
+        kw.pop(name)
+    confounds = None if args.confounds.strip().lower() == "none" else \
+        _name_list(args.confounds, "--confounds")
+    return dict(task=args.task, participant_label=args.participant_label,
+                datatype=args.datatype, derivatives=args.derivatives, space=args.space,
+                analysis=args.analysis, radius=args.radius, labels_img=args.labels_img,
+                model=args.model, standardize=_standardize(args), confounds=confounds,
+                group_runs=args.group_runs, t_r=args.t_r, tmin=args.tmin, tmax=args.tmax,
+                baseline=_interval(args.baseline, "--baseline"),
+                picks=_name_list(args.picks, "--picks"), decim=args.decim,
+                window=args.window,
+                trial_types=_name_list(args.trial_types, "--trial-types"),
+                figures=not args.no_figures, overwrite=args.overwrite, n_jobs=args.n_jobs,
+                verbose="INFO", **kw)
+
+
+def run_bids(args):
+    """``mlem-neuro bids``: the participant or group level of a BIDS study; returns the
+    exit code (1 when a participant failed)."""
+    import matplotlib
+
+    from . import bids
+
+    _check_options(args)
+    _existing(args.bids_root, "BIDS dataset")
+    matplotlib.use("Agg")
+    if args.analysis_level == "group":
+        tests = bids.bids_group(args.output_dir, task=args.task, space=args.space,
+                                participant_label=args.participant_label,
+                                measure=args.measure, n_null=args.group_n_null,
+                                random_state=args.seed, figures=not args.no_figures,
+                                n_jobs=args.n_jobs, verbose="INFO")
+        labels = tests.pop("participants")
+        print(f"Group level of task {args.task}: {len(labels)} participants; wrote "
+              f"{Path(args.output_dir) / 'group'}")
+        for term, test in tests.items():
+            if hasattr(test, "cluster_p_values"):
+                sig = test.significant(0.05)
+                spans = ", ".join(f"{test.times[c][0]:.3f}-{test.times[c][-1]:.3f} s"
+                                  for c in sig) or "none"
+                print(f"  {term}: clusters with p < 0.05: {spans}")
+            else:
+                logp = np.asarray(test.dataobj)
+                print(f"  {term}: max -log10(p, FWE) {np.nanmax(logp):.2f}, "
+                      f"{int((logp > -np.log10(0.05)).sum())} voxels with p < 0.05")
+        return 0
+    kw = _bids_participant_kwargs(args)
+    features = _bids_features(args)
+    with warnings.catch_warnings():     # the failures are listed below
+        warnings.filterwarnings("ignore", r".*participant\(s\) failed", UserWarning)
+        report = bids.bids_participant(args.bids_root, args.output_dir, features=features,
+                                       **kw)
+    counts = report.status.value_counts()
+    print(f"Participant level of task {args.task}: "
+          + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "skipped", "failed"))
+          + f"; wrote {args.output_dir}")
+    failed = report[report.status == "failed"]
+    for label, message in zip(failed.participant, failed.message):
+        print(f"mlem-neuro bids: error: sub-{label} failed: {message}", file=sys.stderr)
+    if len(failed):
+        print(f"mlem-neuro bids: {len(failed)} participant(s) failed "
+              f"({', '.join('sub-' + s for s in failed.participant)}); the others are "
+              "written, and running the command again redoes only the failed ones",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 # ------------------------------------------------------------------------------ main
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's help ends with its default ("off" for flags); a help text that
@@ -751,7 +817,7 @@ def _choices(words):
     return "{" + ",".join(words) + "}"
 
 
-def _add_analysis_options(p, what):
+def _add_analysis_options(p, what, out=True):
     d = MLEMOptions()           # the defaults, defined once
     p.add_argument("--cv", type=_flag_type("--cv"), default=d.cv,
                    help=f"cross-validation folds over {what}; 0: none, the score is then "
@@ -823,6 +889,8 @@ def _add_analysis_options(p, what):
         name = FLAG_PARAMS[flag][0]
         p.add_argument(flag, type=_flag_type(flag), default=getattr(d, name),
                        help=short_doc(chunk_key if name == "chunk_size" else name))
+    if not out:                 # the output folder is a positional argument (bids)
+        return
     p.add_argument("--out", required=True, help="output folder (created if needed)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the results already in --out (mlem.npz, importance.*, "
@@ -937,6 +1005,101 @@ def _add_searchlight_parser(sub, kw):
     _add_analysis_options(s, "images")
 
 
+def _add_bids_parser(sub, kw):
+    from .core.checks import ANALYSIS_LEVELS, BIDS_ANALYSES, BIDS_DATATYPES
+
+    b = sub.add_parser(
+        "bids", help="a BIDS study: each participant, then the group (a BIDS App)",
+        description="MLEM as a BIDS App: 'participant' analyses each participant of "
+                    "BIDS_ROOT (fMRI: preprocessed runs from fMRIPrep derivatives, betas "
+                    "per trial, a searchlight or ROI analysis; MEG/EEG: recordings read "
+                    "with mne-bids, epoched around events.tsv onsets, time-resolved "
+                    "MLEM) and writes a BIDS derivatives dataset to OUTPUT_DIR "
+                    "(participants done before are skipped; failed ones are listed and "
+                    "the exit code is 1); 'group' tests the participants' results "
+                    "across the group (cluster test over time, second-level maps) into "
+                    "OUTPUT_DIR/group.", **kw)
+    b.add_argument("bids_root", metavar="BIDS_ROOT", help="the BIDS dataset (raw data)")
+    b.add_argument("output_dir", metavar="OUTPUT_DIR",
+                   help="the derivatives folder written (e.g. BIDS_ROOT/derivatives/mlem)")
+    b.add_argument("analysis_level", metavar=_choices(ANALYSIS_LEVELS),
+                   type=argparse_type("analysis_level"),
+                   help="participant: analyse each participant; group: test their results")
+    b.add_argument("--participant-label", "--participant_label", nargs="+",
+                   metavar="LABEL",
+                   help="the participants (01 or sub-01) (default: every participant with "
+                        "recordings of the task)")
+    b.add_argument("--task", required=True, help="the task label (task-<label>)")
+    b.add_argument("--features",
+                   help="comma-separated events.tsv columns to use as features, e.g. "
+                        "--features trial_type (required at the participant level, no default: "
+                        "without it the command stops and lists the columns)")
+    b.add_argument("--datatype", type=argparse_type("datatype"), default="auto",
+                   metavar=_choices(BIDS_DATATYPES),
+                   help="the recordings analysed (auto: the datatype holding the task)")
+    b.add_argument("--derivatives", metavar="DIR",
+                   help="fMRI: fMRIPrep's output folder (default: BIDS_ROOT/derivatives/"
+                        "fmriprep, else BIDS_ROOT/derivatives)")
+    b.add_argument("--space", help="fMRI: the space of the preprocessed runs, e.g. "
+                                   "MNI152NLin2009cAsym (default: the one space of the runs; "
+                                   "needed when there are several)")
+    b.add_argument("--analysis", type=argparse_type("analysis"), default="searchlight",
+                   metavar=_choices(BIDS_ANALYSES),
+                   help="fMRI: a searchlight, or one model per region of --labels-img")
+    b.add_argument("--radius", type=_flag_type("--radius"), default=6.0,
+                   help="fMRI searchlight: sphere radius in mm")
+    b.add_argument("--labels-img", metavar="ATLAS",
+                   help="fMRI with --analysis roi: an atlas of integer labels in --space "
+                        "(default: none)")
+    b.add_argument("--model", type=_flag_type("--model"), metavar=_choices(FMRI_MODELS),
+                   default="trial", help="fMRI: one beta image per trial or per condition")
+    b.add_argument("--standardize", choices=("auto", "run", "none"), default="auto",
+                   help="fMRI: z-score the betas within run (auto: with --model trial)")
+    b.add_argument("--confounds", default=",".join(_motion()),
+                   help="fMRI: comma-separated columns of fMRIPrep's confounds tables added "
+                        "to the GLM, or none")
+    b.add_argument("--group-runs", action="store_true",
+                   help="keep each run's (recording's) trials in one fold")
+    b.add_argument("--t-r", type=float, default=None,
+                   help="fMRI: repetition time (s), used only when neither the sidecars "
+                        "nor the NIfTI headers give one (default: none)")
+    b.add_argument("--tmin", type=float, default=-0.2,
+                   help="MEG/EEG: epoch start around each onset (s)")
+    b.add_argument("--tmax", type=float, default=0.5,
+                   help="MEG/EEG: epoch end around each onset (s)")
+    b.add_argument("--baseline", metavar="START,END",
+                   help="MEG/EEG: baseline correction interval in s, e.g. -0.2,0 (default: "
+                        "none)")
+    b.add_argument("--picks", help="MEG/EEG: comma-separated channel names or types "
+                                   "(default: the good data channels)")
+    b.add_argument("--decim", type=_positive_int, default=1,
+                   help="MEG/EEG: keep one time sample in DECIM")
+    b.add_argument("--window", type=float, default=None,
+                   help="MEG/EEG: average each sample over this many seconds around it "
+                        "(default: no averaging)")
+    b.add_argument("--trial-types", metavar="TYPE,...",
+                   help="MEG/EEG: epoch only the events of these trial_type values "
+                        "(default: every event with an onset)")
+    b.add_argument("--measure", choices=("importance", "main_effect"), default="importance",
+                   help="group: test each term's importance or each feature's main effect")
+    b.add_argument("--group-n-null", type=_flag_type("--n-null"), default=None,
+                   help="group: sign-flip permutations (default: 1024 for time courses, "
+                        "10000 for maps)")
+    b.add_argument("--no-figures", action="store_true",
+                   help="write no figures (tables, maps and results only)")
+    b.add_argument("--overwrite", action="store_true",
+                   help="redo the participants already done (their files are replaced once "
+                        "the new ones are complete) and accept settings other than those "
+                        "recorded in OUTPUT_DIR/dataset_description.json")
+    _add_analysis_options(b, "trials", out=False)
+
+
+def _motion():
+    from .bids import MOTION
+
+    return MOTION
+
+
 def build_parser():
     """The ``mlem-neuro`` argument parser."""
     from ._version import __version__
@@ -951,6 +1114,7 @@ def build_parser():
     _add_demo_parser(sub, kw)
     _add_epochs_parser(sub, kw)
     _add_searchlight_parser(sub, kw)
+    _add_bids_parser(sub, kw)
     return parser
 
 
@@ -960,6 +1124,8 @@ def _dispatch(args):
         run_demo(args.out, paper=args.paper, seed=args.seed, n_seeds=args.seeds)
     elif args.command == "epochs":
         run_epochs(args)
+    elif args.command == "bids":
+        return run_bids(args)
     else:
         run_searchlight(args)
 
@@ -970,7 +1136,7 @@ def main(argv=None):
     old_format = warnings.formatwarning
     warnings.formatwarning = _one_line_warning
     try:
-        _dispatch(args)
+        code = _dispatch(args)
     except (CLIError, ValueError, TypeError, FileNotFoundError, OSError) as err:
         msg = " ".join(str(err).split())
         msg = re.sub(r"\b(?:Posix|Windows)?Path\(('[^']*')\)", r"\1", msg)  # MNE's repr()
@@ -981,7 +1147,7 @@ def main(argv=None):
         return 130
     finally:
         warnings.formatwarning = old_format
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -445,3 +445,203 @@ def simulate_codes(n_stimuli=48, features=("binary", "binary"), n_units=50, nois
     X[:, :code.shape[1]] = code
     X += noise / np.sqrt(n_units) * rng.standard_normal(X.shape)
     return X, pd.DataFrame(table)
+
+
+#: the datatypes :func:`simulate_bids_study` writes
+BIDS_STUDY_DATATYPES = ("eeg", "func")
+
+
+def _bids_trials(n_trials, rng):
+    """A balanced table of trials: ``category`` (A/B, the encoded feature) and ``size``
+    (small/large, not encoded), in random order."""
+    category = np.repeat(["A", "B"], n_trials // 2)
+    size = np.tile(["small", "large"], n_trials // 2)
+    order = rng.permutation(len(category))
+    return pd.DataFrame({"category": category[order], "size": size[order]})
+
+
+def _write_tsv(table, path):
+    table.to_csv(path, sep="\t", index=False, na_rep="n/a")
+
+
+def _simulated_eeg_subject(root, label, task, n_trials, effect, rng):
+    import mne
+    from mne_bids import BIDSPath, write_raw_bids
+
+    sfreq, n_channels, gap = 100.0, 8, 1.0
+    trials = _bids_trials(n_trials, rng)
+    onsets = 1.0 + gap * np.arange(n_trials)
+    n_samples = int((onsets[-1] + 2.0) * sfreq)
+    data = rng.standard_normal((n_channels, n_samples))
+    patterns = {c: rng.standard_normal(n_channels) for c in ("A", "B")}
+    t = np.arange(int(0.5 * sfreq)) / sfreq
+    bump = np.exp(-0.5 * ((t - 0.2) / 0.05) ** 2)      # peaks 0.2 s after onset
+    for onset, cat in zip(onsets, trials["category"]):
+        start = int(round(onset * sfreq))
+        data[:, start:start + len(t)] += effect * patterns[cat][:, None] * bump
+    info = mne.create_info([f"EEG{k:02d}" for k in range(n_channels)], sfreq, "eeg")
+    raw = mne.io.RawArray(data * 1e-6, info, verbose="ERROR")
+    raw.set_meas_date(1_700_000_000 + int(label) * 86_400)
+    raw.info["line_freq"] = 50.0
+    events = np.column_stack([np.round(onsets * sfreq).astype(int),
+                              np.zeros(n_trials, dtype=int), np.ones(n_trials, dtype=int)])
+    path = BIDSPath(subject=label, task=task, datatype="eeg", root=root)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        write_raw_bids(raw, path, events=events, event_id={"stimulus": 1},
+                       format="BrainVision", allow_preload=True, overwrite=True,
+                       verbose="ERROR")
+    fname = path.copy().update(suffix="events", extension=".tsv").fpath
+    written = pd.read_csv(fname, sep="\t")
+    _write_tsv(pd.concat([written, trials], axis=1), fname)
+
+
+def _simulated_fmri_subject(root, deriv, label, task, n_trials, effect, rng, n_runs, t_r,
+                            space):
+    import json
+
+    import nibabel as nib
+    from nilearn.glm.first_level import make_first_level_design_matrix
+
+    shape, gap = (6, 6, 6), 8.0
+    affine = np.diag([4.0, 4.0, 4.0, 1.0])
+    affine[:3, 3] = -10.0
+    region = np.zeros(shape, dtype=bool)
+    region[:3] = True                                 # the encoded region: x < 0 mm
+    n_vox = region.sum()
+    patterns = {c: rng.standard_normal(n_vox) for c in ("A", "B")}
+    mask = np.ones(shape, dtype=np.uint8)
+    for run in range(1, n_runs + 1):
+        trials = _bids_trials(n_trials, rng)
+        onsets = 4.0 + gap * np.arange(n_trials)
+        n_scans = int(np.ceil((onsets[-1] + 20.0) / t_r))
+        events = pd.DataFrame({"onset": onsets, "duration": 1.0, **trials})
+        names = [f"t{k:03d}" for k in range(n_trials)]
+        design = make_first_level_design_matrix(
+            t_r * np.arange(n_scans), events.assign(trial_type=names)[
+                ["onset", "duration", "trial_type"]], drift_model=None)[names].to_numpy()
+        betas = rng.standard_normal((n_trials, int(np.prod(shape))))
+        for k, cat in enumerate(trials["category"]):
+            betas[k, region.ravel()] += effect * patterns[cat]
+        bold = 100.0 + design @ betas + 0.5 * rng.standard_normal((n_scans, betas.shape[1]))
+        img = nib.Nifti1Image(bold.T.reshape(*shape, n_scans).astype(np.float32), affine)
+        img.header.set_xyzt_units("mm", "sec")
+        img.header["pixdim"][4] = t_r
+        img.header.set_sform(affine, code=4)
+        raw_func = root / f"sub-{label}" / "func"
+        der_func = deriv / f"sub-{label}" / "func"
+        raw_func.mkdir(parents=True, exist_ok=True)
+        der_func.mkdir(parents=True, exist_ok=True)
+        img.to_filename(raw_func / f"sub-{label}_task-{task}_run-{run:02d}_bold.nii.gz")
+        _write_tsv(events, raw_func / f"sub-{label}_task-{task}_run-{run:02d}_events.tsv")
+        stem = f"sub-{label}_task-{task}_run-{run}"
+        img.to_filename(der_func / f"{stem}_space-{space}_desc-preproc_bold.nii.gz")
+        (der_func / f"{stem}_space-{space}_desc-preproc_bold.json").write_text(
+            json.dumps({"RepetitionTime": t_r, "SkullStripped": False}))
+        nib.Nifti1Image(mask, affine).to_filename(
+            der_func / f"{stem}_space-{space}_desc-brain_mask.nii.gz")
+        motion = 0.01 * rng.standard_normal((n_scans, 6)).cumsum(axis=0)
+        confounds = pd.DataFrame(motion, columns=["trans_x", "trans_y", "trans_z",
+                                                  "rot_x", "rot_y", "rot_z"])
+        confounds.insert(0, "framewise_displacement",
+                         np.r_[np.nan, np.abs(np.diff(motion, axis=0)).sum(axis=1)])
+        _write_tsv(confounds, der_func / f"{stem}_desc-confounds_timeseries.tsv")
+    return region, affine
+
+
+def simulate_bids_study(root, datatype="eeg", *, n_subjects=5, n_trials=40, effect=1.0,
+                        task="objects", n_runs=2, t_r=2.0, space="MNI152NLin2009cAsym",
+                        random_state=None):
+    """Write a small simulated BIDS study: raw data and events of several subjects.
+
+    Every trial has two features in its ``events.tsv``: ``category`` (``"A"`` / ``"B"``)
+    and ``size`` (``"small"`` / ``"large"``); only ``category`` is encoded, in every
+    subject, with ``effect`` (0: no subject encodes anything).
+
+    * ``datatype="eeg"``: one recording per subject (8 EEG channels at 100 Hz, written
+      with :func:`mne_bids.write_raw_bids` in BrainVision format, which needs the
+      ``pybv`` package); one trial per second; ``category`` adds a subject-specific
+      channel pattern around 0.2 s after each onset.
+    * ``datatype="func"``: ``n_runs`` BOLD runs per subject on a 6 x 6 x 6 grid of 4 mm
+      voxels, one trial every 8 s, raw runs and events plus a derivatives folder in
+      fMRIPrep's layout (``derivatives/fmriprep``: preprocessed runs in ``space``, brain
+      masks, confounds tables with head motion, sidecars giving ``t_r``); ``category``
+      adds a subject-specific pattern to the trial betas of the voxels at x < 0 mm; an
+      atlas of two regions (that half, and the other) is written to
+      ``derivatives/atlas``.
+
+    Parameters
+    ----------
+    root : path-like
+        The dataset's folder (created; files already there are replaced).
+    datatype : "eeg" | "func"
+        The recordings written.
+    n_subjects : int
+        Subjects ``sub-01``, ``sub-02``...
+    n_trials : int
+        Trials per recording (per run for fMRI), an even number.
+    effect : float
+        Amplitude of the ``category`` code, in units of the noise's standard deviation.
+    task : str
+        The task label.
+    n_runs : int
+        fMRI: runs per subject.
+    t_r : float
+        fMRI: repetition time in seconds.
+    space : str
+        fMRI: the space label of the preprocessed runs.
+    random_state : None | int
+        Seeds the simulation.
+
+    Returns
+    -------
+    paths : dict
+        ``"bids_root"``; for fMRI also ``"derivatives"`` and ``"labels_img"`` (the atlas,
+        region 1 the encoded half).
+
+    Examples
+    --------
+    >>> from mlem_neuro.simulation import simulate_bids_study
+    >>> paths = simulate_bids_study("study", "eeg", n_subjects=5,
+    ...                             random_state=0)                  # doctest: +SKIP
+    """
+    import json
+    from pathlib import Path
+
+    from .core.checks import check
+
+    check("datatype", datatype, allowed=BIDS_STUDY_DATATYPES)
+    if n_trials < 4 or n_trials % 2:
+        raise ValueError(f"n_trials must be an even number >= 4; got {n_trials}.")
+    rng = check_random_state(random_state)
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "dataset_description.json").write_text(json.dumps(
+        {"Name": "mlem_neuro simulated study", "BIDSVersion": "1.10.0",
+         "DatasetType": "raw"}, indent=2))
+    out = {"bids_root": root}
+    labels = [f"{k:02d}" for k in range(1, n_subjects + 1)]
+    pd.DataFrame({"participant_id": [f"sub-{s}" for s in labels]}).to_csv(
+        root / "participants.tsv", sep="\t", index=False)
+    if datatype == "eeg":
+        for label in labels:
+            _simulated_eeg_subject(root, label, task, n_trials, effect, rng)
+        return out
+    import nibabel as nib
+
+    deriv = root / "derivatives" / "fmriprep"
+    deriv.mkdir(parents=True, exist_ok=True)
+    (deriv / "dataset_description.json").write_text(json.dumps(
+        {"Name": "simulated preprocessing", "BIDSVersion": "1.10.0",
+         "DatasetType": "derivative", "GeneratedBy": [{"Name": "simulation"}]}, indent=2))
+    (root / f"task-{task}_bold.json").write_text(json.dumps(
+        {"TaskName": task, "RepetitionTime": t_r}))
+    for label in labels:
+        region, affine = _simulated_fmri_subject(root, deriv, label, task, n_trials, effect,
+                                                 rng, n_runs, t_r, space)
+    atlas = root / "derivatives" / "atlas"
+    atlas.mkdir(parents=True, exist_ok=True)
+    labels_img = atlas / f"space-{space}_desc-halves_dseg.nii.gz"
+    nib.Nifti1Image(np.where(region, 1, 2).astype(np.int16), affine).to_filename(labels_img)
+    out.update(derivatives=deriv, labels_img=labels_img)
+    return out

@@ -416,7 +416,7 @@ def _subparsers():
 
 def test_help_gives_every_option_help_and_its_default():
     parser, commands = _subparsers()
-    assert set(commands) == {"demo", "epochs", "searchlight"}
+    assert set(commands) == {"demo", "epochs", "searchlight", "bids"}
     for name, sub in commands.items():
         formatter = sub.formatter_class(prog=name)
         for action in sub._actions:
@@ -427,7 +427,8 @@ def test_help_gives_every_option_help_and_its_default():
             if action.option_strings and not action.required:
                 assert "default" in text, (name, action.dest, text)
         rendered = sub.format_help()
-        assert "--out" in rendered and "(default: " in rendered
+        assert ("OUTPUT_DIR" if name == "bids" else "--out") in rendered
+        assert "(default: " in rendered
     epochs = commands["epochs"].format_help()
     assert "(default: 2)" in epochs and "(default: spd)" in epochs    # --cv, --constraint
     assert "--picks" in epochs and "--groups COLUMN" in epochs and "--overwrite" in epochs

@@ -15,8 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = {"numpy", "scipy", "pandas", "scikit-learn", "joblib", "torch", "torchsort", "numba"}
-OPTIONAL = {"meeg": {"mne"}, "fmri": {"nilearn", "nibabel"}, "viz": {"matplotlib"}}
-HEAVY = sorted(set().union(*OPTIONAL.values()))
+OPTIONAL = {"meeg": {"mne"}, "fmri": {"nilearn", "nibabel"}, "viz": {"matplotlib"},
+            "bids": {"mne-bids"}}
+HEAVY = sorted(n.replace("-", "_") for n in set().union(*OPTIONAL.values()))  # import names
 
 
 def _pyproject():
@@ -71,7 +72,7 @@ def test_dependencies_core_and_extras():
     extras = project["optional-dependencies"]
     for extra, names in OPTIONAL.items():
         assert _names(extras[extra]) == names
-    assert extras["all"] == ["mlem_neuro[meeg,fmri,viz]"]
+    assert extras["all"] == ["mlem_neuro[meeg,fmri,viz,bids]"]
     assert "mlem_neuro[all]" in extras["test"] and "mlem_neuro[all]" in extras["doc"]
     assert {"pytest", "dask", "ruff"} <= _names(extras["test"])
     assert {"sphinx", "sphinx-gallery", "numpydoc"} <= _names(extras["doc"])

@@ -58,6 +58,12 @@ MAP_MEASURES = ("importance", "main_effect")
 TAILS = (1, 0, -1)
 #: the GLM of :func:`mlem_neuro.fmri.trial_images`
 FMRI_MODELS = ("trial", "condition")
+#: the levels of a BIDS App (:func:`mlem_neuro.bids.run_bids`)
+ANALYSIS_LEVELS = ("participant", "group")
+#: the BIDS datatypes :mod:`mlem_neuro.bids` analyses (``"auto"``: the one in the data)
+BIDS_DATATYPES = ("auto", "func", "eeg", "meg")
+#: the analysis of fMRI participants in :mod:`mlem_neuro.bids`
+BIDS_ANALYSES = ("searchlight", "roi")
 
 
 #: name -> neural distance, in registration order: it is
@@ -314,12 +320,15 @@ def _distance(name, value, allowed=None, where=""):
 
 #: one check per parameter name: ``check(name, value, **kw) -> normalised value``.
 CHECKS = {
+    "analysis": choice(BIDS_ANALYSES),
+    "analysis_level": choice(ANALYSIS_LEVELS),
     "backend": choice(BACKENDS),
     "batch_size": _batch_size,
     "chunk_size": optional(int_at_least(1, " (models per engine call; None sizes it from "
                                            "memory)")),
     "constraint": choice(CONSTRAINTS),
     "cv": _cv,
+    "datatype": choice(BIDS_DATATYPES),
     "device": _device,
     "distance": _distance,
     "feature_groups": _feature_groups,
