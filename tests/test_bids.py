@@ -365,3 +365,18 @@ def test_participants_run_on_a_local_dask_cluster(eeg_study, tmp_path):
     for a, b in zip(alone.result, report.result):
         np.testing.assert_allclose(read(a).importance, read(b).importance)
 
+
+
+def test_eeg_recording_without_events_is_named_and_the_others_run(tmp_path):
+    root = _eeg_study(tmp_path / "study", effect=1.0, n_subjects=2, seed=5)["bids_root"]
+    events = root / "sub-02" / "eeg" / "sub-02_task-objects_events.tsv"
+    events.unlink()
+    with pytest.warns(UserWarning, match="1 of 2 participant"):
+        report = bids.bids_participant(root, tmp_path / "out", task="objects",
+                                       features=["category"], tmin=0.0, tmax=0.3,
+                                       figures=False, **FAST)
+    assert list(report.status) == ["done", "failed"]
+    assert report.message[1] == (
+        "FileNotFoundError: no events.tsv for the recording "
+        f"{root / 'sub-02' / 'eeg' / 'sub-02_task-objects_eeg.vhdr'}: expected {events}; "
+        "the epochs are cut around its onsets.")
