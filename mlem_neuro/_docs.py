@@ -20,35 +20,68 @@ depends on the context gets a suffix (``cv_trials`` for the time-resolved analys
 from __future__ import annotations
 
 import difflib
+import itertools
+import math
 import re
 
+from .core import constants as _c
 from .core.constants import STAGED_GATE
 
 docdict: dict[str, str] = {}
 
+
+def _numbers(text, **values):
+    """``text`` with each ``<NAME>`` replaced by ``values[NAME]``.
+
+    The numbers an entry states that live in :mod:`mlem_neuro.core.constants` (block
+    sizes, grid sizes, caps) are filled in from there, so the text follows a constant
+    that changes (``tests/test_docdict_numbers.py``).  Every name given must occur, and
+    no ``<NAME>`` may be left.
+    """
+    for name, value in values.items():
+        token = f"<{name}>"
+        if token not in text:
+            raise ValueError(f"{token} is not in the docdict text")
+        text = text.replace(token, str(value))
+    left = re.search(r"<[A-Z][A-Z0-9_]*>", text)
+    if left:
+        raise ValueError(f"{left.group(0)} in the docdict text has no value")
+    return text
+
+
+def _count(n):
+    """A count as the docs write it: ``2**18`` for a power of two above 2**10, else
+    ``1,000``."""
+    n = int(n)
+    if n > 2**10 and n & (n - 1) == 0:
+        return f"2**{n.bit_length() - 1}"
+    return f"{n:,}"
+
 # --------------------------------------------------------------------------------- B
-docdict["backend"] = """
+docdict["backend"] = _numbers("""
 backend : "auto" | "compiled" | "torch" | "reference"
     Which training path trains the models.  ``"auto"`` (default) picks the compiled loop
     (numba) where it applies (categorical features, or numeric ones on the grid, on the
-    CPU, at most 64 features), else torch (any design and device).  ``"reference"`` is
-    the training written for clarity (torch autograd, :func:`torchsort.soft_rank`,
-    :class:`torch.optim.AdamW`, one model at a time) that the others are tested against:
-    slow, for checks.  A named backend that cannot train the design raises an error.
+    CPU, at most <COMPILED_MAX_FEATURES> features), else torch (any design and device).
+    ``"reference"`` is the training written for clarity (torch autograd,
+    :func:`torchsort.soft_rank`, :class:`torch.optim.AdamW`, one model at a time) that the
+    others are tested against: slow, for checks.  A named backend that cannot train the
+    design raises an error.
     The paths used are recorded in ``res.provenance["training"]``.
-"""
+""", COMPILED_MAX_FEATURES=_c.COMPILED_MAX_FEATURES)
 
-docdict["batch_size"] = """
+docdict["batch_size"] = _numbers("""
 batch_size : "auto" | "full" | int
     Pairs per training step.  ``"auto"`` uses every pair when the pairs fall into groups
     of identical term rows (categorical features: a step then costs the same for any
-    number of pairs) and number at most 2**18, otherwise it runs the batch-size selection
-    of the MLEM paper (correlation stability of feature distances across 64 batches);
-    numeric features trained on a grid (see ``numeric_levels``), up to 2**18 pairs, take
-    mini-batches as exact training does, drawn as unions of 32 fixed random blocks of
-    pairs (as many blocks as the selection's rule keeps).  ``"full"`` always uses every
-    pair.
-"""
+    number of pairs) and number at most <FULL_BATCH_PAIRS>, otherwise it runs the batch-size
+    selection of the MLEM paper (correlation stability of feature distances across
+    <BATCH_DRAWS> batches); numeric features trained on a grid (see ``numeric_levels``), up
+    to <FULL_BATCH_PAIRS> pairs, take mini-batches as exact training does, drawn as unions of
+    <N_BLOCKS> fixed random blocks of pairs (as many blocks as the selection's rule keeps).
+    ``"full"`` always uses every pair.
+""", FULL_BATCH_PAIRS=_count(_c.FULL_BATCH_PAIRS), BATCH_DRAWS=_c.BATCH_DRAWS,
+    N_BLOCKS=_c.N_BLOCKS)
 
 # --------------------------------------------------------------------------------- C
 docdict["bids_root"] = """
@@ -57,12 +90,12 @@ bids_root : path-like
     ``sub-<label>/`` folders, ``events.tsv`` files).
 """
 
-docdict["chunk_size_spheres"] = """
+docdict["chunk_size_spheres"] = _numbers("""
 chunk_size : int | None
-    Spheres (or regions) per engine call (default: at most 1,000, bounded by memory, and
-    split over ``n_jobs``).  Results do not depend on it (on the CPU: equal to 1e-16; on a
-    GPU: not measured, float32 rounding may differ).
-"""
+    Spheres (or regions) per engine call (default: at most <MAX_CHUNK_MODELS>, bounded by
+    memory, and split over ``n_jobs``).  Results do not depend on it (on the CPU: equal to
+    1e-16; on a GPU: not measured, float32 rounding may differ).
+""", MAX_CHUNK_MODELS=_count(_c.MAX_CHUNK_MODELS))
 
 docdict["chunk_size_time"] = """
 chunk_size : int | None
@@ -413,7 +446,7 @@ n_jobs : int | None
     checks ran, ``n_jobs > 1`` on a GPU has not been measured.
 """
 
-docdict["n_null"] = """
+docdict["n_null"] = _numbers("""
 n_null : int
     Null relabellings of the stimuli for single-subject permutation tests (``0``, the
     default: no test).  With ``n_null > 0`` each model (time point, sphere, region) also
@@ -421,9 +454,9 @@ n_null : int
     ``tests`` (``"score"``, one per feature, then ``"interactions"``, the test of
     non-additivity of the method page, when interactions are modelled with two or more
     features and the distances come from patterns; its null keeps each feature's main
-    effect, a numeric feature's as a cubic polynomial of its values, so a smooth
-    non-linear effect of one feature is not read as an interaction), ``pvalues`` and
-    ``pvalues_fwe``
+    effect, a numeric feature's as a polynomial of degree <NUMERIC_DEGREE> in its
+    values, so a smooth non-linear effect of one feature is not read as an
+    interaction), ``pvalues`` and ``pvalues_fwe``
     ``(n_models, n_tests)``: ``(1 + #{null >= observed}) / (1 + n_null)``, and the same
     against the maximum over models of each null (family-wise error over models).  The
     score's null relabels all stimuli; a feature's null relabels stimuli only among those
@@ -440,7 +473,7 @@ n_null : int
     one of the features numeric, whose null models relabel the data, 337 s);
     the smallest p-value is ``1 / (1 + n_null)``, so a test at 0.05 (``p < 0.05``)
     needs ``n_null >= 20`` (99 or more is usual).
-"""
+""", NUMERIC_DEGREE=_c.NUMERIC_DEGREE)
 
 docdict["n_null_rsa_trials"] = """
 n_null : int
@@ -458,7 +491,9 @@ n_permutations : int
 """
 
 # --------------------------------------------------------------------------------- P
-docdict["n_repeats"] = """
+# the repeats with cv=2 (round(folds / 2), as crossval.resolve_n_repeats) at the bounds
+# and the reference, and the most stimuli of MODELS time points that reach the upper bound
+docdict["n_repeats"] = _numbers("""
 n_repeats : "auto" | int
     Repeat an int ``cv`` with new random folds: ``n_repeats × cv`` folds, whose means
     give the importance and the score (repeated K-fold; the result's fold arrays hold
@@ -466,17 +501,24 @@ n_repeats : "auto" | int
     happen to be held out together, the main source of noise in importance with few
     held-out pairs per fold (measured on the method page).  ``"auto"`` chooses it from
     the number of stimuli ``n`` (items with ``items``) and of models ``M`` (time points,
-    spheres, regions): ``20 (200 / n)**2 (100 / M)`` folds in all, between 12 and 100,
-    so the training costs about what 10 repeats of ``cv=2`` cost for 200 stimuli × 100
-    time points.  With ``cv=2``: 50 repeats for one region or a few time points, or for
-    100 time points of 90 stimuli or fewer; 10 for 100 time points of 200 stimuli; 6 for
-    a whole-brain searchlight.  One repeat when ``cv`` is not an int.  Repeats are distinct
-    splits, capped at the number of distinct splits of the stimuli (of the groups, with
-    ``groups``) into ``cv`` folds: 2 runs into 2 folds have one, so ``"auto"`` runs it
-    once, and an int above the number warns; ``settings["n_repeats_capped"]`` says why.
-    At most 1000 (refused above).  The number used is recorded in
-    ``settings["n_repeats_used"]``.
-"""
+    spheres, regions): ``<FOLDS> (<STIMULI> / n)**2 (<MODELS> / M)`` folds in all, between
+    <LOW> and <HIGH>, so the training costs about what <REFERENCE_REPEATS> repeats of
+    ``cv=2`` cost for <STIMULI> stimuli × <MODELS> time points.  With ``cv=2``:
+    <HIGH_REPEATS> repeats for one region or a few time points, or for <MODELS> time points
+    of <HIGH_STIMULI> stimuli or fewer; <REFERENCE_REPEATS> for <MODELS> time points of
+    <STIMULI> stimuli; <LOW_REPEATS> for a whole-brain searchlight.  One repeat when ``cv``
+    is not an int.  Repeats are distinct splits, capped at the number of distinct splits
+    of the stimuli (of the groups, with ``groups``) into ``cv`` folds: 2 runs into 2
+    folds have one, so ``"auto"`` runs it once, and an int above the number warns;
+    ``settings["n_repeats_capped"]`` says why.  At most <MAX_REPEATS> (refused above).  The
+    number used is recorded in ``settings["n_repeats_used"]``.
+""", FOLDS=_c.AUTO_REFERENCE_FOLDS, STIMULI=_c.AUTO_REFERENCE_STIMULI,
+    MODELS=_c.AUTO_REFERENCE_MODELS, LOW=_c.AUTO_FOLDS[0], HIGH=_c.AUTO_FOLDS[1],
+    REFERENCE_REPEATS=round(_c.AUTO_REFERENCE_FOLDS / 2),
+    HIGH_REPEATS=round(_c.AUTO_FOLDS[1] / 2), LOW_REPEATS=round(_c.AUTO_FOLDS[0] / 2),
+    HIGH_STIMULI=math.floor(_c.AUTO_REFERENCE_STIMULI
+                            * math.sqrt(_c.AUTO_REFERENCE_FOLDS / _c.AUTO_FOLDS[1])),
+    MAX_REPEATS=_count(_c.MAX_REPEATS))
 
 docdict["null"] = """
 null : {"conditional", "marginal"}
@@ -491,24 +533,28 @@ null : {"conditional", "marginal"}
     feature correlated with it is encoded.  The score's test is the same under both.
 """
 
-docdict["numeric_levels"] = """
+# MANY_NUMERIC: the fewest numeric features whose MIN_LEVELS-level grid exceeds MAX_CELLS
+docdict["numeric_levels"] = _numbers("""
 numeric_levels : "auto" | int | None
     Training grid of numeric feature distances.  Numeric features (pairs rarely repeat)
     otherwise make every training step rank each batch pair by pair; rounding each
     numeric feature's pair distances onto this many equally spaced values (``0`` to the
     largest) lets training work on groups of identical pairs, as with categorical
     features.  Only training is affected: held-out scores and importances always use the
-    exact distances.  ``"auto"`` (default) takes the largest grid of at most 16 levels
-    whose cells (levels to the power of the numeric features, times the combinations of
-    the other features) number at most 256, and at least 4 levels while they number at
-    most 1,024; it trains exactly, pair by pair, when 4 levels would leave more (6 or
-    more numeric features) or when the cells are not at least 4 times fewer than the
-    training pairs.  Numeric values that repeat (a few values, or a covariate that is 0
-    for many stimuli) put the pairs into few distinct exact rows: up to 256 rows they
-    train on those, exactly; beyond, on the grid when it has fewer cells.  ``None``
-    always trains exactly.  Grid training takes mini-batches (see ``batch_size``).  See
+    exact distances.  ``"auto"`` (default) takes the largest grid of at most <MAX_LEVELS>
+    levels whose cells (levels to the power of the numeric features, times the
+    combinations of the other features) number at most <TARGET_CELLS>, and at least
+    <MIN_LEVELS> levels while they number at most <MAX_CELLS>; it trains exactly, pair by
+    pair, when <MIN_LEVELS> levels would leave more (<MANY_NUMERIC> or more numeric
+    features) or when the cells are not at least 4 times fewer than the training pairs.
+    Numeric values that repeat (a few values, or a covariate that is 0 for many stimuli)
+    put the pairs into few distinct exact rows: up to <TARGET_CELLS> rows they train on
+    those, exactly; beyond, on the grid when it has fewer cells.  ``None`` always trains
+    exactly.  Grid training takes mini-batches (see ``batch_size``).  See
     :doc:`/performance` for its speed and measured error.
-"""
+""", MAX_LEVELS=_c.MAX_LEVELS, TARGET_CELLS=_count(_c.TARGET_CELLS),
+    MIN_LEVELS=_c.MIN_LEVELS, MAX_CELLS=_count(_c.MAX_CELLS),
+    MANY_NUMERIC=next(m for m in itertools.count(1) if _c.MIN_LEVELS ** m > _c.MAX_CELLS))
 
 docdict["partial_rsa"] = """
 partial : bool

@@ -20,6 +20,7 @@ line each.
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import re
 import shutil
@@ -260,9 +261,9 @@ def _analysis_kwargs(args):
                 n_null=args.n_null, null=args.null, feature_test=args.feature_test,
                 held_out_pairs=args.held_out_pairs,
                 level=args.level,
-                constraint=args.constraint, interactions=not args.no_interactions,
+                constraint=args.constraint, interactions=args.interactions,
                 n_jobs=args.n_jobs, device=args.device, backend=args.backend,
-                random_state=args.seed,
+                random_state=args.random_state,
                 lr=args.lr, max_steps=args.max_steps, patience=args.patience, tol=args.tol,
                 batch_size=args.batch_size, numeric_levels=args.numeric_levels,
                 chunk_size=args.chunk_size, feature_kinds=args.feature_kinds,
@@ -734,7 +735,7 @@ def _bids_participant_kwargs(args):
                 picks=_name_list(args.picks, "--picks"), decim=args.decim,
                 window=args.window,
                 trial_types=_name_list(args.trial_types, "--trial-types"),
-                figures=not args.no_figures, overwrite=args.overwrite, n_jobs=args.n_jobs,
+                figures=args.figures, overwrite=args.overwrite, n_jobs=args.n_jobs,
                 verbose="INFO", **kw)
 
 
@@ -749,11 +750,13 @@ def run_bids(args):
     _existing(args.bids_root, "BIDS dataset")
     matplotlib.use("Agg")
     if args.analysis_level == "group":
+        # without --random-state, bids_group's own default seed (see --random-state)
+        seed = {} if args.random_state is None else {"random_state": args.random_state}
         tests = bids.bids_group(args.output_dir, task=args.task, space=args.space,
                                 participant_label=args.participant_label,
                                 measure=args.measure, n_null=args.group_n_null,
-                                random_state=args.seed, figures=not args.no_figures,
-                                n_jobs=args.n_jobs, verbose="INFO")
+                                figures=args.figures, n_jobs=args.n_jobs, verbose="INFO",
+                                **seed)
         labels = tests.pop("participants")
         print(f"Group level of task {args.task}: {len(labels)} participants; wrote "
               f"{Path(args.output_dir) / 'group'}")
@@ -800,7 +803,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if ("default" in text or action.required or not action.option_strings
                 or action.default in (None, argparse.SUPPRESS)):
             return text
-        if action.default is False:
+        if action.nargs == 0:                   # a flag (--overwrite, --no-interactions)
             return f"{text} (default: off)"
         return f"{text} (default: %(default)s)"
 
@@ -817,7 +820,50 @@ def _choices(words):
     return "{" + ",".join(words) + "}"
 
 
-def _add_analysis_options(p, what, out=True):
+def _signature_defaults():
+    """``{function name: {parameter: default}}`` of the API functions the commands call.
+
+    A flag that a command passes on to one of them takes that function's default, written
+    once, in its signature.  Read once, when the command line is imported (a test that
+    replaces a function by a spy leaves the flags' defaults as they are).
+    """
+    from .bids import bids_group, bids_participant
+    from .fmri import trial_images
+    from .searchlight import mlem_searchlight
+    from .time_resolved import mlem_epochs
+
+    return {func.__name__: {name: param.default
+                            for name, param in inspect.signature(func).parameters.items()
+                            if param.default is not inspect.Parameter.empty}
+            for func in (run_demo, mlem_epochs, trial_images, mlem_searchlight,
+                         bids_participant, bids_group)}
+
+
+_API_DEFAULTS = _signature_defaults()
+
+
+def _api_default(func, name):
+    """The default of parameter ``name`` of the API function named ``func``."""
+    return _API_DEFAULTS[func][name]
+
+
+#: what each training path is, for ``--backend``'s help (the paths are those of
+#: :data:`mlem_neuro.core.checks.BACKENDS`)
+_BACKEND_NOTES = {"auto": "the fastest that can train the design",
+                  "compiled": "numba: categorical or grid designs on the CPU",
+                  "torch": "any design and device",
+                  "reference": "one model at a time, to check"}
+
+
+def _backend_help():
+    """``--backend``'s help, naming each backend of ``BACKENDS`` (and no other)."""
+    named = [f"{b} ({_BACKEND_NOTES[b]})" if b in _BACKEND_NOTES else b for b in BACKENDS]
+    return f"training path: {', '.join(named[:-1])} or {named[-1]}"
+
+
+def _add_analysis_options(p, what, out=True, random_state_note=""):
+    """The analysis options (:class:`~mlem_neuro.core.options.MLEMOptions`), under the
+    API's names and with its defaults."""
     d = MLEMOptions()           # the defaults, defined once
     p.add_argument("--cv", type=_flag_type("--cv"), default=d.cv,
                    help=f"cross-validation folds over {what}; 0: none, the score is then "
@@ -850,34 +896,38 @@ def _add_analysis_options(p, what, out=True):
     p.add_argument("--constraint", type=_flag_type("--constraint"),
                    metavar=_choices(CONSTRAINTS), default=d.constraint,
                    help="metric W: spd (MLEM), diagonal (FR-RSA), none (FR-RSA-I)")
-    p.add_argument("--no-interactions", action="store_true",
+    p.add_argument("--no-interactions", dest="interactions", action="store_false",
+                   default=d.interactions,
                    help="report main effects only (no feature:feature interaction terms)")
-    p.add_argument("--n-jobs", type=_flag_type("--n-jobs"), default=None,
+    p.add_argument("--n-jobs", type=_flag_type("--n-jobs"), default=d.n_jobs,
                    help="parallel jobs (joblib; -1: every core) (default: one job)")
     p.add_argument("--device", type=_flag_type("--device"), default=d.device,
                    help="torch device, e.g. cpu or cuda")
     p.add_argument("--backend", type=_flag_type("--backend"), metavar=_choices(BACKENDS),
-                   default=d.backend,
-                   help="training path: auto (the fastest that can train the design), "
-                        "compiled, torch or reference (one model at a time, to check)")
-    p.add_argument("--random-state", "--seed", dest="seed", action=_OneName,
-                   type=_flag_type("--random-state"), default=0,
-                   help="random seed (folds, training batches, permutations); --seed is "
-                        "its former name")
-    p.add_argument("--feature-kinds", type=_flag_type("--feature-kinds"), default=None,
+                   default=d.backend, help=_backend_help())
+    p.add_argument("--random-state", "--seed", dest="random_state", action=_OneName,
+                   type=_flag_type("--random-state"), default=d.random_state,
+                   help="random seed (folds, training batches, permutations) (default: "
+                        "none, as the API: each run draws its own; give one, e.g. "
+                        f"--random-state 0, to repeat a run exactly{random_state_note}); "
+                        "--seed is its former name")
+    p.add_argument("--feature-kinds", type=_flag_type("--feature-kinds"),
+                   default=d.feature_kinds,
                    metavar="COLUMN=KIND,...",
                    help="how features are compared, overriding the inferred kinds: "
                         "categorical (same or different), ordinal (levels in order) or "
                         "numeric (absolute difference); e.g. condition=categorical for "
                         "conditions coded 1, 2, 3, which are numeric otherwise (default: "
                         "inferred from the values)")
-    p.add_argument("--feature-groups", type=_flag_type("--feature-groups"), default=None,
+    p.add_argument("--feature-groups", type=_flag_type("--feature-groups"),
+                   default=d.feature_groups,
                    metavar="NAME=COLUMN+COLUMN,...",
                    help="columns compared together as one feature, by the Euclidean "
                         "distance of their values (e.g. position=x+y for a 2-D position; "
                         "the columns must be among the features) (default: every column "
                         "is its own feature)")
-    p.add_argument("--missing-distance", type=_flag_type("--missing-distance"), default=0.0,
+    p.add_argument("--missing-distance", type=_flag_type("--missing-distance"),
+                   default=d.missing_distance,
                    metavar="NUMBER | FEATURE=NUMBER,...",
                    help="feature distance of a pair in which either stimulus lacks the "
                         "value (empty or NaN in the table): one number for every feature, "
@@ -904,16 +954,23 @@ def _add_demo_parser(sub, kw):
                                    "realisable metric and a "
                                    "time-resolved analysis of simulated epochs; figures, a "
                                    "table and an HTML report go to --out.", **kw)
-    d.add_argument("--out", default="mlem_demo", help="output folder")
+    d.add_argument("--out", default="mlem_demo",
+                   help="output folder (default: %(default)s, the command's own: "
+                        "run_demo has no default folder)")
     d.add_argument("--paper", action="store_true",
                    help="the paper's own simulation instead (MDS embedding, 256 stimuli, "
                         "16 binary features, 768 units; slower, and its W_true is not "
                         "reachable)")
-    d.add_argument("--random-state", "--seed", dest="seed", action=_OneName,
-                   type=argparse_type("random_state", int), default=0,
-                   help="first simulation seed (--seed is its former name)")
-    d.add_argument("--seeds", type=_positive_int, default=10,
-                   help="simulations per noise level (seeds --seed, --seed + 1, ...)")
+    d.add_argument("--random-state", "--seed", dest="random_state", action=_OneName,
+                   type=argparse_type("random_state", int),
+                   default=_api_default("run_demo", "seed"),
+                   help="first simulation seed (default: %(default)s, run_demo's: the "
+                        "demo's figures and table are the same on every run; --seed is its "
+                        "former name)")
+    d.add_argument("--seeds", dest="n_seeds", type=_positive_int,
+                   default=_api_default("run_demo", "n_seeds"),
+                   help="simulations per noise level (seeds --random-state, "
+                        "--random-state + 1, ...)")
     d.add_argument("--overwrite", action="store_true",
                    help="replace the demo outputs already in --out")
 
@@ -939,7 +996,8 @@ def _add_epochs_parser(sub, kw):
                    help="metadata column naming the stimulus (item) of each trial: the "
                         "trials of an item are averaged into one stimulus, folds and pairs "
                         "are over items (default: every trial is a stimulus)")
-    e.add_argument("--distance", default="euclidean", type=_flag_type("--distance"),
+    e.add_argument("--distance", default=MLEMOptions().distance,
+                   type=_flag_type("--distance"),
                    metavar=_choices(registered_distances() + CROSSVALIDATED_DISTANCES),
                    help="neural distance between trials (items); crossnobis and "
                         "cv_euclidean are cross-validated over partitions of each item's "
@@ -948,13 +1006,13 @@ def _add_epochs_parser(sub, kw):
                    help="with --distance crossnobis / cv_euclidean: metadata column of "
                         "independent partitions of the trials (e.g. run; default: each "
                         "item's trials dealt into parts)")
-    e.add_argument("--tmin", type=float, help="first time in seconds (default: the epochs' "
-                                              "first sample)")
-    e.add_argument("--tmax", type=float, help="last time in seconds (default: the epochs' "
-                                              "last sample)")
-    e.add_argument("--decim", type=_positive_int, default=1,
+    e.add_argument("--tmin", type=float, default=_api_default("mlem_epochs", "tmin"),
+                   help="first time in seconds (default: the epochs' first sample)")
+    e.add_argument("--tmax", type=float, default=_api_default("mlem_epochs", "tmax"),
+                   help="last time in seconds (default: the epochs' last sample)")
+    e.add_argument("--decim", type=_positive_int, default=_api_default("mlem_epochs", "decim"),
                    help="keep one time sample in DECIM")
-    e.add_argument("--window", type=float, default=None,
+    e.add_argument("--window", type=float, default=_api_default("mlem_epochs", "window"),
                    help="average each sample over this many seconds around it, before "
                         "--decim, against aliasing (default: no averaging)")
     _add_analysis_options(e, "trials")
@@ -971,17 +1029,19 @@ def _add_searchlight_parser(sub, kw):
     s.add_argument("--events", nargs="+", required=True, help="BIDS events.tsv, one per run")
     s.add_argument("--mask", required=True, help="brain mask image")
     s.add_argument("--t-r", type=float, required=True, help="repetition time (s)")
-    s.add_argument("--radius", type=_flag_type("--radius"), default=6.0,
+    s.add_argument("--radius", type=_flag_type("--radius"),
+                   default=_api_default("mlem_searchlight", "radius"),
                    help="sphere radius in mm (world coordinates, as nilearn's)")
     s.add_argument("--model", type=_flag_type("--model"), metavar=_choices(FMRI_MODELS),
-                   default="trial",
+                   default=_api_default("trial_images", "model"),
                    help="one beta image per trial (row of the events) or per condition "
                         "(trial_type)")
     s.add_argument("--features",
                    help="comma-separated events columns to use as features, e.g. "
                         "--features trial_type,animacy (required, no default: without it "
                         "the command stops and lists the columns that can be features)")
-    s.add_argument("--standardize", choices=("auto", "run", "none"), default="auto",
+    s.add_argument("--standardize", choices=("auto", "run", "none"),
+                   default=_api_default("trial_images", "standardize"),
                    help="run: z-score each voxel's betas across the trials of each run (run "
                         "effects otherwise dominate the distances); none: raw betas; auto: "
                         "run with --model trial, none with --model condition (its images "
@@ -992,7 +1052,8 @@ def _add_searchlight_parser(sub, kw):
                         "--cv below the number of runs when each condition occurs once "
                         "per run (a fold holding out one run has no pair of the same "
                         "condition)")
-    s.add_argument("--distance", default="euclidean", type=_flag_type("--distance"),
+    s.add_argument("--distance", default=MLEMOptions().distance,
+                   type=_flag_type("--distance"),
                    metavar=_choices(registered_distances() + CROSSVALIDATED_DISTANCES),
                    help="neural distance between beta images (items) within a sphere; "
                         "cv_euclidean and crossnobis are cross-validated across runs (the "
@@ -1007,6 +1068,9 @@ def _add_searchlight_parser(sub, kw):
 
 def _add_bids_parser(sub, kw):
     from .core.checks import ANALYSIS_LEVELS, BIDS_ANALYSES, BIDS_DATATYPES
+
+    def part(name):             # the participant level's default
+        return _api_default("bids_participant", name)
 
     b = sub.add_parser(
         "bids", help="a BIDS study: each participant, then the group (a BIDS App)",
@@ -1034,7 +1098,7 @@ def _add_bids_parser(sub, kw):
                    help="comma-separated events.tsv columns to use as features, e.g. "
                         "--features trial_type (required at the participant level, no default: "
                         "without it the command stops and lists the columns)")
-    b.add_argument("--datatype", type=argparse_type("datatype"), default="auto",
+    b.add_argument("--datatype", type=argparse_type("datatype"), default=part("datatype"),
                    metavar=_choices(BIDS_DATATYPES),
                    help="the recordings analysed (auto: the datatype holding the task)")
     b.add_argument("--derivatives", metavar="DIR",
@@ -1043,61 +1107,62 @@ def _add_bids_parser(sub, kw):
     b.add_argument("--space", help="fMRI: the space of the preprocessed runs, e.g. "
                                    "MNI152NLin2009cAsym (default: the one space of the runs; "
                                    "needed when there are several)")
-    b.add_argument("--analysis", type=argparse_type("analysis"), default="searchlight",
+    b.add_argument("--analysis", type=argparse_type("analysis"), default=part("analysis"),
                    metavar=_choices(BIDS_ANALYSES),
                    help="fMRI: a searchlight, or one model per region of --labels-img")
-    b.add_argument("--radius", type=_flag_type("--radius"), default=6.0,
+    b.add_argument("--radius", type=_flag_type("--radius"), default=part("radius"),
                    help="fMRI searchlight: sphere radius in mm")
     b.add_argument("--labels-img", metavar="ATLAS",
                    help="fMRI with --analysis roi: an atlas of integer labels in --space "
                         "(default: none)")
     b.add_argument("--model", type=_flag_type("--model"), metavar=_choices(FMRI_MODELS),
-                   default="trial", help="fMRI: one beta image per trial or per condition")
-    b.add_argument("--standardize", choices=("auto", "run", "none"), default="auto",
+                   default=part("model"),
+                   help="fMRI: one beta image per trial or per condition")
+    b.add_argument("--standardize", choices=("auto", "run", "none"),
+                   default=part("standardize"),
                    help="fMRI: z-score the betas within run (auto: with --model trial)")
-    b.add_argument("--confounds", default=",".join(_motion()),
+    b.add_argument("--confounds", default=",".join(part("confounds")),
                    help="fMRI: comma-separated columns of fMRIPrep's confounds tables added "
                         "to the GLM, or none")
     b.add_argument("--group-runs", action="store_true",
                    help="keep each run's (recording's) trials in one fold")
-    b.add_argument("--t-r", type=float, default=None,
+    b.add_argument("--t-r", type=float, default=part("t_r"),
                    help="fMRI: repetition time (s), used only when neither the sidecars "
                         "nor the NIfTI headers give one (default: none)")
-    b.add_argument("--tmin", type=float, default=-0.2,
+    b.add_argument("--tmin", type=float, default=part("tmin"),
                    help="MEG/EEG: epoch start around each onset (s)")
-    b.add_argument("--tmax", type=float, default=0.5,
+    b.add_argument("--tmax", type=float, default=part("tmax"),
                    help="MEG/EEG: epoch end around each onset (s)")
     b.add_argument("--baseline", metavar="START,END",
                    help="MEG/EEG: baseline correction interval in s, e.g. -0.2,0 (default: "
                         "none)")
     b.add_argument("--picks", help="MEG/EEG: comma-separated channel names or types "
                                    "(default: the good data channels)")
-    b.add_argument("--decim", type=_positive_int, default=1,
+    b.add_argument("--decim", type=_positive_int, default=part("decim"),
                    help="MEG/EEG: keep one time sample in DECIM")
-    b.add_argument("--window", type=float, default=None,
+    b.add_argument("--window", type=float, default=part("window"),
                    help="MEG/EEG: average each sample over this many seconds around it "
                         "(default: no averaging)")
     b.add_argument("--trial-types", metavar="TYPE,...",
                    help="MEG/EEG: epoch only the events of these trial_type values "
                         "(default: every event with an onset)")
-    b.add_argument("--measure", choices=("importance", "main_effect"), default="importance",
+    b.add_argument("--measure", choices=("importance", "main_effect"),
+                   default=_api_default("bids_group", "measure"),
                    help="group: test each term's importance or each feature's main effect")
-    b.add_argument("--group-n-null", type=_flag_type("--n-null"), default=None,
+    b.add_argument("--group-n-null", type=_flag_type("--n-null"),
+                   default=_api_default("bids_group", "n_null"),
                    help="group: sign-flip permutations (default: 1024 for time courses, "
                         "10000 for maps)")
-    b.add_argument("--no-figures", action="store_true",
+    b.add_argument("--no-figures", dest="figures", action="store_false",
+                   default=part("figures"),
                    help="write no figures (tables, maps and results only)")
     b.add_argument("--overwrite", action="store_true",
                    help="redo the participants already done (their files are replaced once "
                         "the new ones are complete) and accept settings other than those "
                         "recorded in OUTPUT_DIR/dataset_description.json")
-    _add_analysis_options(b, "trials", out=False)
-
-
-def _motion():
-    from .bids import MOTION
-
-    return MOTION
+    _add_analysis_options(b, "trials", out=False,
+                          random_state_note="; at the group level, bids_group's own "
+                          f"default, {_api_default('bids_group', 'random_state')}")
 
 
 def build_parser():
@@ -1121,7 +1186,7 @@ def build_parser():
 def _dispatch(args):
     if args.command == "demo":
         check_out(args.out, args.overwrite, DEMO_OUTPUTS)
-        run_demo(args.out, paper=args.paper, seed=args.seed, n_seeds=args.seeds)
+        run_demo(args.out, paper=args.paper, seed=args.random_state, n_seeds=args.n_seeds)
     elif args.command == "epochs":
         run_epochs(args)
     elif args.command == "bids":

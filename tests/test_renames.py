@@ -92,9 +92,9 @@ def test_command_line_seed_is_random_state():
 
     parser = build_parser()
     argv = ["epochs", "x-epo.fif", "--out", "o"]
-    assert parser.parse_args([*argv, "--seed", "3"]).seed == 3
-    assert parser.parse_args([*argv, "--random-state", "3"]).seed == 3
-    assert parser.parse_args(["demo", "--random-state", "4"]).seed == 4
+    assert parser.parse_args([*argv, "--seed", "3"]).random_state == 3
+    assert parser.parse_args([*argv, "--random-state", "3"]).random_state == 3
+    assert parser.parse_args(["demo", "--random-state", "4"]).random_state == 4
 
 
 @pytest.mark.parametrize("argv", [
