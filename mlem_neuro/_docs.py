@@ -169,6 +169,16 @@ device : str
     scores in float64.
 """
 
+docdict["distance_bids"] = """
+distance : {"euclidean", "correlation", "cosine", "cv_euclidean", "crossnobis"}
+    Neural distance between trials (items, with items), as the analysis of the
+    datatype computes it: between channel patterns at each time point (MEG / EEG, see
+    ``distance`` of :func:`mlem_neuro.mlem_epochs`) or between beta patterns within a
+    sphere / region (fMRI, see :func:`mlem_neuro.mlem_searchlight`).
+    ``"cv_euclidean"`` and ``"crossnobis"`` are cross-validated over independent
+    partitions of each item's trials and need ``items`` (see ``partitions``).
+"""
+
 docdict["distance_images"] = """
 distance : {"euclidean", "correlation", "cosine", "cv_euclidean", "crossnobis"}
     Neural distance between the images' patterns within a sphere / region
@@ -295,6 +305,15 @@ _GROUPS_NULLS = """\
 """
 
 # --------------------------------------------------------------------------------- G
+docdict["groups_bids"] = """
+groups : str | None
+    An events.tsv column (session, block...) whose trials stay in one fold: the folds
+    become :class:`~sklearn.model_selection.GroupKFold` over its values (``groups`` of
+    :func:`mlem_neuro.mlem_epochs` and :func:`mlem_neuro.mlem_searchlight`).  Every
+    recording's ``events.tsv`` must have it (a participant whose file lacks it fails with
+    the file named).  Not with ``group_runs``, which groups by run.
+"""
+
 docdict["groups_epochs"] = """
 groups : array-like | str | None
     One label per epoch (run, session, item...): folds keep each group's epochs
@@ -363,6 +382,17 @@ items : None | str | array-like (n_trials,)
     ``n_items``, ``item_labels`` and ``trials_per_item`` in ``settings``.  ``None``:
     every trial is its own stimulus; trials of one stimulus then form pairs at feature
     distance 0 and single-trial noise inflates every neural distance.
+"""
+
+docdict["items_bids"] = """
+items : str | None
+    An events.tsv column naming the item (stimulus) of each trial: the trials of an item
+    are averaged into one stimulus (or compared across ``partitions`` with a
+    cross-validated ``distance``), and folds and pairs are over items (``items`` of
+    :func:`mlem_neuro.mlem_epochs` and :func:`mlem_neuro.mlem_searchlight`; the features
+    must be constant within an item).  Every recording's ``events.tsv`` must have it (a
+    participant whose file lacks it fails with the file named).  fMRI: with
+    ``model="trial"`` only.  ``None``: every trial is a stimulus.
 """
 
 docdict["items_epochs"] = """
@@ -578,6 +608,16 @@ partitions : None | str | array-like
     event, aligned with ``epochs.selection``).  ``None`` deals each item's trials
     in turn (shuffled by ``random_state``) into as many parts as the rarest item has
     trials (half as many for crossnobis, which also needs residuals within each part).
+"""
+
+docdict["partitions_bids"] = """
+partitions : str | None
+    With ``distance="cv_euclidean"`` or ``"crossnobis"`` (which need ``items``): an
+    events.tsv column giving each trial's independent partition (run, session...;
+    every item needs trials in every partition), checked in every recording's
+    ``events.tsv`` as ``items``.  ``None``: fMRI uses the runs when there are several
+    (as the ``searchlight`` command does); otherwise (MEG / EEG, one run) deals each
+    item's trials into parts, as :func:`mlem_neuro.mlem_epochs` does.
 """
 
 docdict["patience"] = """

@@ -61,7 +61,7 @@ import numpy as np
 from ._docs import fill_doc
 from ._outputs import brain_map_figure, deferred_interrupts, save_figure
 from ._version import __version__
-from .core.checks import check
+from .core.checks import CROSSVALIDATED_DISTANCES, check
 from .core.options import MLEMOptions, jsonable
 from .utils import logger, verbose, warn_user
 
@@ -565,14 +565,21 @@ def _brain_mask(masks):
     return intersect_masks(unique, threshold=1, connected=False)
 
 
-def _features_present(features, table, path):
+def _features_present(features, table, path, columns=None):
+    """Refuse an events table that lacks a feature column, or the column named by
+    ``items``, ``partitions`` or ``groups`` (``columns``: role -> name or None)."""
     missing = [c for c in features if c not in table.columns]
     if missing:
         raise ValueError(f"the feature column(s) {missing} are not in {path} (its columns: "
                          f"{list(table.columns)}).")
+    for role, name in (columns or {}).items():
+        if name is not None and name not in table.columns:
+            raise ValueError(f"the {role} column {name!r} is not in {path} (its columns: "
+                             f"{list(table.columns)}); {role}= names an events.tsv column "
+                             "of every recording.")
 
 
-def _epochs(inputs, features, tmin, tmax, baseline, trial_types):
+def _epochs(inputs, features, tmin, tmax, baseline, trial_types, columns=None):
     """The participant's epochs, cut around the events' onsets, with the events' rows as
     metadata (a ``run`` column numbers the recordings when there are several)."""
     import mne
@@ -584,7 +591,7 @@ def _epochs(inputs, features, tmin, tmax, baseline, trial_types):
         if "onset" not in table.columns:
             raise ValueError(f"{ev_path} has no 'onset' column (BIDS events tables give "
                              "each event's onset in seconds).")
-        _features_present(features, table, ev_path)
+        _features_present(features, table, ev_path, columns)
         if trial_types is not None:
             if "trial_type" not in table.columns:
                 raise ValueError(f"trial_types is given but {ev_path} has no 'trial_type' "
@@ -723,6 +730,9 @@ class _Spec:
     standardize: object
     confounds: object
     group_runs: bool
+    groups: object
+    items: object
+    partitions: object
     t_r: object
     tmin: float
     tmax: float
@@ -758,24 +768,37 @@ def _analyse_func(spec, inputs, n_jobs):
     t_r = _repetition_time(inputs, spec.t_r)
     mask = _brain_mask(inputs.masks)
     confounds = _confounds(inputs, spec.confounds)
+    columns = _columns(spec)
     for path in dict.fromkeys(inputs.events):
-        _features_present(spec.features, _read_tsv(path), path)
+        _features_present(spec.features, _read_tsv(path), path, columns)
+    extra = [c for c in dict.fromkeys(columns.values()) if c is not None
+             and c not in spec.features]
     try:
         imgs, table = fmri.trial_images(inputs.recordings, inputs.events, t_r=t_r,
                                         mask_img=mask, model=spec.model,
-                                        feature_cols=list(spec.features),
+                                        feature_cols=[*spec.features, *extra],
                                         standardize=spec.standardize, confounds=confounds)
     except ValueError as err:
         raise ValueError(_name_runs(err, inputs)) from None
-    groups = None
-    if spec.group_runs:
-        groups = table.index.get_level_values("run").to_numpy()
-    kw = dict(spec.options, n_jobs=n_jobs, verbose="WARNING")
+    runs = table.index.get_level_values("run").to_numpy()
+    groups = runs if spec.group_runs else None
+    if spec.groups is not None:
+        groups = table[spec.groups].to_numpy()
+    partitions = None
+    if spec.partitions is not None:
+        partitions = table[spec.partitions].to_numpy()
+    elif (spec.options.get("distance") in CROSSVALIDATED_DISTANCES
+          and len(np.unique(runs)) > 1):
+        partitions = runs          # the runs are independent partitions, as in the CLI
+    names = [*spec.features, *([spec.items] if spec.items not in (None, *spec.features)
+                               else [])]
+    kw = dict(spec.options, items=spec.items, partitions=partitions, n_jobs=n_jobs,
+              verbose="WARNING")
     if spec.analysis == "roi":
-        res = searchlight.mlem_roi(imgs, table[list(spec.features)], spec.labels_img,
+        res = searchlight.mlem_roi(imgs, table[names], spec.labels_img,
                                    mask_img=mask, groups=groups, **kw)
     else:
-        res = searchlight.mlem_searchlight(imgs, table[list(spec.features)], mask,
+        res = searchlight.mlem_searchlight(imgs, table[names], mask,
                                            radius=spec.radius, groups=groups, **kw)
     res.settings.update(bids_t_r=t_r)
     if spec.model == "trial" and spec.standardize in ("auto", "run"):
@@ -787,12 +810,20 @@ def _analyse_meeg(spec, inputs, n_jobs):
     from . import time_resolved
 
     epochs = _epochs(inputs, spec.features, spec.tmin, spec.tmax, spec.baseline,
-                     spec.trial_types)
+                     spec.trial_types, _columns(spec))
     groups = "run" if spec.group_runs and "run" in epochs.metadata.columns else None
+    if spec.groups is not None:
+        groups = spec.groups
     res = time_resolved.mlem_epochs(epochs, features=list(spec.features), picks=spec.picks,
                                     decim=spec.decim, window=spec.window, groups=groups,
+                                    items=spec.items, partitions=spec.partitions,
                                     n_jobs=n_jobs, verbose="WARNING", **spec.options)
     return res, None
+
+
+def _columns(spec):
+    """The events columns named by ``items``, ``partitions`` and ``groups``."""
+    return dict(items=spec.items, partitions=spec.partitions, groups=spec.groups)
 
 
 def _participant_job(spec, label, n_jobs):
@@ -834,6 +865,58 @@ def _check_options(options):
     return MLEMOptions(**options)
 
 
+def _check_columns(groups, items, partitions, group_runs, distance):
+    """``groups``, ``items`` and ``partitions`` (events.tsv column names) and their
+    combinations, checked before any file is read."""
+    for name, value in (("groups", groups), ("items", items), ("partitions", partitions)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} names a column of the events.tsv files (a str, e.g. "
+                            f"{name}='run'); got {type(value).__name__} {value!r}.")
+    if groups is not None and group_runs:
+        raise ValueError(f"groups={groups!r} and group_runs=True both set the folds' groups; "
+                         "pass one of them.")
+    crossvalidated = distance in CROSSVALIDATED_DISTANCES
+    if crossvalidated and items is None:
+        raise ValueError(f"distance={distance!r} compares the trials of each item across "
+                         "independent partitions: pass items= (the events.tsv column naming "
+                         "each trial's item; and optionally partitions=, e.g. a run column).")
+    if partitions is not None and not crossvalidated:
+        raise ValueError(f"partitions={partitions!r} is used by the cross-validated "
+                         f"distances {list(CROSSVALIDATED_DISTANCES)}; distance is "
+                         f"{distance!r}.")
+
+
+#: the options of one datatype's analysis: ``"func"`` or ``"meeg"`` (MEG / EEG)
+_DATATYPE_OPTIONS = {"func": ("derivatives", "space", "analysis", "radius", "labels_img",
+                              "model", "standardize", "confounds", "t_r"),
+                     "meeg": ("tmin", "tmax", "baseline", "picks", "decim", "window",
+                              "trial_types")}
+
+
+def _check_datatype_options(datatype, given):
+    """Refuse an option of the other datatype given a value other than its default."""
+    import inspect
+
+    params = inspect.signature(bids_participant).parameters
+    kind = "func" if datatype == "func" else "meeg"
+    other = "meeg" if kind == "func" else "func"
+    wrong = []
+    for name in _DATATYPE_OPTIONS[other]:
+        value, default = given[name], params[name].default
+        if isinstance(value, list):
+            value = tuple(value)
+        same = value is None if default is None else (
+            value is not None and isinstance(value, (str, int, float, tuple))
+            and value == default)
+        if not same:
+            wrong.append(name)
+    if wrong:
+        what = "fMRI" if other == "func" else "MEG / EEG"
+        raise ValueError(f"{', '.join(wrong)}: option(s) of the {what} analysis, but the "
+                         f"recordings of this task are {datatype}; leave them out (or give "
+                         "their defaults).")
+
+
 def _done_result(output_dir, label, datatype, task, space):
     """The participant's result file when it is there (``space=None``: any space)."""
     folder = Path(output_dir) / f"sub-{label}" / datatype
@@ -850,7 +933,8 @@ def _done_result(output_dir, label, datatype, task, space):
 def bids_participant(bids_root, output_dir, *, task, features, participant_label=None,
                      datatype="auto", derivatives=None, space=None,
                      analysis="searchlight", radius=6.0, labels_img=None, model="trial",
-                     standardize="auto", confounds=MOTION, group_runs=False, t_r=None,
+                     standardize="auto", confounds=MOTION, group_runs=False, groups=None,
+                     items=None, partitions=None, distance="euclidean", t_r=None,
                      tmin=-0.2, tmax=0.5, baseline=None, picks=None, decim=1, window=None,
                      trial_types=None, figures=True, overwrite=False, n_jobs=None,
                      verbose=None, **options):
@@ -902,6 +986,10 @@ def bids_participant(bids_root, output_dir, *, task, features, participant_label
         row (undefined for derivatives) is set to 0.
     group_runs : bool
         Keep each run's (fMRI) or recording's (MEG / EEG) trials in one fold.
+    %(groups_bids)s
+    %(items_bids)s
+    %(partitions_bids)s
+    %(distance_bids)s
     t_r : float | None
         fMRI: the repetition time in seconds, used only when neither the sidecars nor the
         NIfTI headers give one (they are checked against each other and between runs).
@@ -941,6 +1029,16 @@ def bids_participant(bids_root, output_dir, *, task, features, participant_label
         done before, ``"failed"``), ``message`` (the cause of a failure) and ``result``
         (the result file).  A warning lists the failed participants.
 
+    Raises
+    ------
+    ValueError
+        Before any file is written: a bad option or combination (``groups`` with
+        ``group_runs``; a cross-validated ``distance`` without ``items``; ``partitions``
+        with another ``distance``), or an option of one datatype given another value than
+        its default for the other (``picks`` for fMRI, ``labels_img`` for EEG...).  A
+        participant whose ``events.tsv`` lacks a column named by ``features``, ``items``,
+        ``partitions`` or ``groups`` fails with the file named, and the others run.
+
     See Also
     --------
     bids_group, run_bids
@@ -957,10 +1055,11 @@ def bids_participant(bids_root, output_dir, *, task, features, participant_label
     import pandas as pd
     from joblib import Parallel, delayed, effective_n_jobs
 
-    opts = _check_options(options)
+    opts = _check_options({**options, "distance": distance})
     check("analysis", analysis)
     check("model", model)
     check("n_jobs", n_jobs)
+    _check_columns(groups, items, partitions, group_runs, opts.distance)
     if analysis == "roi" and labels_img is None:
         raise ValueError("analysis='roi' needs labels_img: an atlas of integer labels in "
                          "the runs' space.")
@@ -973,7 +1072,12 @@ def bids_participant(bids_root, output_dir, *, task, features, participant_label
         confounds = [confounds]
     root = _root(bids_root)
     labels, datatype = _participants(root, task, participant_label, datatype)
+    _check_datatype_options(datatype, locals())
     if datatype == "func":
+        if model != "trial" and (items, groups, partitions) != (None, None, None):
+            raise ValueError(f"items, groups and partitions name events.tsv columns per "
+                             f"trial: they need model='trial' (model={model!r} makes one "
+                             "image per trial_type, averaged over its trials and runs).")
         _derivatives(root, derivatives)          # before anything is written
     output_dir = Path(os.fspath(output_dir))
     if output_dir.resolve() == root.resolve():
@@ -984,6 +1088,7 @@ def bids_participant(bids_root, output_dir, *, task, features, participant_label
     fmri = datatype == "func"
     settings = dict(task=task, datatype=datatype, features=list(features),
                     space=space if fmri else None, options=opts.to_settings(),
+                    groups=groups, items=items, partitions=partitions,
                     **(dict(analysis=analysis, radius=radius if analysis == "searchlight"
                             else None, labels_img=None if labels_img is None else
                             str(labels_img) if isinstance(labels_img, (str, os.PathLike))
@@ -999,9 +1104,10 @@ def bids_participant(bids_root, output_dir, *, task, features, participant_label
                  features=list(features), derivatives=derivatives, space=space,
                  analysis=analysis, radius=radius, labels_img=labels_img, model=model,
                  standardize=standardize, confounds=confounds, group_runs=group_runs,
-                 t_r=t_r, tmin=tmin, tmax=tmax, baseline=baseline, picks=picks,
+                 groups=groups, items=items, partitions=partitions, t_r=t_r,
+                 tmin=tmin, tmax=tmax, baseline=baseline, picks=picks,
                  decim=decim, window=window, trial_types=trial_types, figures=figures,
-                 options={n: v for n, v in options.items()})
+                 options={**options, "distance": opts.distance})
     rows, todo = {}, []
     for label in labels:
         done = _done_result(output_dir, label, datatype, task, space if fmri else None)

@@ -705,7 +705,8 @@ def _bids_features(args):
                               derivatives=args.derivatives, space=args.space)
     events = _read_events(inputs.events[:1])[0]
     table = events[[c for c in events.columns if c not in ("onset", "duration")]]
-    raise _no_features_error(table, f"events ({inputs.events[0]})")
+    exclude = [c for c in (args.items, args.groups, args.partitions) if c]
+    raise _no_features_error(table, f"events ({inputs.events[0]})", exclude)
 
 
 def _interval(text, flag):
@@ -730,7 +731,9 @@ def _bids_participant_kwargs(args):
                 datatype=args.datatype, derivatives=args.derivatives, space=args.space,
                 analysis=args.analysis, radius=args.radius, labels_img=args.labels_img,
                 model=args.model, standardize=_standardize(args), confounds=confounds,
-                group_runs=args.group_runs, t_r=args.t_r, tmin=args.tmin, tmax=args.tmax,
+                group_runs=args.group_runs, groups=args.groups, items=args.items,
+                partitions=args.partitions, distance=args.distance, t_r=args.t_r,
+                tmin=args.tmin, tmax=args.tmax,
                 baseline=_interval(args.baseline, "--baseline"),
                 picks=_name_list(args.picks, "--picks"), decim=args.decim,
                 window=args.window,
@@ -1126,6 +1129,27 @@ def _add_bids_parser(sub, kw):
                         "to the GLM, or none")
     b.add_argument("--group-runs", action="store_true",
                    help="keep each run's (recording's) trials in one fold")
+    b.add_argument("--groups", metavar="COLUMN", default=part("groups"),
+                   help="events.tsv column (session, block...) whose trials stay in one "
+                        "fold: the folds become GroupKFold over its values (not with "
+                        "--group-runs) (default: trials are split freely)")
+    b.add_argument("--items", metavar="COLUMN", default=part("items"),
+                   help="events.tsv column naming the stimulus (item) of each trial: the "
+                        "trials of an item are averaged into one stimulus, folds and pairs "
+                        "are over items (fMRI: with --model trial) (default: every trial is "
+                        "a stimulus)")
+    b.add_argument("--distance", default=MLEMOptions().distance,
+                   type=_flag_type("--distance"),
+                   metavar=_choices(registered_distances() + CROSSVALIDATED_DISTANCES),
+                   help="neural distance between trials (items): across channels at each "
+                        "time point (MEG/EEG) or voxels of a sphere/region (fMRI); "
+                        "crossnobis and cv_euclidean are cross-validated over partitions "
+                        "of each item's trials and need --items")
+    b.add_argument("--partitions", metavar="COLUMN", default=part("partitions"),
+                   help="with --distance crossnobis / cv_euclidean: events.tsv column of "
+                        "independent partitions of the trials (e.g. run; default: fMRI, "
+                        "the runs when there are several; else each item's trials dealt "
+                        "into parts)")
     b.add_argument("--t-r", type=float, default=part("t_r"),
                    help="fMRI: repetition time (s), used only when neither the sidecars "
                         "nor the NIfTI headers give one (default: none)")

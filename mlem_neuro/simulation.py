@@ -448,7 +448,7 @@ def simulate_codes(n_stimuli=48, features=("binary", "binary"), n_units=50, nois
 
 
 #: the datatypes :func:`simulate_bids_study` writes
-BIDS_STUDY_DATATYPES = ("eeg", "func")
+BIDS_STUDY_DATATYPES = ("eeg", "meg", "func")
 
 
 def _bids_trials(n_trials, rng):
@@ -464,11 +464,21 @@ def _write_tsv(table, path):
     table.to_csv(path, sep="\t", index=False, na_rep="n/a")
 
 
-def _simulated_eeg_subject(root, label, task, n_trials, effect, rng):
+def _simulated_meeg_subject(root, label, task, n_trials, effect, rng, datatype="eeg"):
+    """One subject's EEG (8 channels, BrainVision) or MEG (4 magnetometers and 8
+    gradiometers, FIF) recording, written with mne-bids, and its events.tsv."""
     import mne
     from mne_bids import BIDSPath, write_raw_bids
 
-    sfreq, n_channels, gap = 100.0, 8, 1.0
+    sfreq, gap = 100.0, 1.0
+    if datatype == "eeg":
+        names = [f"EEG{k:02d}" for k in range(8)]
+        types, scale = ["eeg"] * 8, {"eeg": 1e-6}
+    else:                         # Neuromag-like triplets: one magnetometer, two gradiometers
+        names = [f"MEG{k:03d}{c}" for k in range(1, 5) for c in "123"]
+        types = ["mag" if n.endswith("1") else "grad" for n in names]
+        scale = {"mag": 1e-13, "grad": 1e-11}
+    n_channels = len(names)
     trials = _bids_trials(n_trials, rng)
     onsets = 1.0 + gap * np.arange(n_trials)
     n_samples = int((onsets[-1] + 2.0) * sfreq)
@@ -479,18 +489,19 @@ def _simulated_eeg_subject(root, label, task, n_trials, effect, rng):
     for onset, cat in zip(onsets, trials["category"]):
         start = int(round(onset * sfreq))
         data[:, start:start + len(t)] += effect * patterns[cat][:, None] * bump
-    info = mne.create_info([f"EEG{k:02d}" for k in range(n_channels)], sfreq, "eeg")
-    raw = mne.io.RawArray(data * 1e-6, info, verbose="ERROR")
+    info = mne.create_info(names, sfreq, types)
+    data *= np.array([scale[k] for k in types])[:, None]      # volts, teslas, T/m
+    raw = mne.io.RawArray(data, info, verbose="ERROR")
     raw.set_meas_date(1_700_000_000 + int(label) * 86_400)
     raw.info["line_freq"] = 50.0
     events = np.column_stack([np.round(onsets * sfreq).astype(int),
                               np.zeros(n_trials, dtype=int), np.ones(n_trials, dtype=int)])
-    path = BIDSPath(subject=label, task=task, datatype="eeg", root=root)
+    path = BIDSPath(subject=label, task=task, datatype=datatype, root=root)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         write_raw_bids(raw, path, events=events, event_id={"stimulus": 1},
-                       format="BrainVision", allow_preload=True, overwrite=True,
-                       verbose="ERROR")
+                       format="BrainVision" if datatype == "eeg" else "FIF",
+                       allow_preload=True, overwrite=True, verbose="ERROR")
     fname = path.copy().update(suffix="events", extension=".tsv").fpath
     written = pd.read_csv(fname, sep="\t")
     _write_tsv(pd.concat([written, trials], axis=1), fname)
@@ -562,6 +573,9 @@ def simulate_bids_study(root, datatype="eeg", *, n_subjects=5, n_trials=40, effe
       with :func:`mne_bids.write_raw_bids` in BrainVision format, which needs the
       ``pybv`` package); one trial per second; ``category`` adds a subject-specific
       channel pattern around 0.2 s after each onset.
+    * ``datatype="meg"``: the same, recorded by 4 magnetometers and 8 planar
+      gradiometers (channel types ``mag`` and ``grad``, in teslas and T/m, written in FIF
+      format; no sensor positions).
     * ``datatype="func"``: ``n_runs`` BOLD runs per subject on a 6 x 6 x 6 grid of 4 mm
       voxels, one trial every 8 s, raw runs and events plus a derivatives folder in
       fMRIPrep's layout (``derivatives/fmriprep``: preprocessed runs in ``space``, brain
@@ -574,7 +588,7 @@ def simulate_bids_study(root, datatype="eeg", *, n_subjects=5, n_trials=40, effe
     ----------
     root : path-like
         The dataset's folder (created; files already there are replaced).
-    datatype : "eeg" | "func"
+    datatype : "eeg" | "meg" | "func"
         The recordings written.
     n_subjects : int
         Subjects ``sub-01``, ``sub-02``...
@@ -623,9 +637,9 @@ def simulate_bids_study(root, datatype="eeg", *, n_subjects=5, n_trials=40, effe
     labels = [f"{k:02d}" for k in range(1, n_subjects + 1)]
     pd.DataFrame({"participant_id": [f"sub-{s}" for s in labels]}).to_csv(
         root / "participants.tsv", sep="\t", index=False)
-    if datatype == "eeg":
+    if datatype in ("eeg", "meg"):
         for label in labels:
-            _simulated_eeg_subject(root, label, task, n_trials, effect, rng)
+            _simulated_meeg_subject(root, label, task, n_trials, effect, rng, datatype)
         return out
     import nibabel as nib
 

@@ -380,3 +380,158 @@ def test_eeg_recording_without_events_is_named_and_the_others_run(tmp_path):
         "FileNotFoundError: no events.tsv for the recording "
         f"{root / 'sub-02' / 'eeg' / 'sub-02_task-objects_eeg.vhdr'}: expected {events}; "
         "the epochs are cut around its onsets.")
+
+
+# ------------------------------------------------------------------------- MEG
+def test_meg_participant_then_group_finds_the_encoded_feature(tmp_path):
+    """MEG (magnetometers and gradiometers, FIF written by mne-bids) runs through the
+    same path as EEG: the encoded feature is found at the group level, the other not."""
+    root = simulate_bids_study(tmp_path / "meg", "meg", n_subjects=6, n_trials=40,
+                               effect=1.0, random_state=2)["bids_root"]
+    assert bids.bids_inputs(root, "01", "objects").datatype == "meg"
+    out = tmp_path / "mlem"
+    report = bids.run_bids(root, out, "participant", task="objects",
+                           features=["category", "size"], tmin=-0.1, tmax=0.4,
+                           figures=False, **FAST)
+    assert list(report.status) == ["done"] * 6
+    res = __import__("mlem_neuro").read_result(
+        out / "sub-01" / "meg" / "sub-01_task-objects_desc-mlem_result.npz")
+    assert res.settings["bids"]["recordings"] == ["sub-01/meg/sub-01_task-objects_meg.fif"]
+    assert res.settings["n_epochs"] == 40
+    tests = bids.run_bids(root, out, "group", task="objects", n_null=200, figures=False)
+    found = tests["category"].significant(0.05)
+    assert found, tests["category"].to_data_frame()
+    assert any(res.times[c].min() <= 0.2 <= res.times[c].max() for c in found)
+    assert not tests["size"].significant(0.05)
+
+
+# ---------------------------------------------------- items, partitions, groups
+def _add_items(events_files):
+    """Give each trial an ``item`` (a category and size, and a number: items of equal
+    size within each run) and a ``half`` (its occurrence's parity: each item has as many
+    trials in both halves)."""
+    for path in events_files:
+        table = pd.read_csv(path, sep="\t")
+        j = table.groupby(["category", "size"]).cumcount()
+        per_item = 4 if len(table) % 16 == 0 else 1
+        table["item"] = (table["category"] + "-" + table["size"] + "-"
+                         + (j // per_item).astype(str))
+        table["half"] = j % 2
+        table.to_csv(path, sep="\t", index=False, na_rep="n/a")
+
+
+@pytest.fixture(scope="module")
+def eeg_items(tmp_path_factory):
+    """Two EEG participants of 48 trials: 12 items of 4 trials, 2 in each half."""
+    pytest.importorskip("pybv")
+    root = simulate_bids_study(tmp_path_factory.mktemp("items") / "study", "eeg",
+                               n_subjects=2, n_trials=48, effect=1.0,
+                               random_state=4)["bids_root"]
+    _add_items(sorted(root.glob("sub-*/eeg/*_events.tsv")))
+    return root
+
+
+def _eeg_run(root, out, **kw):
+    kw = {"features": ["category", "size"], "tmin": 0.0, "tmax": 0.3, **FAST, **kw}
+    return bids.bids_participant(root, out, task="objects", figures=False, **kw)
+
+
+def test_eeg_items_average_the_trials_of_an_item(eeg_items, tmp_path):
+    read = __import__("mlem_neuro").read_result
+    report = _eeg_run(eeg_items, tmp_path / "items", items="item")
+    assert list(report.status) == ["done"] * 2
+    res = read(report.result[0])
+    n_trials = len(pd.read_csv(next(eeg_items.glob("sub-01/eeg/*_events.tsv")), sep="\t"))
+    assert res.settings["n_items"] == 12 < n_trials == 48
+    assert res.settings["n_items"] == len(res.settings["item_labels"])
+    assert sum(res.settings["trials_per_item"]) == n_trials
+    assert res.feature_names == ["category", "size"]          # the item is no feature
+    desc = json.loads((tmp_path / "items" / "dataset_description.json").read_text())
+    assert desc["MLEMSettings"]["task-objects"]["items"] == "item"
+    # groups: an events column whose trials stay in one fold
+    report = _eeg_run(eeg_items, tmp_path / "groups", groups="half")
+    assert list(report.status) == ["done"] * 2
+    assert read(report.result[0]).settings["n_groups"] == 2
+
+
+@pytest.mark.parametrize("distance", ["cv_euclidean", "crossnobis"])
+def test_eeg_crossvalidated_distances_over_partitions(eeg_items, tmp_path, distance):
+    report = _eeg_run(eeg_items, tmp_path / "cv", items="item", partitions="half",
+                      distance=distance)
+    assert list(report.status) == ["done"] * 2, report.message
+    res = __import__("mlem_neuro").read_result(report.result[0])
+    assert res.settings["distance"] == distance and res.settings["partitions"] == "half"
+    assert res.settings["n_partitions"] == 2 and np.isfinite(res.score).all()
+
+
+def test_cli_items_distance_partitions(eeg_items, tmp_path, capsys):
+    out = tmp_path / "cli"
+    args = ["bids", str(eeg_items), str(out), "participant", "--task", "objects",
+            "--features", "category,size", "--tmin", "0", "--tmax", "0.3", "--no-figures",
+            *FAST_FLAGS]
+    assert main([*args, "--items", "item", "--distance", "cv_euclidean",
+                 "--partitions", "half"]) == 0
+    assert "2 done, 0 skipped, 0 failed" in capsys.readouterr().out
+    settings = json.loads((out / "dataset_description.json").read_text())[
+        "MLEMSettings"]["task-objects"]
+    assert (settings["items"], settings["partitions"]) == ("item", "half")
+    assert settings["options"]["distance"] == "cv_euclidean"
+    # a column that is not in the events: each participant fails, its file named
+    assert main([*args, "--items", "item", "--distance", "cv_euclidean", "--partitions",
+                 "block", "--overwrite"]) == 1
+    err = capsys.readouterr().err
+    events = eeg_items / "sub-02" / "eeg" / "sub-02_task-objects_events.tsv"
+    assert f"sub-02 failed: ValueError: the partitions column 'block' is not in {events}" \
+        in err
+    # refused before anything runs
+    assert main([*args, "--distance", "crossnobis", "--overwrite"]) == 2
+    assert "distance='crossnobis' compares the trials of each item" in \
+        capsys.readouterr().err
+    # without --features, the items column is not offered as a feature
+    assert main(["bids", str(eeg_items), str(tmp_path / "o"), "participant", "--task",
+                 "objects", "--items", "item"]) == 2
+    err = capsys.readouterr().err
+    assert "--features is required" in err and "'item'" not in err.split("can be features")[1]
+
+
+def test_bad_item_columns_and_combinations_are_refused(eeg_items, small_fmri, tmp_path):
+    with pytest.warns(UserWarning, match="2 of 2 participant"):
+        report = _eeg_run(eeg_items, tmp_path / "bad", items="word")
+    events = eeg_items / "sub-01" / "eeg" / "sub-01_task-objects_events.tsv"
+    assert report.message[0].startswith(
+        f"ValueError: the items column 'word' is not in {events} (its columns: ")
+    for kw, match in [
+            (dict(distance="cv_euclidean"), "pass items="),
+            (dict(items="item", partitions="half"), "partitions='half' is used by the "
+                                                    "cross-validated distances"),
+            (dict(groups="half", group_runs=True), "pass one of them"),
+            (dict(labels_img="atlas.nii.gz"), r"labels_img: option\(s\) of the fMRI "
+                                              r"analysis, but the recordings of this task "
+                                              r"are eeg"),
+            (dict(space=SPACE, decim=1), "space: option"),
+            (dict(distance="euclid"), "distance")]:
+        with pytest.raises(ValueError, match=match):
+            _eeg_run(eeg_items, tmp_path / "refused", **kw)
+    with pytest.raises(TypeError, match="items names a column"):
+        _eeg_run(eeg_items, tmp_path / "refused", items=["item"])
+    assert not (tmp_path / "refused").exists()
+    # fMRI: MEG / EEG options refused; items need model="trial"
+    root = small_fmri["bids_root"]
+    with pytest.raises(ValueError, match=r"tmin, picks: option\(s\) of the MEG / EEG"):
+        _roi(small_fmri, tmp_path / "f", tmin=0.0, picks=["x"])
+    with pytest.raises(ValueError, match="they need model='trial'"):
+        bids.bids_participant(root, tmp_path / "f", task="objects", features=["category"],
+                              space=SPACE, model="condition", items="item")
+
+
+def test_fmri_items_with_cv_euclidean_over_runs(small_fmri, tmp_path):
+    """fMRI: each item has one trial per run; the cross-validated distance takes the runs
+    as its partitions (as the searchlight command does)."""
+    _add_items(sorted(small_fmri["bids_root"].glob("sub-*/func/*_events.tsv")))
+    report = _roi(small_fmri, tmp_path / "roi", features=["category", "size"],
+                  items="item", distance="cv_euclidean", participant_label="01")
+    assert list(report.status) == ["done"], report.message
+    res = __import__("mlem_neuro").read_result(report.result[0])
+    assert res.settings["n_items"] == 12 and set(res.settings["trials_per_item"]) == {2}
+    assert res.settings["distance"] == "cv_euclidean"
+    assert res.settings["n_partitions"] == 2
