@@ -257,7 +257,8 @@ feature_test : {"staged", "combined", "importance", "main_effect"}
     metric (which sees interactions: a feature that matters only through an
     interaction, as in an XOR code).  ``"staged"`` (default): the main effect alone, and
     in the models (time points, spheres) where the test of interactions finds
-    interactions (p <= GATE, uncorrected) the larger of the two, each standardised by
+    interactions (family-wise p <= GATE over the models) the larger of the two, each
+    standardised by
     one mean and standard deviation over all its values (the observed and the null
     datasets of every model for the main effect, of those models for the importance,
     whose null models are fitted there only: the staged tests cost less than the

@@ -6,7 +6,8 @@ tests that need more than one fold loop, today the test of interactions
 The test of interactions also stages the features' tests (``feature_test="staged"``, the
 default): :func:`~mlem_neuro.crossval.run_cv` leaves each feature's main effect as its
 test, and here the held-out importance joins it in the models where the test of
-interactions has p <= :data:`~mlem_neuro.core.constants.STAGED_GATE`
+interactions has a family-wise p-value (over the models of the analysis) at most
+:data:`~mlem_neuro.core.constants.STAGED_GATE`
 (:func:`~mlem_neuro.core.scoring.main_effect.staged`).
 
 Keeping it here, above :mod:`mlem_neuro.crossval`, keeps the fold loop free of the tests
@@ -70,7 +71,9 @@ def run_analysis(source, features, options=None, *, groups=None, desc="models"):
 
 def _interactions(out, source, features, opts, groups, desc):
     """Run the test of interactions on ``out`` (its seed, its scores), add it to
-    ``out.tests``; return the staged test's gate (p <= STAGED_GATE per model)."""
+    ``out.tests``; return the staged test's gate per model: its family-wise p-value over
+    the models at most STAGED_GATE (so that, without interactions, it opens in at most
+    that fraction of analyses however many models they have)."""
     M = source.n_models
     # its own progress is silenced (it repeats the analysis's): say what runs
     logger.info("MLEM: test of interactions, %d %s x %d null dataset(s) x 2 fits", M, desc,
@@ -79,13 +82,15 @@ def _interactions(out, source, features, opts, groups, desc):
     undefined = np.isnan(out.score).any(axis=0)
     obs, nul = np.where(undefined, np.nan, obs), np.where(undefined, np.nan, nul)
     out.tests["interactions"] = (obs, nul)
-    _, p, _ = permutation_pvalues({"interactions": (obs, nul)})
+    _, _, p_fwe = permutation_pvalues({"interactions": (obs, nul)})
     with np.errstate(invalid="ignore"):
-        gate = p[:, 0] <= STAGED_GATE                          # NaN (undefined): shut
+        gate = p_fwe[:, 0] <= STAGED_GATE                      # NaN (undefined): shut
     if out.feature_test == "staged" and gate.any():
-        logger.info("MLEM: interactions found (p <= %g) in %d of %d %s: there the "
-                    "features' tests add the held-out importance to the main effect",
-                    STAGED_GATE, int(gate.sum()), M, desc)
+        logger.info("MLEM: interactions found (family-wise p <= %g over the %d %s) in %d "
+                    "of them: there the features' tests add the held-out importance to "
+                    "the main effect, and rest on these interactions (a chance finding "
+                    "of the test of interactions would carry into them there; method "
+                    "page, 'Where the gate opens')", STAGED_GATE, M, desc, int(gate.sum()))
     return gate
 
 

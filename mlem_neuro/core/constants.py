@@ -183,7 +183,12 @@ SPLITS_PER_REPEAT = 2
 #: null datasets; method page "The feature test"): a stricter gate loses the XOR code
 #: (found in 0.42 of datasets at 0.01, 0.54 at 0.05, 0.55 always), a looser one main
 #: effects (IT-like ``position`` 0.43 at 0.05, 0.33 always); null rate 0.057 at 0.05
-#: (0.050 at 0.01, 0.063 always, the main effect alone 0.043).
+#: (0.050 at 0.01, 0.063 always, the main effect alone 0.043).  Those datasets have one
+#: model; with more (time points, spheres) the gate reads the test's family-wise p-value
+#: over them (:func:`mlem_neuro.inference.run_analysis`): read per model it opened by
+#: chance somewhere in 0.23 of null analyses of 10 time points and in every emulated
+#: analysis of 200, family-wise in 0.09 and none (``validation/staged_gate.py``,
+#: 2026-11-29; method page, "Where the gate opens").
 STAGED_GATE = 0.05
 #: quantile bins of a numeric feature when it defines the strata of another feature's null.
 NULL_BINS = 5

@@ -240,9 +240,9 @@ def combine(observed, null, use=None):
 def staged(importance, main_effect, gate_open):
     """The staged feature test (``feature_test="staged"``, the default): in each model
     the feature's main effect alone, and where the test of interactions finds
-    interactions (``gate_open (M,)``, its p-value at most
-    :data:`~mlem_neuro.core.constants.STAGED_GATE`) the :func:`combine` of its held-out
-    importance and its main effect.
+    interactions (``gate_open (M,)``: the analysis opens it where the test's family-wise
+    p-value over the models is at most :data:`~mlem_neuro.core.constants.STAGED_GATE`)
+    the :func:`combine` of its held-out importance and its main effect.
 
     ``importance`` and ``main_effect`` are ``(observed (M,), null (n_null, M))`` on the
     same null datasets; returns the same.  Where the gate is shut the p-value is the main
