@@ -1125,8 +1125,18 @@ def bids_participant(bids_root, output_dir, *, task, features, participant_label
     logger.info("%d participant(s) to analyse (%s), %d at a time", len(todo), datatype,
                 workers)
     jobs = (delayed(_participant_job)(spec, label, inner) for label in todo)
-    for row in Parallel(n_jobs=n_jobs if len(todo) > 1 else 1)(jobs):
-        rows[row["participant"]] = row
+    # MNE's ``verbose`` sets its one logger's level for the length of a call and then
+    # restores it: participants read in threads (joblib's threading backend, a dask
+    # worker's threads) interleave those calls and left it at WARNING after the run
+    # (measured: MNE's progress bars silenced in the rest of the session)
+    import mne
+
+    mne_level = mne.utils.logger.level
+    try:
+        for row in Parallel(n_jobs=n_jobs if len(todo) > 1 else 1)(jobs):
+            rows[row["participant"]] = row
+    finally:
+        mne.utils.logger.setLevel(mne_level)
     report = pd.DataFrame([rows[s] for s in labels],
                           columns=["participant", "status", "message", "result"])
     failed = report[report.status == "failed"]

@@ -349,10 +349,12 @@ def test_cli_without_features_lists_the_events_columns(small_fmri, tmp_path, cap
 def test_participants_run_on_a_local_dask_cluster(eeg_study, tmp_path):
     distributed = pytest.importorskip("distributed")
     import joblib
+    import mne
 
     kw = dict(task="objects", features=["category"], tmin=0.0, tmax=0.3,
               participant_label=["01", "02", "03"], figures=False, **FAST)
     alone = bids.bids_participant(eeg_study, tmp_path / "alone", **kw)
+    level = mne.utils.logger.level
     # two threads: with one, joblib sees a single worker and runs the jobs in this thread
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
                                   dashboard_address=None) as cluster, \
@@ -361,6 +363,8 @@ def test_participants_run_on_a_local_dask_cluster(eeg_study, tmp_path):
             with joblib.parallel_config(backend="dask"):
                 report = bids.bids_participant(eeg_study, tmp_path / "dask", n_jobs=2, **kw)
     assert list(report.status) == ["done"] * 3 and stream.data
+    # MNE's log level as it was: participants read in threads must not leave it changed
+    assert mne.utils.logger.level == level
     read = __import__("mlem_neuro").read_result
     for a, b in zip(alone.result, report.result):
         np.testing.assert_allclose(read(a).importance, read(b).importance)
