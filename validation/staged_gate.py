@@ -130,12 +130,16 @@ def collect(design, n_datasets, out, amplitude):
         print(f"{design} {seed}", flush=True)
 
 
+def saved(where):
+    """The datasets saved in ``where``, in seed order (files being written left out)."""
+    files = [f for f in glob.glob(os.path.join(where, "*.npz")) if ".tmp" not in f]
+    return sorted(files, key=lambda f: int(os.path.basename(f).split(".")[0]))
+
+
 def read_rules(where):
     """Per rule and feature the (p, p_fwe) of every saved dataset (datasets x times),
     the test of interactions' (p, p_fwe) and each rule's open cells."""
-    files = sorted(glob.glob(os.path.join(where, "*.npz")),
-                   key=lambda f: int(os.path.basename(f).split(".")[0]))
-    files = [f for f in files if ".tmp" not in f]
+    files = saved(where)
     p = {r: {f: [] for f in FEATURES} for r in RULES}
     p_fwe = {r: {f: [] for f in FEATURES} for r in RULES}
     opened = {r: [] for r in RULES}
@@ -209,9 +213,7 @@ def many_models(where, sizes=(1, 5, 20), n_analyses=300, seed=0):
     points each, make one analysis of ``10 k`` models (the test of interactions'
     family-wise p over all of them).  The pseudo-analyses share datasets, so only the
     fractions where the gate opens are read from them, not the features' rates."""
-    files = sorted(glob.glob(os.path.join(where, "*.npz")),
-                   key=lambda f: int(os.path.basename(f).split(".")[0]))
-    files = [f for f in files if ".tmp" not in f]
+    files = saved(where)
     inter = [np.load(f) for f in files]
     obs = [z["interactions|obs"] for z in inter]
     null = [z["interactions|null"] for z in inter]
