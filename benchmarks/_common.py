@@ -23,8 +23,12 @@ def add_optimiser_arguments(parser):
     from mlem_neuro.core.options import MLEMOptions
 
     d = MLEMOptions()
-    parser.add_argument("--lr", type=float, default=d.lr, help=f"default {d.lr:g}")
-    parser.add_argument("--patience", type=int, default=d.patience,
+
+    def auto_or(number):
+        return lambda text: text if text == "auto" else number(text)
+
+    parser.add_argument("--lr", type=auto_or(float), default=d.lr, help=f"default {d.lr}")
+    parser.add_argument("--patience", type=auto_or(int), default=d.patience,
                         help=f"default {d.patience}")
     parser.add_argument("--tol", type=float, default=d.tol, help=f"default {d.tol:g}")
 

@@ -74,7 +74,7 @@ def main():
     print(f"{args.n_trials} trials x {args.n_channels} channels x {args.n_times} time points, "
           f"features {list(table.columns)} ({'C numeric' if args.numeric else 'binary'}), "
           f"level={args.level!r}, cv={args.cv}, n_repeats={n_repeats!r}, "
-          f"batch_size={batch_size!r}, n_jobs={args.n_jobs}, lr={args.lr:g}, "
+          f"batch_size={batch_size!r}, n_jobs={args.n_jobs}, lr={args.lr}, "
           f"patience={args.patience}, tol={args.tol:g}")
     runs = []
     for _ in range(3):      # the analysis takes under a second: the median of three runs

@@ -236,7 +236,7 @@ def main():
         halves = ([("all", slice(None)), ("even", slice(0, None, 2)),
                    ("odd", slice(1, None, 2))] if name == "IT units" else [("all", slice(None))])
         print(f"\n{name}: {data.shape[0]} stimuli x {data.shape[1]} units x {len(times)} "
-              f"time points, features {list(table.columns)}; MLEM lr={args.lr:g}, "
+              f"time points, features {list(table.columns)}; MLEM lr={args.lr}, "
               f"patience={args.patience}, tol={args.tol:g}")
         curves = {}
         items = None

@@ -427,12 +427,14 @@ level : {"feature", "term"}
     not from term importances.
 """
 
-docdict["lr"] = """
-lr : float
-    AdamW learning rate (no weight decay).  The default, ``0.03``, comes from the sweep on
-    the options page: it recovers a known metric as closely as ``0.1`` on well-conditioned
-    truths and more closely on ill-conditioned ones, for about 1.2 times the steps.
-"""
+docdict["lr"] = _numbers("""
+lr : float | "auto"
+    AdamW learning rate (no weight decay).  ``"auto"`` (the default) takes ``<GROUPED_LR>``
+    for categorical designs (fits on the full batch of exact feature-distance rows) and
+    ``<PER_PAIR_LR>`` otherwise (numeric features, mini-batches): with categorical features
+    the smaller step left one fit in ten short of its training optimum, while numeric
+    designs recover an ill-conditioned metric more precisely with it (options page).
+""", GROUPED_LR=_c.GROUPED_STEP_RULE[0], PER_PAIR_LR=_c.PER_PAIR_STEP_RULE[0])
 
 # --------------------------------------------------------------------------------- M
 docdict["main_effect"] = """
@@ -621,12 +623,13 @@ partitions : str | None
     item's trials into parts, as :func:`mlem_neuro.mlem_epochs` does.
 """
 
-docdict["patience"] = """
-patience : int
+docdict["patience"] = _numbers("""
+patience : int | "auto"
     Stop when the training (soft) Spearman has not improved by more than ``tol`` for this
     many steps.  The best state seen is restored, even one that improved on the previous
-    best by less than ``tol``.
-"""
+    best by less than ``tol``.  ``"auto"`` (the default): <GROUPED_PATIENCE> for
+    categorical designs, <PER_PAIR_PATIENCE> otherwise (with ``lr="auto"``'s steps).
+""", GROUPED_PATIENCE=_c.GROUPED_STEP_RULE[1], PER_PAIR_PATIENCE=_c.PER_PAIR_STEP_RULE[1])
 
 docdict["pvalues"] = """
 pvalues : ndarray (n_models, n_tests) | None

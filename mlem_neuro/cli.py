@@ -330,12 +330,12 @@ def _missing_distance(text):
     return out
 
 
-def _word_or_int(*words):
-    """Parse ``words`` as they are (``"none"`` as None), anything else as an int."""
+def _word_or_int(*words, number=int):
+    """Parse ``words`` as they are (``"none"`` as None), anything else as ``number``."""
     def parse(text):
         if text in words:
             return None if text == "none" else text
-        return int(text)
+        return number(text)
     return parse
 
 
@@ -349,8 +349,9 @@ FLAG_PARAMS = {
     "--n-jobs": ("n_jobs", int), "--device": ("device", str), "--backend": ("backend", str),
     "--random-state": ("random_state", int), "--feature-kinds": ("feature_kinds", None),
     "--feature-groups": ("feature_groups", None),
-    "--missing-distance": ("missing_distance", None), "--lr": ("lr", float),
-    "--max-steps": ("max_steps", int), "--patience": ("patience", int),
+    "--missing-distance": ("missing_distance", None),
+    "--lr": ("lr", _word_or_int("auto", number=float)),
+    "--max-steps": ("max_steps", int), "--patience": ("patience", _word_or_int("auto")),
     "--tol": ("tol", float), "--batch-size": ("batch_size", _word_or_int("auto", "full")),
     "--numeric-levels": ("numeric_levels", _word_or_int("auto", "none")),
     "--chunk-size": ("chunk_size", int), "--n-null": ("n_null", int),

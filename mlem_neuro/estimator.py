@@ -111,7 +111,7 @@ class MLEM(BaseEstimator):
     """
 
     def __init__(self, constraint="spd", interactions=True, distance="euclidean",
-                 n_permutations=10, max_steps=1000, patience=50, lr=0.03, tol=1e-4,
+                 n_permutations=10, max_steps=1000, patience="auto", lr="auto", tol=1e-4,
                  batch_size="auto", numeric_levels="auto", feature_kinds=None,
                  feature_groups=None,
                  missing_distance=0.0, device="cpu", backend="auto", random_state=None,

@@ -245,7 +245,7 @@ def mlem_searchlight(imgs, features, mask_img, process_mask_img=None, radius=6.0
                      level="feature", constraint="spd",
                      interactions=True,
                      feature_kinds=None, feature_groups=None, missing_distance=0.0,
-                     distance="euclidean", max_steps=1000, patience=50, lr=0.03, tol=1e-4,
+                     distance="euclidean", max_steps=1000, patience="auto", lr="auto", tol=1e-4,
                      batch_size="auto", numeric_levels="auto", chunk_size=None, n_jobs=None,
                      device="cpu", backend="auto",
                      random_state=None, verbose=None):
@@ -362,7 +362,7 @@ def mlem_roi(imgs, features, labels_img, mask_img=None, *, groups=None, items=No
              null="conditional", feature_test="staged", held_out_pairs="auto",
              level="feature",
              constraint="spd", interactions=True, feature_kinds=None, feature_groups=None,
-             missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50, lr=0.03,
+             missing_distance=0.0, distance="euclidean", max_steps=1000, patience="auto", lr="auto",
              tol=1e-4, batch_size="auto", numeric_levels="auto", chunk_size=None, n_jobs=None,
              device="cpu", backend="auto",
              random_state=None, verbose=None):

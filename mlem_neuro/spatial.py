@@ -225,7 +225,7 @@ def mlem_stcs(stcs, features, src=None, *, spatial_radius=None, labels=None, tmi
               level="feature", constraint="spd",
               interactions=True,
               feature_kinds=None, feature_groups=None, missing_distance=0.0,
-              distance="euclidean", max_steps=1000, patience=50, lr=0.03, tol=1e-4,
+              distance="euclidean", max_steps=1000, patience="auto", lr="auto", tol=1e-4,
               batch_size="auto", numeric_levels="auto", chunk_size=None, n_jobs=None,
               device="cpu", backend="auto", random_state=None, verbose=None):
     """MLEM over source space and time: importance maps as source estimates.

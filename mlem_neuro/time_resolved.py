@@ -218,8 +218,8 @@ def mlem_array(data, features, times=None, sfreq=None, ch_names=None, *, tmin=No
                level="feature", constraint="spd",
                interactions=True,
                feature_kinds=None, feature_groups=None,
-               missing_distance=0.0, distance="euclidean", max_steps=1000, patience=50,
-               lr=0.03, tol=1e-4, batch_size="auto", numeric_levels="auto",
+               missing_distance=0.0, distance="euclidean", max_steps=1000, patience="auto",
+               lr="auto", tol=1e-4, batch_size="auto", numeric_levels="auto",
                chunk_size=None, n_jobs=None,
                device="cpu", backend="auto", random_state=None, verbose=None):
     """Time-resolved MLEM on an array of trials (ECoG, intracranial, any sensor array).
@@ -323,8 +323,8 @@ def mlem_epochs(epochs, features=None, picks=None, tmin=None, tmax=None, decim=1
                 spatial_radius=None,
                 level="feature", constraint="spd", interactions=True, feature_kinds=None,
                 feature_groups=None, missing_distance=0.0, distance="euclidean",
-                max_steps=1000, patience=50,
-                lr=0.03, tol=1e-4, batch_size="auto", numeric_levels="auto",
+                max_steps=1000, patience="auto",
+                lr="auto", tol=1e-4, batch_size="auto", numeric_levels="auto",
                 chunk_size=None, n_jobs=None,
                 device="cpu", backend="auto", random_state=None, verbose=None):
     """Time-resolved MLEM on MEG/EEG epochs: feature-importance time courses.

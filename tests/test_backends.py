@@ -108,6 +108,28 @@ def test_a_backend_that_cannot_train_the_design_says_why():
         mlem_neuro.mlem_array(data, table, numeric_levels=None, backend="compiled", **KW)
 
 
+def test_at_the_default_step_rule_the_backends_agree_with_the_reference():
+    """At ``lr="auto"`` (0.1 and patience 20 on these grouped designs) the larger steps
+    make the float rounding of the reference (autograd, torchsort) against the compiled
+    and torch loops flip an "improved by more than tol" decision now and then.  Measured
+    over seeds 0-5 (36 models stopping between steps 25 and 283): compiled and torch stop
+    every model at the same step; 3 of 36 models stop elsewhere than the reference's, W
+    within 9.1e-4 of its, importances and scores equal."""
+    worst_w, moved = 0.0, 0
+    for seed in range(6):
+        data, table = _data(seed=seed)
+        kw = dict(cv=2, n_repeats=1, random_state=0, verbose="ERROR")
+        ref = mlem_neuro.mlem_array(data, table, backend="reference", **kw)
+        comp = mlem_neuro.mlem_array(data, table, backend="compiled", **kw)
+        torch_ = mlem_neuro.mlem_array(data, table, backend="torch", **kw)
+        np.testing.assert_array_equal(comp.n_iter, torch_.n_iter)
+        moved += int((comp.n_iter != ref.n_iter).sum())
+        worst_w = max(worst_w, float(np.abs(comp.fold_weights - ref.fold_weights).max()))
+        np.testing.assert_allclose(comp.importance, ref.importance, atol=1e-3)
+    assert moved <= 6                   # measured 3 of 36
+    assert worst_w < 1e-2               # measured 9.1e-4
+
+
 def test_the_estimator_and_command_line_take_the_backend():
     data, table = _data()
     est = mlem_neuro.MLEM(backend="reference", max_steps=20, random_state=0)
@@ -121,13 +143,13 @@ def test_the_estimator_and_command_line_take_the_backend():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_every_backend_stops_where_the_reference_stops(seed):
-    """One stopping rule: with the default patience and tolerance every backend stops
-    each model at the reference's step and keeps the state of its best score (the
-    compiled loop writes the rule out for speed; torch's stack masks stopped models; the
-    reference keeps one model at a time).  Measured over seeds 0-2 (models stopping
-    between steps 71 and 594): the same steps, W within 1.2e-7."""
+    """One stopping rule: with the same patience and tolerance every backend stops each
+    model at the reference's step and keeps the state of its best score (the compiled
+    loop writes the rule out for speed; torch's stack masks stopped models; the reference
+    keeps one model at a time).  Measured over seeds 0-2 at ``lr=0.03, patience=50``
+    (models stopping between steps 71 and 594): the same steps, W within 1.2e-7."""
     data, table = _data(seed=seed)
-    kw = dict(cv=2, n_repeats=1, random_state=0, verbose="ERROR")
+    kw = dict(cv=2, n_repeats=1, random_state=0, verbose="ERROR", lr=0.03, patience=50)
     ref = mlem_neuro.mlem_array(data, table, backend="reference", **kw)
     assert ref.n_iter.min() < ref.n_iter.max() < 1000     # models stop, at different steps
     for backend in ("compiled", "torch"):

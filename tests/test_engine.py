@@ -300,8 +300,9 @@ def test_grouped_and_expanded_engines_learn_the_same_metrics(batch_size, path, m
     Y, y = _stack(M=4, n=60)
     enc = FeatureSpace().fit_transform(y)
     # no early stopping (tol=-inf): the paths compute the soft ranks in float64 vs float32,
-    # and a 1e-7 difference could flip one "improved by more than tol" decision
-    kw = dict(batch_size=batch_size, max_steps=80, tol=-np.inf, random_state=0)
+    # and a 1e-7 difference could flip one "improved by more than tol" decision; one step
+    # size for both (lr="auto" gives the grouped full batch a larger one)
+    kw = dict(batch_size=batch_size, max_steps=80, tol=-np.inf, random_state=0, lr=0.03)
     fast = _fit(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"), **kw)
     monkeypatch.setattr(grouped, "MAX_GROUPS", 0)             # every batch expanded
     monkeypatch.setattr(engine, "MAX_RANKER_ELEMENTS", 0)  # targets sorted at every step
@@ -354,7 +355,7 @@ def test_grouped_engine_with_tied_targets(batch_size, monkeypatch):
     rdm = rdm_from_rows(torch.as_tensor(Y), i, j, "euclidean")
     rdm = torch.round(rdm / rdm.std() * 2)                     # about 10 distinct values
     assert len(torch.unique(rdm)) < 20
-    kw = dict(batch_size=batch_size, max_steps=60, tol=-np.inf, random_state=0)
+    kw = dict(batch_size=batch_size, max_steps=60, tol=-np.inf, random_state=0, lr=0.03)
     fast = _fit(enc, NeuralTargets.from_rdm(rdm, 60, "cpu"), **kw)
     monkeypatch.setattr(grouped, "MAX_GROUPS", 0)
     monkeypatch.setattr(engine, "MAX_RANKER_ELEMENTS", 0)

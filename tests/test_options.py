@@ -15,7 +15,7 @@ BAD = [
     ("lr", 0, ValueError, r"lr must be a finite number > 0; got 0.0"),
     ("lr", -1, ValueError, r"lr must be a finite number > 0; got -1.0"),
     ("lr", float("nan"), ValueError, r"lr must be a finite number > 0; got nan"),
-    ("lr", "fast", TypeError, r"lr must be a number; got 'fast'"),
+    ("lr", "fast", ValueError, r"lr must be 'auto' or a float > 0; got 'fast'"),
     ("patience", 0, ValueError, r"patience must be an int >= 1; got 0"),
     ("patience", 2.5, TypeError, r"patience must be an int >= 1; got 2.5"),
     ("tol", float("nan"), ValueError, r"tol must be a finite number >= 0; got nan"),
@@ -251,7 +251,7 @@ def test_results_record_the_same_settings_keys_from_every_analysis(tmp_path):
     r2 = mlem_neuro.mlem_searchlight(img, table, mask, radius=1.0, **kw)
     for res in (r1, r2):
         assert set(MLEMOptions.names()) <= set(res.settings)
-        assert res.settings["lr"] == 0.03 and res.settings["cv"] == 3
+        assert res.settings["lr"] == "auto" and res.settings["cv"] == 3
 
 
 # ------------------------------------------------------------------ folds and groups

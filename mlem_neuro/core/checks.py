@@ -154,9 +154,23 @@ def int_or(words, low, hint, high=None, high_hint=""):
 
 # ---------------------------------------------------------------- parameter checks
 def _lr(name, value):
+    if isinstance(value, str) and value == "auto":
+        return value
+    if isinstance(value, str):
+        raise ValueError(f"{name} must be 'auto' or a float > 0; got {value!r}.")
     return real(name, value, strict=True,
-                hint=" It is AdamW's learning rate (default 0.03); with 0 every model keeps "
-                     "its starting metric.")
+                hint=" It is AdamW's learning rate (default 'auto': 0.1 for categorical "
+                     "designs, 0.03 otherwise).")
+
+
+def _patience(name, value):
+    if isinstance(value, str) and value == "auto":
+        return value
+    if isinstance(value, str):
+        raise ValueError(f"{name} must be 'auto' or an int >= 1; got {value!r}.")
+    return int_at_least(1, hint=" It is the steps without improvement before a fit stops "
+                                "(default 'auto': 20 for categorical designs, 50 "
+                                "otherwise).")(name, value)
 
 
 def _tol(name, value):
@@ -357,7 +371,7 @@ CHECKS = {
         " It is the grid of numeric feature distances in training: 'auto' (default), an "
         "int >= 2, or None for exact per-pair training.")),
     "partial": _bool,
-    "patience": int_at_least(1),
+    "patience": _patience,
     "radius": _radius_mm,
     "random_state": _random_state,
     "sfreq": _sfreq,

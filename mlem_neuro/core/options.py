@@ -58,8 +58,8 @@ class MLEMOptions:
     feature_test: str = "staged"
     held_out_pairs: str = "auto"
     max_steps: int = 1000
-    patience: int = 50
-    lr: float = 0.03
+    patience: object = "auto"
+    lr: object = "auto"
     tol: float = 1e-4
     batch_size: object = "auto"
     numeric_levels: object = "auto"

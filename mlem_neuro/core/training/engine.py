@@ -28,7 +28,13 @@ from ...utils import check_device, check_random_state, logger
 from ..constants import ADAM_BETA1 as _BETA1
 from ..constants import ADAM_BETA2 as _BETA2
 from ..constants import ADAM_EPS as _ADAM_EPS
-from ..constants import FULL_BATCH_PAIRS, MAX_RANKER_ELEMENTS, MAX_TERM_ELEMENTS
+from ..constants import (
+    FULL_BATCH_PAIRS,
+    GROUPED_STEP_RULE,
+    MAX_RANKER_ELEMENTS,
+    MAX_TERM_ELEMENTS,
+    PER_PAIR_STEP_RULE,
+)
 from ..memory import memory_budget
 from ..options import MLEMOptions
 from ..ranks import grouped
@@ -523,10 +529,26 @@ def choose_backend(data, m, dev, dtype, requested="auto"):
     return choice
 
 
+def step_rule(data, fit_kw):
+    """``{"lr": ..., "patience": ...}`` of the fits of ``data`` (a :class:`_StepTargets`
+    or :class:`GroupedTargets`): the options' values, where ``"auto"``
+    :data:`~mlem_neuro.core.constants.GROUPED_STEP_RULE` for full batches of exact
+    feature-distance rows (categorical designs), else
+    :data:`~mlem_neuro.core.constants.PER_PAIR_STEP_RULE` (numeric features per pair or on
+    the grid, mini-batches).  Observed and null models of one test train on the same kind
+    of batch, so they follow the same rule."""
+    exact_rows = (getattr(data, "grouped", False) and data.full
+                  and getattr(data, "levels", None) is None)
+    lr, patience = GROUPED_STEP_RULE if exact_rows else PER_PAIR_STEP_RULE
+    return {"lr": lr if fit_kw["lr"] == "auto" else fit_kw["lr"],
+            "patience": patience if fit_kw["patience"] == "auto" else fit_kw["patience"]}
+
+
 def _train(data, m, fit_kw, dev, dtype, history=True):
     """The training loop of :func:`fit_stack` and :func:`fit_grouped` on ``data`` (a
     :class:`_StepTargets` or :class:`GroupedTargets`) for models of ``m`` features, on
     the backend :func:`choose_backend` picks."""
+    fit_kw = dict(fit_kw, **step_rule(data, fit_kw))
     backend = choose_backend(data, m, dev, dtype, fit_kw.get("backend", "auto"))
     note_training(BACKEND_NAMES.get(backend, f"torch ({torch.device(dev).type})"))
     if backend == "compiled":
