@@ -544,8 +544,13 @@ n_repeats : "auto" | int
     of the stimuli (of the groups, with ``groups``) into ``cv`` folds: 2 runs into 2
     folds have one, so ``"auto"`` runs it once, and an int above the number warns;
     ``settings["n_repeats_capped"]`` says why.  At most <MAX_REPEATS> (refused above).  The
-    number used is recorded in ``settings["n_repeats_used"]``.
+    number used is recorded in ``settings["n_repeats_used"]``.  With tests (``n_null``)
+    and ``"auto"``, the permutation tests read the first <TEST_FOLDS> folds (whole
+    repeats), whose null models are most of the cost, and the score and importances
+    every fold; with an int every test reads every fold.  ``settings["n_test_folds"]``
+    records it (method page, "How many folds the tests read").
 """, FOLDS=_c.AUTO_REFERENCE_FOLDS, STIMULI=_c.AUTO_REFERENCE_STIMULI,
+    TEST_FOLDS=_c.AUTO_TEST_FOLDS,
     MODELS=_c.AUTO_REFERENCE_MODELS, LOW=_c.AUTO_FOLDS[0], HIGH=_c.AUTO_FOLDS[1],
     REFERENCE_REPEATS=round(_c.AUTO_REFERENCE_FOLDS / 2),
     HIGH_REPEATS=round(_c.AUTO_FOLDS[1] / 2), LOW_REPEATS=round(_c.AUTO_FOLDS[0] / 2),

@@ -35,13 +35,15 @@ from .core.constants import (  # noqa: F401  (tuning constants, defined there on
 from .utils import logger, warn_user
 
 
-def fit_counts(M, n_folds, n_null, n_tests, interactions):
+def fit_counts(M, n_folds, n_null, n_tests, interactions, n_test_folds=None):
     """``(analysis, interactions)``: the models the fold loop fits (every fold's observed
-    models and their null models) and those the test of interactions fits (two fits, with
-    and without interactions, of every model and null dataset in every fold; 0 when it
-    does not run)."""
-    analysis = n_folds * M * (1 + n_null * n_tests)
-    return analysis, (2 * n_folds * M * (n_null + 1) if interactions else 0)
+    models, and their null models in the ``n_test_folds`` folds the tests read, every
+    fold when ``None``) and those the test of interactions fits (two fits, with and
+    without interactions, of every model and null dataset in those folds; 0 when it does
+    not run)."""
+    tested = n_folds if n_test_folds is None else n_test_folds
+    analysis = n_folds * M + tested * M * n_null * n_tests
+    return analysis, (2 * tested * M * (n_null + 1) if interactions else 0)
 
 
 def wanted(counts):
@@ -111,8 +113,12 @@ def cheaper_options(ctx):
     least = AUTO_FOLDS[0]
     if cv is not None and folds > max(cv, least):
         repeats = max(1, math.ceil(least / cv))
-        out.append((f"n_repeats={repeats}", 1 - cv * repeats / folds,
-                    f"{cv * repeats} folds instead of {folds}: noisier scores"))
+        # the observed models in every fold, the null models in the folds the tests read
+        tested = ctx.get("n_test_folds") or folds
+        fewer = cv * repeats
+        cost = folds + tested * (rows - 1)
+        out.append((f"n_repeats={repeats}", 1 - (fewer + min(fewer, tested) * (rows - 1)) / cost,
+                    f"{fewer} folds instead of {folds}: noisier scores"))
     workers, cores, chunks = ctx["workers"], ctx["cores"], ctx["n_chunks"]
     more = min(cores, chunks)
     if more > workers:
@@ -132,13 +138,16 @@ def cheaper_options(ctx):
     return sorted(out, key=lambda o: -o[1])
 
 
-def announce(times, sizes, rest, ctx):
+def announce(times, sizes, rest, ctx, weights=None):
     """Log (and warn past :data:`LONG_RUN_SECONDS`) the projection of the analysis from
     the ``times`` its calibration chunks of ``sizes`` models took (:func:`chunk_costs`)
     and the sizes of the chunks still to run, ``rest``; returns the projected seconds of
     the fold loop and whether it warned.
 
-    ``ctx``: ``desc``, ``M`` (models), ``n_folds``, ``n_null``, ``n_tests``, ``counts``
+    ``ctx``: ``desc``, ``M`` (models), ``n_folds``, ``n_test_folds`` (the first folds, whose
+    chunks fit the null models; ``rest`` lists the others' chunks after them, as
+    ``weights``, one per chunk of ``rest``, say: 1 for a chunk with null models, the share
+    of one without), ``n_null``, ``n_tests``, ``counts``
     (:func:`fit_counts`), ``workers``, ``cores``, ``n_chunks``, ``cv`` (an int, else
     ``None``), ``device``, ``cuda`` (available), ``per_pair_numeric`` (numeric features
     trained pair by pair with ``numeric_levels=None``), ``staged`` (the number of features
@@ -147,18 +156,26 @@ def announce(times, sizes, rest, ctx):
     M, folds, counts, desc = ctx["M"], ctx["n_folds"], ctx["counts"], ctx["desc"]
     fixed, per_model = chunk_costs(times, sizes)
     parallel = max(1.0, min(ctx["workers"], len(rest)) * PARALLEL_EFFICIENCY)
-    total = sum(times) + (fixed * len(rest) + per_model * sum(rest)) / parallel
+    weights = [1.0] * len(rest) if weights is None else weights
+    total = sum(times) + (fixed * len(rest) + per_model * sum(
+        w * r for w, r in zip(weights, rest))) / parallel
     rows = 1 + ctx["n_null"] * ctx["n_tests"]
     # the test of interactions: its fits at the fold loop's cost per trained row
     extra = per_model / rows * counts[1] / parallel
-    message = (f"MLEM ({desc}): {sum(counts):,} models to fit ({folds} fold(s) x "
-               f"(1 + {ctx['n_null']} null(s) x {ctx['n_tests']} test(s)) x {M} {desc} = "
-               f"{counts[0]:,}")
+    tested = ctx.get("n_test_folds") or folds
+    if tested < folds:
+        message = (f"MLEM ({desc}): {sum(counts):,} models to fit ({folds} fold(s) x {M} "
+                   f"{desc}, and the tests' {ctx['n_null']} null(s) x {ctx['n_tests']} "
+                   f"test(s) in the first {tested} folds = {counts[0]:,}")
+    else:
+        message = (f"MLEM ({desc}): {sum(counts):,} models to fit ({folds} fold(s) x "
+                   f"(1 + {ctx['n_null']} null(s) x {ctx['n_tests']} test(s)) x {M} {desc} "
+                   f"= {counts[0]:,}")
     if counts[1]:
         message += f", and {counts[1]:,} for the test of interactions"
     if ctx.get("staged"):
         # the staged feature tests: the features' null models where interactions are found
-        message += (f"; the {ctx['staged']} features' null models ({folds} x "
+        message += (f"; the {ctx['staged']} features' null models ({tested} x "
                     f"{ctx['n_null']} x {ctx['staged']} per {desc.rstrip('s')}) only "
                     f"in the {desc} where interactions are found")
     message += (f"). The first {sum(sizes)} {desc} of fold 1 took {sum(times):.1f} s: the "

@@ -42,6 +42,7 @@ from .core.constants import (  # noqa: F401  (tuning constants, defined there on
     AUTO_REFERENCE_FOLDS,
     AUTO_REFERENCE_MODELS,
     AUTO_REFERENCE_STIMULI,
+    AUTO_TEST_FOLDS,
     CHUNK_BYTES,
     MAX_CHUNK_MODELS,
     MAX_SPLIT_DRAWS,
@@ -97,9 +98,12 @@ class CVOutput:
     terms, feature_names : list of str
     folds : list of (train_idx, test_idx)
     batch_size : list of int (per fold, first chunk)
-    fold_null : (n_folds, M, n_tests, n_null) | None
+    fold_null : (n_test_folds, M, n_tests, n_null) | None
         Test statistics of the null models (``n_null > 0``), for the tests ``"score"``
-        and each feature in turn.
+        and each feature in turn, in the first :attr:`n_test_folds` folds.
+    n_test_folds : int
+        The folds the tests read, the first ones (:func:`tested_folds`): their observed
+        statistics are means over these folds, as their null statistics are.
     tests : dict
         ``name -> (observed (M,), null (n_null, M))`` fold-mean statistics of every test
         (empty when ``n_null = 0``); :meth:`pvalues` turns them into p-values, and one
@@ -155,6 +159,7 @@ class CVOutput:
     parts: dict = field(default_factory=dict)
     feature_test: str = "importance"
     gate_open: np.ndarray = None
+    n_test_folds: int = 0
 
     def pvalues(self):
         """``(names, pvalues, pvalues_fwe)`` of :attr:`tests`, or ``(None, None, None)``
@@ -275,6 +280,17 @@ def resolve_n_repeats(n_repeats, cv, n, n_models=1):
     folds = (AUTO_REFERENCE_FOLDS * (AUTO_REFERENCE_STIMULI / max(int(n), 1)) ** 2
              * AUTO_REFERENCE_MODELS / max(int(n_models), 1))
     return max(1, int(round(min(high, max(low, folds)) / int(cv))))
+
+
+def tested_folds(n_repeats, cv, n_folds):
+    """How many of an analysis's ``n_folds`` folds (the first ones) its permutation tests
+    read.  With ``n_repeats="auto"`` and an int ``cv``: at most
+    :data:`~mlem_neuro.core.constants.AUTO_TEST_FOLDS` folds, in whole repeats (10 repeats
+    of ``cv=2``, 6 of ``cv=3``), the scores and importances using every fold; otherwise
+    (an int ``n_repeats``, a splitter, explicit folds) every fold."""
+    if not (isinstance(n_repeats, str) and n_repeats == "auto") or not _int_cv(cv):
+        return n_folds
+    return min(n_folds, max(1, AUTO_TEST_FOLDS // int(cv)) * int(cv))
 
 
 def check_cv(cv, n, rng, groups=None, n_repeats=1, usable=None, n_models=1, notes=None):
@@ -757,6 +773,8 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
     notes = {}
     folds = check_cv(opts.cv, n, rng, groups, opts.n_repeats, fold_usable(opts, table), M,
                      notes=notes)
+    # the tests read the first folds (all of them unless n_repeats="auto")
+    n_test = tested_folds(opts.n_repeats, opts.cv, len(folds)) if opts.n_null else 0
     # nested, duplicate, collinear features (and features constant within groups): said
     # before any fit, with what they do to the importances and tests
     # (a marginal test can move a nested feature: only the importances' sharing is said)
@@ -796,11 +814,14 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
                and opts.model_interactions and len(names) >= 2
                and _main_effects_fit(n))
     first = None if null is None else np.arange(1 if staging else null.shape[0])
-    for plan, null_plan, cols in zip(plans, _null_plans(plans, table, opts, null), held):
+    null_plans = _null_plans(plans[:n_test], table, opts, null) + [None] * (len(plans)
+                                                                            - n_test)
+    for plan, null_plan, cols in zip(plans, null_plans, held):
         plan.null, plan.held = null_plan, cols
+        tested = null is not None and plan.index < n_test
         plan.chunks = _chunk_slices(M, len(plan.train), opts.chunk_size, opts.n_jobs,
-                                    _null_rows(None if null is None else null[first],
-                                               null_plan, len(plan.train)))
+                                    _null_rows(null[first] if tested else None, null_plan,
+                                               len(plan.train)))
     if opts.level == "term":
         warn_unidentifiable_terms(plans[0].enc_train, opts.model_interactions)
     # the test of interactions, only where it will run (mlem_neuro.inference.run_analysis)
@@ -808,7 +829,8 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
             and len(names) >= 2 and getattr(source, "supports_interaction_test", False)
             else None)
     n_tests = 0 if null is None else len(first)
-    counts = _projection.fit_counts(M, len(folds), opts.n_null, n_tests, then is not None)
+    counts = _projection.fit_counts(M, len(folds), opts.n_null, n_tests, then is not None,
+                                    n_test_folds=n_test)
     calibrate = 0
     if _projection.wanted(counts):   # the first chunk cut small: timed, they project it
         rows = 1 + (0 if null is None else n_tests * null.shape[1])
@@ -816,13 +838,15 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
                                                                        rows)
     # torch threads per worker: workers x threads <= cores (main process and each worker)
     threads = policy(effective_n_jobs(opts.n_jobs))
-    jobs = _chunk_jobs(source, plans, opts, null, first, threads)
+    jobs = _chunk_jobs(source, plans, opts, null, first, threads, n_test=n_test)
     n_chunks = sum(len(p.chunks) for p in plans)
-    logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)", M, desc, len(folds), n_chunks)
+    logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)%s", M, desc, len(folds), n_chunks,
+                f"; the tests read the first {n_test}" if 0 < n_test < len(folds) else "")
     done, warned = [], False
     if calibrate:
         done, warned = _calibration(jobs, plans, calibrate, opts, dict(
-            desc=desc, M=M, n_folds=len(folds), n_null=opts.n_null, n_tests=n_tests,
+            desc=desc, M=M, n_folds=len(folds), n_test_folds=n_test, n_null=opts.n_null,
+            n_tests=n_tests,
             counts=counts, n_chunks=n_chunks, cv=opts.cv if _int_cv(opts.cv) else None,
             then=then, per_pair_numeric=_per_pair_numeric(opts, space),
             staged=len(names) if staging else 0))
@@ -832,7 +856,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
              else list(names))
     out = _collect(plans, results, folds, terms, names, M,
-                   None if null is None else (null.shape[0], first))
+                   None if null is None else (null.shape[0], first), n_test)
     _warn_undefined(out, desc)
     out.untestable = untestable
     out.n_repeats_capped = notes.get("n_repeats_capped")
@@ -862,19 +886,22 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
     return out
 
 
-def _chunk_jobs(source, plans, opts, null, tests, threads, models=None):
+def _chunk_jobs(source, plans, opts, null, tests, threads, models=None, n_test=None):
     """The joblib jobs of every chunk of every fold (``plan.chunks``, slices of
     ``models``, an index array, or of every model when ``None``), with the null models of
-    ``tests`` (rows of ``null``; ``None`` without nulls).  Chunk data are cut lazily, as
-    joblib asks for the next job."""
+    ``tests`` (rows of ``null``; ``None`` without nulls) in the folds the tests read (the
+    first ``n_test``, every fold when ``None``).  Chunk data are cut lazily, as joblib asks
+    for the next job."""
     from joblib import delayed
 
     sub = None if null is None else null[tests]
     for p, sl, setup in _shared_setups(plans, opts):
         part = sl if models is None else models[sl]
+        tested = n_test is None or p.index < n_test
         yield delayed(call_with_threads)(threads, _fit_chunk, source.subset(part),
                                          p.enc_train, p.enc_test, p.train, p.test, opts,
-                                         p.seed, sub, setup, p.null, p.held, tests)
+                                         p.seed, sub if tested else None, setup, p.null,
+                                         p.held, tests if tested else None)
 
 
 def _fit_gated_features(out, source, plans, opts, null, threads, desc, Parallel):
@@ -884,6 +911,7 @@ def _fit_gated_features(out, source, plans, opts, null, threads, desc, Parallel)
     if not len(models):
         return
     tests = np.arange(1, null.shape[0])
+    plans = plans[:out.n_test_folds]                # the folds the tests read
     for plan in plans:
         plan.chunks = _chunk_slices(len(models), len(plan.train), opts.chunk_size,
                                     opts.n_jobs, _null_rows(null[tests], plan.null,
@@ -922,9 +950,13 @@ def _calibration(jobs, plans, n, opts, ctx):
         times.append(time.perf_counter() - start)
     sizes = [c.stop - c.start for c in plans[0].chunks[:n]]
     rest = [c.stop - c.start for p in plans for c in p.chunks][n:]
+    # a chunk of a fold the tests do not read fits its observed models only
+    rows = 1 + ctx["n_null"] * ctx["n_tests"]
+    weights = [1.0 if p.index < (ctx["n_test_folds"] or len(plans)) else 1.0 / rows
+               for p in plans for c in p.chunks][n:]
     ctx.update(workers=effective_n_jobs(opts.n_jobs), cores=available_cores(),
                device=str(opts.device), cuda=torch.cuda.is_available())
-    _, warned = _projection.announce(times, sizes, rest, ctx)
+    _, warned = _projection.announce(times, sizes, rest, ctx, weights)
     return results, warned
 
 
@@ -1141,8 +1173,9 @@ def _add_tests(out, main_null=None):
     :func:`mlem_neuro.inference.run_analysis` reads the test of interactions)
     ``"staged"`` its main effect; both parts are kept in ``out.parts``."""
     null = out.fold_null.mean(axis=0)                       # (M, n_tests, n_null)
-    out.tests["score"] = (out.score.mean(axis=0), null[:, 0].T)
-    importance = out.importance.mean(axis=0)
+    k = out.n_test_folds                                    # the first folds
+    out.tests["score"] = (out.score[:k].mean(axis=0), null[:, 0].T)
+    importance = out.importance[:k].mean(axis=0)
     for f, name in enumerate(out.feature_names):
         col = out.terms.index(name)
         part = (importance[:, col], null[:, 1 + f].T)
@@ -1199,10 +1232,10 @@ def _warn_flat(flat, random_split=False):
                       stacklevel=6)   # user > verbose wrapper > public > _fit > run_cv > here
 
 
-def _collect(plans, results, folds, terms, names, M, nulls=None):
+def _collect(plans, results, folds, terms, names, M, nulls=None, n_test=0):
     """The chunks' ``results`` in one :class:`CVOutput`; ``nulls``: ``(n_tests, tests)``,
     the tests of the analysis and those whose null statistics the chunks hold (the others
-    NaN in ``fold_null``)."""
+    NaN in ``fold_null``), in the first ``n_test`` folds."""
     m, T, F = len(names), len(terms), len(folds)
     out = CVOutput(W=np.empty((F, M, m, m)), score=np.empty((F, M)),
                    importance=np.empty((F, M, T)), importance_perm_std=np.empty((F, M, T)),
@@ -1215,11 +1248,13 @@ def _collect(plans, results, folds, terms, names, M, nulls=None):
         if "null" in r:
             n_tests, tests = nulls
             if out.fold_null is None:
-                out.fold_null = np.full((F, M, n_tests, r["null"].shape[-1]), np.nan)
+                out.fold_null = np.full((n_test, M, n_tests, r["null"].shape[-1]),
+                                        np.nan)
             out.fold_null[f, sl][:, tests] = r["null"]
         if sl.start == 0:
             out.batch_size.append(r["batch_size"])
         out.training.update(r.get("training", ()))
+    out.n_test_folds = n_test
     return out
 
 
@@ -1243,6 +1278,8 @@ def result_settings(options, out, groups=None, **extra):
         settings["feature_test_staged_open"] = int(np.count_nonzero(out.gate_open))
     if _int_cv(options.cv):             # what n_repeats="auto" (or an int) gave
         settings["n_repeats_used"] = len(out.folds) // int(options.cv)
+    if out.tests:                       # the first folds, whose statistics the tests read
+        settings["n_test_folds"] = int(out.n_test_folds)
     if out.n_repeats_capped:            # fewer distinct splits than repeats asked for
         settings["n_repeats_capped"] = out.n_repeats_capped
     if out.untestable:                  # why those tests' p-values are NaN

@@ -276,7 +276,7 @@ def _check_inputs(source, table, options, n_null):
 
 
 def interaction_test(source, features, options, *, groups=None, n_null, random_state=None,
-                     progress=None):
+                     progress=None, folds=None):
     """Permutation test of non-additivity: do the features interact in the geometry?
 
     The statistic of each model is the fold-mean held-out Spearman of the model with
@@ -313,6 +313,11 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     progress : bool | None
         Whether to show a progress bar over the blocks of models of categorical designs
         (``None``: at the INFO log level).
+    folds : list of (train, test) | None
+        The folds of both fits, e.g. those of an analysis
+        (:attr:`~mlem_neuro.crossval.CVOutput.folds`); ``None`` draws them from
+        ``options`` (``cv``, ``n_repeats``, ``random_state``, ``groups``), as
+        :func:`~mlem_neuro.crossval.run_cv` does.  Ignored with ``options.cv=None``.
 
     Returns
     -------
@@ -336,8 +341,11 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     space = _check_inputs(source, table, options, n_null)
     n, M = source.n_stimuli, source.n_models
     rng = check_random_state(random_state)
-    folds = check_cv(options.cv, n, check_random_state(options.random_state), groups,
-                     options.n_repeats, fold_usable(options, table), M)
+    if folds is None or options.cv is None:
+        folds = check_cv(options.cv, n, check_random_state(options.random_state), groups,
+                         options.n_repeats, fold_usable(options, table), M)
+    else:
+        folds = [(np.asarray(tr), np.asarray(te)) for tr, te in folds]
     seed = (options.random_state if _is_int(options.random_state)
             else int(rng.integers(2**31 - 1)))
     X = main_effects_design(space, table)

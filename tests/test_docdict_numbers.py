@@ -47,6 +47,13 @@ def _stated():
         ("n_repeats", f"{round(high / 2)} repeats for one region", "AUTO_FOLDS"),
         ("n_repeats", f"{round(low / 2)} for a whole-brain searchlight", "AUTO_FOLDS"),
         ("n_repeats", f"At most {c.MAX_REPEATS:,} (refused above)", "MAX_REPEATS"),
+        ("n_repeats", f"the permutation tests read the first {c.AUTO_TEST_FOLDS} folds",
+         "AUTO_TEST_FOLDS"),
+        ("lr", f"takes ``{c.GROUPED_STEP_RULE[0]}`` for categorical designs",
+         "GROUPED_STEP_RULE"),
+        ("lr", f"and ``{c.PER_PAIR_STEP_RULE[0]}`` otherwise", "PER_PAIR_STEP_RULE"),
+        ("patience", f"{c.GROUPED_STEP_RULE[1]} for categorical designs, "
+         f"{c.PER_PAIR_STEP_RULE[1]} otherwise", "GROUPED_STEP_RULE, PER_PAIR_STEP_RULE"),
         ("numeric_levels", f"at most {c.MAX_LEVELS} levels", "MAX_LEVELS"),
         ("numeric_levels", f"number at most {c.TARGET_CELLS}, and at least {c.MIN_LEVELS} "
          f"levels while they number at most {c.MAX_CELLS:,};",

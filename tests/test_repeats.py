@@ -268,3 +268,58 @@ def test_the_interaction_test_draws_the_same_capped_folds(small, monkeypatch):
                                 n_repeats="auto", n_null=2, random_state=0, **FAST)
     assert "interactions" in res.tests and len(seen) == 1 and len(seen[0]) == 2
     assert [te.tolist() for _, te in seen[0]] == res.settings["fold_test_indices"]
+
+
+# ------------------------------------------------------------- the folds the tests read
+def test_auto_tests_read_at_most_the_reference_folds_in_whole_repeats():
+    from mlem_neuro.core.constants import AUTO_TEST_FOLDS
+    from mlem_neuro.crossval import tested_folds
+
+    assert tested_folds("auto", 2, 100) == AUTO_TEST_FOLDS == 20
+    assert tested_folds("auto", 3, 99) == 18               # whole repeats of cv=3
+    assert tested_folds("auto", 2, 12) == 12               # fewer folds: all of them
+    assert tested_folds(50, 2, 100) == 100                 # an int n_repeats: every fold
+    assert tested_folds("auto", None, 5) == 5              # a splitter / explicit folds
+
+
+def test_the_tests_read_the_first_folds_and_the_estimates_every_fold(monkeypatch):
+    """n_repeats="auto" on a small design gives 100 folds: the scores and importances are
+    means over all of them, the tests' observed and null statistics (score, features,
+    interactions) over the first 20, whose null models alone are fitted."""
+    import mlem_neuro.interaction as interaction
+    from mlem_neuro.core.rdms.sources import DenseRDMSource
+    from mlem_neuro.inference import run_analysis
+
+    rng = np.random.default_rng(4)
+    n = 40
+    table = pd.DataFrame({"a": np.repeat([0, 1], n // 2), "b": np.tile([0, 1], n // 2)})
+    X = rng.normal(size=(2, n, 6)) + 0.8 * rng.normal(size=(2, 6))[table["a"]][None]
+    seen = {}
+    real = interaction.interaction_test
+
+    def spy(*args, folds=None, **kwargs):
+        seen["folds"] = folds
+        return real(*args, folds=folds, **kwargs)
+
+    monkeypatch.setattr(interaction, "interaction_test", spy)
+    opts = MLEMOptions(n_null=9, random_state=0, feature_test="importance", max_steps=30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = run_analysis(DenseRDMSource(X, "euclidean"), table, opts)
+    k = out.n_test_folds
+    assert len(out.folds) == 100 and k == 20
+    assert out.fold_null.shape[0] == k and not np.isnan(out.fold_null).any()
+    np.testing.assert_allclose(out.tests["score"][0], out.score[:k].mean(axis=0))
+    for f, name in enumerate(out.feature_names):
+        np.testing.assert_allclose(out.tests[name][0], out.importance[:k, :, f].mean(axis=0))
+    assert not np.allclose(out.score[:k].mean(axis=0), out.score.mean(axis=0))
+    assert len(seen["folds"]) == k
+    for (tr, te), (tr2, te2) in zip(seen["folds"], out.folds[:k]):
+        assert np.array_equal(tr, tr2) and np.array_equal(te, te2)
+    # an explicit n_repeats: the tests read every fold
+    opts = MLEMOptions(n_null=3, random_state=0, feature_test="importance", max_steps=30,
+                       n_repeats=3, interactions=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = run_analysis(DenseRDMSource(X, "euclidean"), table, opts)
+    assert out.n_test_folds == len(out.folds) == 6 and out.fold_null.shape[0] == 6

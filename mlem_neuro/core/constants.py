@@ -179,6 +179,14 @@ AUTO_FOLDS = (12, 100)
 #: spheres); the training cost, about ``folds x stimuli**2 x models``, is kept at the
 #: reference's (measured: ``validation/power_defaults.py``, ``bench_defaults_cost.py``)
 AUTO_REFERENCE_FOLDS, AUTO_REFERENCE_STIMULI, AUTO_REFERENCE_MODELS = 20, 200, 100
+#: ``n_repeats="auto"`` with tests: the permutation tests (score, features, interactions)
+#: read the first repeats of the analysis's folds, at most this many folds (whole
+#: repeats: 10 of ``cv=2``); the scores and importances it reports use every fold.  Their
+#: null models are most of an analysis's cost, and ``"auto"`` gives up to 100 folds to
+#: small designs.  Measured side by side on the same datasets (``validation/test_folds.py``,
+#: 2026-11-29; method page, "How many folds the tests read"): power and calibration with
+#: 20 folds as with 100.
+AUTO_TEST_FOLDS = 20
 #: the most repetitions of an int cv accepted (``n_repeats``), refused up front above it:
 #: twenty times the most that ``"auto"`` gives (50 repeats of ``cv=2``, 100 folds).  The
 #: spread due to the split falls as ``1 / sqrt(n_repeats)`` (0.46-0.55 of one split's
