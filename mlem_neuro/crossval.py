@@ -267,7 +267,7 @@ def resolve_n_repeats(n_repeats, cv, n, n_models=1):
     ``F = 20 (200 / n)**2 (100 / n_models)`` folds clipped to [12, 100]
     (:data:`AUTO_FOLDS`): the training costs about what 10 repeats of ``cv=2`` cost for
     200 stimuli x 100 time points.  With ``cv=2``: 50 repeats for one region or time point
-    of up to 900 stimuli, or 100 time points of 90 stimuli or fewer; 10 for 100 time
+    of up to 898 stimuli, or 100 time points of 89 stimuli or fewer; 10 for 100 time
     points of 200 stimuli; 6 for a whole-brain searchlight.  :func:`check_cv` then caps
     the repeats at the number of distinct splits (:func:`n_distinct_splits`).
     """

@@ -1,6 +1,6 @@
 """The defaults are defined once (:class:`mlem_neuro.core.options.MLEMOptions`): every
-entry point's signature and the command line agree with it, and ``n_repeats="auto"``
-resolves as documented."""
+entry point's signature agrees with it (the command line's defaults are the API's:
+``tests/test_cli_defaults.py``), and ``n_repeats="auto"`` resolves as documented."""
 import inspect
 
 import numpy as np
@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 
 import mlem_neuro
-from mlem_neuro.cli import build_parser
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.crossval import AUTO_FOLDS, check_cv, resolve_n_repeats
 
@@ -29,18 +28,6 @@ def test_signature_defaults_are_the_options_defaults(entry):
                 f"{entry}({p.name}={p.default!r}) but MLEMOptions has {want!r}"
             checked += 1
     assert checked >= 8
-
-
-@pytest.mark.parametrize("command", ["epochs", "searchlight"])
-def test_command_line_defaults_are_the_options_defaults(command):
-    parser = build_parser()
-    sub = parser._subparsers._group_actions[0].choices[command]
-    defaults = MLEMOptions()
-    flags = {a.dest: a.default for a in sub._actions}
-    for name in ("cv", "n_repeats", "n_permutations", "n_null", "null", "feature_test",
-                 "held_out_pairs", "level", "constraint", "lr", "max_steps", "patience",
-                 "tol", "batch_size", "numeric_levels", "device"):
-        assert flags[name] == getattr(defaults, name), name
 
 
 def test_auto_repeats_follow_the_number_of_stimuli_and_models():
