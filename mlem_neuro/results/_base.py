@@ -23,7 +23,7 @@ from .._provenance import check_recorded
 from .._provenance import collect as collect_provenance
 from ..core.memory import memory_budget
 from ..core.options import jsonable
-from ..stats.familywise import familywise_over_tests
+from ..core.scoring.familywise import familywise_over_tests
 from ..utils import check_real
 
 #: result class name → module defining it (read_result imports it on demand).

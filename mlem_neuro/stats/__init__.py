@@ -2,7 +2,7 @@
 import importlib
 
 _LAZY = {
-    "familywise_over_tests": "mlem_neuro.stats.familywise",
+    "familywise_over_tests": "mlem_neuro.core.scoring.familywise",
     "permutation_cluster_test": "mlem_neuro.stats.timecourse",
     "plot_clusters": "mlem_neuro.stats.timecourse",
     "second_level_maps": "mlem_neuro.stats.maps",

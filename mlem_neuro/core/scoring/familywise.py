@@ -1,4 +1,8 @@
-"""Family-wise error over the tests of one analysis (and over its models)."""
+"""Family-wise error over the tests of one analysis (and over its models).
+
+A statistic of p-values that the result containers (:mod:`mlem_neuro.results`) and the
+group level (:mod:`mlem_neuro.stats`, which exports it) both read, so it lives below both.
+"""
 import numpy as np
 
 
