@@ -40,24 +40,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-import pandas as pd
 
 from ..constants import NULL_BINS  # noqa: F401  (tuning constants, defined there once)
+from ..stimuli.codes import exchange_units  # noqa: F401  (exported here too)
+from ..stimuli.codes import factorize as _factorize
+from ..stimuli.codes import feature_codes as _feature_codes
+from ..stimuli.codes import row_codes as _row_codes
 from ..stimuli.pairs import pair_indices
-
-
-def _feature_codes(enc, k, kind, n_bins):
-    """Integer code ``(n,)`` of each stimulus's value of feature ``k`` (binned if numeric)."""
-    block = np.column_stack([enc.values[:, enc.slices[k]], enc.missing[:, k]])
-    rows, codes = np.unique(block, axis=0, return_inverse=True)
-    if kind != "numeric" or len(rows) <= n_bins:
-        return codes.ravel()
-    cols = []
-    for col in enc.values[:, enc.slices[k]].T:
-        edges = np.quantile(col, np.linspace(0, 1, n_bins + 1)[1:-1])
-        cols.append(np.searchsorted(edges, col, side="right"))
-    cols.append(enc.missing[:, k])
-    return np.unique(np.column_stack(cols), axis=0, return_inverse=True)[1].ravel()
 
 
 def strata(enc, kinds, feature, n_bins=NULL_BINS):
@@ -70,37 +59,6 @@ def strata(enc, kinds, feature, n_bins=NULL_BINS):
     codes = np.column_stack([_feature_codes(enc, k, kinds[enc.names[k]], n_bins)
                              for k in others])
     return np.unique(codes, axis=0, return_inverse=True)[1].ravel()
-
-
-def _factorize(*columns):
-    """One integer code ``(n,)`` per distinct combination of the given columns (of any
-    values: labels are coded first, so strings and objects work too)."""
-    coded = []
-    for col in columns:
-        col = np.asarray(col)
-        for c in (col.T if col.ndim == 2 else [col]):
-            coded.append(pd.factorize(pd.Series(c, dtype=object if c.dtype == object
-                                                else None))[0])
-    return np.unique(np.column_stack(coded), axis=0, return_inverse=True)[1].ravel()
-
-
-def _row_codes(enc):
-    """Code ``(n,)`` of each stimulus's whole feature row (every value, missing flags)."""
-    if enc.n_features == 0:
-        return np.zeros(enc.n_stimuli, dtype=np.int64)
-    return _factorize(enc.values, enc.missing)
-
-
-def exchange_units(enc, groups):
-    """How ``groups`` restrict the nulls: ``None`` (no groups), ``"within"`` (stimuli are
-    relabelled within their group: runs, sessions) or ``"whole"`` (every group holds one
-    feature row, e.g. the trials of an item: groups are exchanged whole)."""
-    if groups is None:
-        return None
-    g = _factorize(np.asarray(groups))
-    rows = _row_codes(enc)
-    per_group = np.unique(np.column_stack([g, rows]), axis=0)[:, 0]
-    return "whole" if len(per_group) == len(np.unique(g)) else "within"
 
 
 @dataclass(frozen=True)

@@ -75,9 +75,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..constants import CORRELATION_THRESHOLD  # noqa: F401  (tuning constants, defined there once)
+from ..constants import (
+    CORRELATION_THRESHOLD,  # noqa: F401  (tuning constants, defined there once)
+    NULL_BINS,
+)
 from ..constants import DESIGN_MAX_PAIRS as MAX_PAIRS
-from ..scoring.nulls import NULL_BINS, _feature_codes, exchange_units
+from .codes import exchange_units
+from .codes import feature_codes as _feature_codes
 from .pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
 
 #: the kinds of :class:`DesignFinding`, in the order :func:`diagnose_design` reports them.
