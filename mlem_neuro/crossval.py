@@ -850,9 +850,13 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
             counts=counts, n_chunks=n_chunks, cv=opts.cv if _int_cv(opts.cv) else None,
             then=then, per_pair_numeric=_per_pair_numeric(opts, space),
             staged=len(names) if staging else 0))
+    # a chunk of a fold the tests do not read fits its observed models only
+    rows = 1 + (0 if null is None else n_tests * null.shape[1])
+    weights = [1.0 if p.index < (n_test or len(plans)) else 1.0 / rows
+               for p in plans for _ in p.chunks][len(done):]
     results = done + _run_jobs(Parallel, jobs, n_chunks - len(done), opts.n_jobs, desc,
                                estimate=bool(opts.n_null) or bool(calibrate), then=then,
-                               warned=warned)
+                               warned=warned, weights=weights)
     terms = (term_names(names, opts.model_interactions) if opts.level == "term"
              else list(names))
     out = _collect(plans, results, folds, terms, names, M,
@@ -953,7 +957,7 @@ def _calibration(jobs, plans, n, opts, ctx):
     # a chunk of a fold the tests do not read fits its observed models only
     rows = 1 + ctx["n_null"] * ctx["n_tests"]
     weights = [1.0 if p.index < (ctx["n_test_folds"] or len(plans)) else 1.0 / rows
-               for p in plans for c in p.chunks][n:]
+               for p in plans for _ in p.chunks][n:]
     ctx.update(workers=effective_n_jobs(opts.n_jobs), cores=available_cores(),
                device=str(opts.device), cuda=torch.cuda.is_available())
     _, warned = _projection.announce(times, sizes, rest, ctx, weights)

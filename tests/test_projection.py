@@ -150,3 +150,27 @@ def test_calibration_chunks_do_not_change_results(epochs_data, monkeypatch):
     np.testing.assert_array_equal(plain.score, cut.score)
     np.testing.assert_array_equal(plain.importance, cut.importance)
     np.testing.assert_array_equal(plain.pvalues, cut.pvalues)
+
+
+def test_the_refined_projection_weighs_the_chunks_without_null_models(caplog):
+    """With n_repeats="auto" the tests read the first folds only, so the chunks of the
+    other folds fit their observed models alone: the projection after the first chunk
+    counts them at their share, not at the first chunk's cost."""
+    import time
+
+    from mlem_neuro._jobs import timed
+
+    def results():
+        time.sleep(0.3)
+        yield 0
+        yield from range(1, 100)
+
+    def said(weights):
+        caplog.clear()
+        with caplog.at_level("INFO", logger="mlem_neuro"):
+            list(timed(results(), 100, 1, "time points", weights=weights))
+        return float(re.search(r"will take about ([\d.]+) min", caplog.text).group(1))
+
+    equal = said(None)
+    assert equal >= 0.5                            # 100 chunks x 0.3 s at least
+    assert said([1.0] * 20 + [0.01] * 80) < equal / 3
