@@ -1,7 +1,8 @@
 """The training loops of grouped designs on the CPU side by side: compiled (numba) and torch.
 
-``core/training/compiled.py`` trains grouped full batches and the grid's mini-batches compiled, one
-model at a time (``backend="compiled"``, what ``"auto"`` picks); the torch loop (autograd,
+``core/training/compiled.py`` (its kernels: ``core/kernels/training.py``) trains grouped
+full batches and the grid's mini-batches compiled, one model at a time
+(``backend="compiled"``, what ``"auto"`` picks); the torch loop (autograd,
 ``backend="torch"``) runs on a GPU and for per-pair designs.
 Each case is run with each loop in turn, in alternation for ``--rounds`` rounds, in this
 process (one torch thread); the script prints the median CPU time of each loop, the
@@ -40,8 +41,8 @@ import torch
 from bench_numeric import simulate as simulate_numeric  # this folder
 
 import mlem_neuro
+from mlem_neuro.core.kernels import _numba
 from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.training import compiled
 from mlem_neuro.core.training.engine import fit_grouped
 from mlem_neuro.simulation import simulate_epochs
 
@@ -90,7 +91,7 @@ def per_step(loops):
         opts = MLEMOptions(max_steps=steps, patience=10**6, tol=0.0)
         cost, W = {}, {}
         for loop, use in loops.items():
-            compiled.USE_COMPILED = use
+            _numba.USE_COMPILED = use
             best = np.inf
             for _ in range(2):
                 c0 = time.process_time()
@@ -118,7 +119,7 @@ def main():
     print(f"torch {torch.__version__}, 1 thread, {args.rounds} rounds, CPU times")
     if args.per_step:
         per_step(loops)
-        compiled.USE_COMPILED = True
+        _numba.USE_COMPILED = True
         return
     first = next(iter(loops))
     for name, run in cases().items():
@@ -127,12 +128,12 @@ def main():
         times, W = {k: [] for k in loops}, {}
         for _ in range(args.rounds):
             for loop, use in loops.items():
-                compiled.USE_COMPILED = use
+                _numba.USE_COMPILED = use
                 c0 = time.process_time()
                 res = run()
                 times[loop].append(time.process_time() - c0)
                 W[loop], steps = res.fold_weights, res.n_iter
-        compiled.USE_COMPILED = True
+        _numba.USE_COMPILED = True
         med = {k: np.median(v) for k, v in times.items()}
         print(f"{name:8s} " + "  ".join(f"{k} {v:6.2f} s" for k, v in med.items()) + "  "
               + "  ".join(f"{k}/{first} {med[k] / med[first]:4.2f}x" for k in loops

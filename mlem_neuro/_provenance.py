@@ -76,7 +76,7 @@ def collect(device=None, training=None):
     analysis's models, e.g. ``["compiled loop (numba)", "torch (cpu)"]``; ``None`` when
     not recorded).
     """
-    from .core.training import compiled
+    from .core import kernels
 
     torch_cuda = None
     if "torch" in sys.modules:
@@ -85,7 +85,7 @@ def collect(device=None, training=None):
                 python=platform.python_version(), platform=platform.platform(),
                 machine=platform.machine(),
                 device=None if device is None else str(device), torch_cuda=torch_cuda,
-                compiled_training=bool(compiled.built()),
+                compiled_training=bool(kernels.built()),
                 training=None if training is None else sorted(training))
 
 

@@ -15,17 +15,17 @@ import pytest  # noqa: E402
 
 @pytest.fixture
 def watch_compiled(monkeypatch):
-    """``watch(name, compiled=None)``: record what ``mlem_neuro.core.training.compiled.<name>``
+    """``watch(name, compiled=None)``: record what ``mlem_neuro.core.kernels.<name>``
     returns (``None`` where the compiled library was not used) in the list it returns;
     with ``compiled`` given, switch the compiled paths on or off first (skipping the test
     when they are asked for and not built)."""
-    from mlem_neuro.core.training import compiled as kernels
+    from mlem_neuro.core import kernels
 
     def watch(name, compiled=None):
         if compiled is not None:
             if compiled and not kernels.built():
                 pytest.skip("the compiled library is not built")
-            monkeypatch.setattr(kernels, "USE_COMPILED", compiled)
+            monkeypatch.setattr(kernels._numba, "USE_COMPILED", compiled)
         seen = []
         real = getattr(kernels, name)
         monkeypatch.setattr(kernels, name, lambda *a: seen.append(real(*a)) or seen[-1])

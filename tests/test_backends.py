@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 import mlem_neuro
-from mlem_neuro.core.training import compiled, engine
+from mlem_neuro.core.kernels import _numba
+from mlem_neuro.core.training import engine
 
 # fixed step counts (no early stopping): the fits compare step by step
 KW = dict(cv=2, n_repeats=1, max_steps=100, patience=1000, tol=0.0, random_state=0,
@@ -96,7 +97,7 @@ def test_auto_picks_the_compiled_loop_where_it_applies():
 
 
 def test_auto_uses_torch_when_the_compiled_kernels_are_off(monkeypatch):
-    monkeypatch.setattr(compiled, "USE_COMPILED", False)
+    monkeypatch.setattr(_numba, "USE_COMPILED", False)
     res = mlem_neuro.mlem_array(*_data(), **KW)
     assert res.provenance["training"] == ["torch (cpu)"]
 

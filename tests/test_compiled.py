@@ -1,13 +1,15 @@
-"""The compiled training loop of grouped designs (``core/training/compiled.py``, numba) against the
-torch loop on full batches and the grid's mini-batches: the same step (value and
-gradient as autograd's), the same fits up to float32 rounding, the same stops, and used
-only where it applies.  (Against the reference backend on a matrix of designs:
-``tests/test_backends.py``.)"""
+"""The compiled training loop of grouped designs (``core/training/compiled.py`` and its
+kernels, ``core/kernels/training.py``, numba) against the torch loop on full batches and the
+grid's mini-batches: the same step (value and gradient as autograd's), the same fits up to
+float32 rounding, the same stops, and used only where it applies.  (Against the reference
+backend on a matrix of designs: ``tests/test_backends.py``.)"""
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from mlem_neuro.core import kernels
+from mlem_neuro.core.kernels import _numba
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.ranks.grouped import grouped_soft_spearman
 from mlem_neuro.core.rdms.neural import NeuralTargets
@@ -42,7 +44,7 @@ def _loops(monkeypatch, run):
     monkeypatch.setattr(compiled, "train", lambda *a, **k: ran.append("compiled")
                         or train(*a, **k))
     fast = run()
-    monkeypatch.setattr(compiled, "USE_COMPILED", False)
+    monkeypatch.setattr(_numba, "USE_COMPILED", False)
     slow = run()
     return fast, slow, ran
 
@@ -141,7 +143,7 @@ def test_used_only_where_it_applies(monkeypatch, case):
     opts = MLEMOptions(max_steps=5, batch_size=300 if case == "mini-batch" else "auto")
     dtype = torch.float64 if case == "float64" else torch.float32
     if case == "switched off":
-        monkeypatch.setattr(compiled, "USE_COMPILED", False)
+        monkeypatch.setattr(_numba, "USE_COMPILED", False)
     ran = []
     monkeypatch.setattr(compiled, "train", lambda *a, **k: ran.append("compiled"))
     fit = fit_stack(enc, targets, opts, random_state=0, dtype=dtype)
@@ -211,7 +213,7 @@ def test_grid_block_tables_are_the_torch_sums(monkeypatch):
     blocks = GridBlocks(uid, cells, np.random.default_rng(0))
     values = torch.as_tensor(np.round(rng.random((6, P)), 2))        # tied ranks too
     fast = blocks.targets(values, np.random.default_rng(1))
-    monkeypatch.setattr(compiled, "USE_COMPILED", False)
+    monkeypatch.setattr(_numba, "USE_COMPILED", False)
     slow = blocks.targets(values, np.random.default_rng(1))
     assert fast.T.shape == slow.T.shape == (6, cells, 32)
     for name in ("T", "S1", "S2"):
@@ -269,8 +271,8 @@ def test_without_numba_torch_trains_and_a_warning_says_so(tmp_path):
 
     code = ("import sys, warnings; sys.modules['numba'] = None\n"
             "import numpy as np, pandas as pd, mlem_neuro\n"
-            "from mlem_neuro.core.training import compiled\n"
-            "assert not compiled.built() and compiled.numba_version() is None\n"
+            "from mlem_neuro.core import kernels\n"
+            "assert not kernels.built() and kernels.numba_version() is None\n"
             "rng = np.random.default_rng(0)\n"
             "t = pd.DataFrame({'a': np.tile(['x', 'y'], 12)})\n"
             "with warnings.catch_warnings(record=True) as w:\n"
@@ -291,14 +293,14 @@ def test_without_numba_torch_trains_and_a_warning_says_so(tmp_path):
     ("off", False), ("1", True), ("true", True), ("YES", True), ("on", True)])
 def test_no_compiled_reads_yes_no_words(text, expected):
     """``MLEM_NEURO_NO_COMPILED=false`` leaves the kernels on (it switched them off)."""
-    assert compiled.env_flag(compiled.NO_COMPILED_VAR,
-                             {compiled.NO_COMPILED_VAR: text}) is expected
-    assert compiled.env_flag(compiled.NO_COMPILED_VAR, {}) is False
+    assert kernels.env_flag(kernels.NO_COMPILED_VAR,
+                            {kernels.NO_COMPILED_VAR: text}) is expected
+    assert kernels.env_flag(kernels.NO_COMPILED_VAR, {}) is False
 
 
 def test_no_compiled_refuses_other_words():
     with pytest.raises(ValueError, match=r"MLEM_NEURO_NO_COMPILED='maybe' is not a yes/no"):
-        compiled.env_flag(compiled.NO_COMPILED_VAR, {compiled.NO_COMPILED_VAR: "maybe"})
+        kernels.env_flag(kernels.NO_COMPILED_VAR, {kernels.NO_COMPILED_VAR: "maybe"})
 
 
 def test_no_compiled_false_at_import():
@@ -306,8 +308,8 @@ def test_no_compiled_false_at_import():
     import os
     import subprocess
     import sys
-    code = ("from mlem_neuro.core.training import compiled; "
-            "print(compiled.USE_COMPILED)")
+    code = ("from mlem_neuro.core.kernels import _numba; "
+            "print(_numba.USE_COMPILED)")
     out = {}
     for text in ("false", "true"):
         env = dict(os.environ, MLEM_NEURO_NO_COMPILED=text)
@@ -323,11 +325,11 @@ def test_no_writable_place_for_the_cache_says_so_and_keeps_mne_off_numba(monkeyp
     if compiled.numba is None:
         pytest.skip("numba is not installed")
     monkeypatch.delenv("MNE_USE_NUMBA", raising=False)
-    monkeypatch.setattr(compiled, "fallback_cache_dir", lambda: None)
-    monkeypatch.setattr(compiled, "_private_cache_dir", lambda: None)
+    monkeypatch.setattr(_numba, "fallback_cache_dir", lambda: None)
+    monkeypatch.setattr(_numba, "_private_cache_dir", lambda: None)
     before = compiled.numba.config.CACHE_DIR
     with pytest.warns(RuntimeWarning, match="no writable place for numba's cache"):
-        assert compiled._fallback_cache() is None
+        assert _numba._fallback_cache() is None
     import os
     assert os.environ["MNE_USE_NUMBA"] == "false"
     assert compiled.numba.config.CACHE_DIR == before

@@ -10,6 +10,7 @@ import numpy as np
 
 import mlem_neuro
 from mlem_neuro.core import checks, constants
+from mlem_neuro.core.kernels import training as kernel_training
 from mlem_neuro.core.ranks import spearman
 from mlem_neuro.core.training import compiled, engine, reference
 
@@ -26,9 +27,11 @@ NOT_TUNING = {
     "core/checks.py:TAILS": "the tails of a test (vocabulary: 1, 0, -1)",
     "adapters/nifti.py:SPHERE_ENTRY_BYTES": "the bytes one sphere-membership entry takes "
                                             "(a measured fact, not a choice)",
-    "core/training/compiled.py:CONSTRAINT_CODES": "the compiled loop's code of each constraint",
-    "core/training/compiled.py:_N_FLOAT_ROWS": "the rows of the compiled loop's workspace (layout)",
-    "core/training/compiled.py:_N_INT_ROWS": "the rows of the compiled loop's workspace (layout)",
+    "core/kernels/training.py:CONSTRAINT_CODES": "the compiled loop's code of each constraint",
+    "core/kernels/training.py:_N_FLOAT_ROWS": "the rows of the compiled loop's workspace (layout)",
+    "core/kernels/training.py:_N_INT_ROWS": "the rows of the compiled loop's workspace (layout)",
+    "core/kernels/training.py:_N_MATRICES": "the matrices of the compiled loop's workspace "
+                                            "(layout)",
     "core/training/reference.py:_ABSENT": "half a pair: a group with no pair in a batch",
 }
 #: no module is exempt any more (the training loops moved their numbers here too)
@@ -125,7 +128,8 @@ def test_the_compiled_loop_holds_the_same_adamw_constants():
                         ("_ADAM_EPS", constants.ADAM_EPS),
                         ("_ONE_B1", 1.0 - constants.ADAM_BETA1),
                         ("_ONE_B2", 1.0 - constants.ADAM_BETA2)]:
-        got = getattr(compiled, name)
+        got = getattr(kernel_training, name)
         assert got.dtype == np.float32 and got == np.float32(value), name
     assert compiled.MAX_FEATURES == constants.COMPILED_MAX_FEATURES
-    assert compiled._EPS == constants.NORM_EPS and compiled._Q_EPS == constants.PREDICT_EPS
+    assert kernel_training._EPS == constants.NORM_EPS
+    assert kernel_training._Q_EPS == constants.PREDICT_EPS

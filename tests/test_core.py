@@ -484,8 +484,8 @@ def test_per_pair_feature_importance_compiled_and_not_equal_explicit_permutation
     """Numeric designs are scored pair by pair: the predictions and their packed keys in
     one compiled pass, or in torch; both give the drops of permuting a feature's values
     and rescoring every pair with scipy (ties included: feature "c" repeats its values)."""
+    from mlem_neuro.core import kernels
     from mlem_neuro.core.scoring import importance
-    from mlem_neuro.core.training import compiled as kernels
 
     rng = np.random.default_rng(4)
     n, K = 50, 3
@@ -498,7 +498,7 @@ def test_per_pair_feature_importance_compiled_and_not_equal_explicit_permutation
     used = watch_compiled("feature_scores")
     out = {}
     for compiled in ([True, False] if kernels.built() else [False]):
-        monkeypatch.setattr(kernels, "USE_COMPILED", compiled)
+        monkeypatch.setattr(kernels._numba, "USE_COMPILED", compiled)
         used.clear()
         out[compiled] = importance.feature_importance(W, enc_t, i, j, target, K,
                                                       np.random.default_rng(7))

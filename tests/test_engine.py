@@ -439,11 +439,11 @@ def test_ranks_of_many_subsets_equal_rankdata(compiled, monkeypatch):
     """Ranks of many column subsets at once (the null rows of permutation tests), in the
     compiled pass and in torch, with and without ties, after keeping some rows; written
     into a view when one is given."""
+    from mlem_neuro.core import kernels
     from mlem_neuro.core.ranks.spearman import SubsetRanks
-    from mlem_neuro.core.training import compiled as kernels
     if compiled and not kernels.built():
         pytest.skip("the compiled library is not built")
-    monkeypatch.setattr(kernels, "USE_COMPILED", compiled)
+    monkeypatch.setattr(kernels._numba, "USE_COMPILED", compiled)
     g = torch.Generator().manual_seed(5)
     for ties in (False, True):
         v = torch.rand(6, 500, dtype=torch.float64, generator=g)

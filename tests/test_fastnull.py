@@ -99,8 +99,8 @@ def test_compiled_rank_walk_sums_ranks_within_each_set(U):
     """Sets that share no pair share a channel; one-byte labels (up to 255 labels a
     channel) and four-byte ones give the sums of ranking each set on its own; a row with a
     tie, or with values too close for the packed keys, is marked for the caller."""
+    from mlem_neuro.core import kernels
     from mlem_neuro.core.ranks.spearman import rankdata
-    from mlem_neuro.core.training import compiled as kernels
 
     if not kernels.built():
         pytest.skip("the compiled library is not built")
@@ -130,8 +130,8 @@ def test_rank_sums_on_random_designs(monkeypatch):
     sets; up to 300 distance rows, so one- and four-byte labels), rows with ties or an
     infinite distance (the compiled walk declines, torch walks) and blocks of rows, both
     paths give the sums of ranking each set on its own."""
+    from mlem_neuro.core import kernels
     from mlem_neuro.core.ranks.spearman import rankdata, standardize
-    from mlem_neuro.core.training import compiled as kernels
 
     rng = np.random.default_rng(5)
     for _ in range(40):
@@ -152,7 +152,7 @@ def test_rank_sums_on_random_designs(monkeypatch):
             sets.append((torch.as_tensor(lin), torch.as_tensor(rng.integers(0, U, len(lin)))))
         monkeypatch.setattr(fastnull, "RANK_WALK_ELEMENTS", int(rng.integers(1, 4)) * P)
         for compiled in ([True, False] if kernels.built() else [False]):
-            monkeypatch.setattr(kernels, "USE_COMPILED", compiled)
+            monkeypatch.setattr(kernels._numba, "USE_COMPILED", compiled)
             for (lin, g), got in zip(sets, fastnull.rank_sums(D, sets, U)):
                 expected = torch.zeros(M, U, dtype=torch.float64).index_add_(
                     1, g, standardize(rankdata(D[:, lin])))

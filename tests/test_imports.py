@@ -98,9 +98,26 @@ def test_no_import_circles():
     ("mlem_neuro.crossval", "mlem_neuro.inference"),
     ("mlem_neuro.core.training.compiled", "mlem_neuro.core.training.engine"),
     ("mlem_neuro.core.training.reference", "mlem_neuro.core.training.engine"),
+    ("mlem_neuro.core.kernels.training", "mlem_neuro.core.training.compiled"),
 ])
 def test_lower_layers_do_not_import_upper_ones(lower, upper):
     assert upper not in import_graph()[lower]
+
+
+def test_the_kernels_are_the_bottom_layer():
+    """The compiled kernels (``core/kernels``) import nothing of the package but its
+    constants (a leaf of numbers), and the sub-packages that call them (ranks, distances,
+    stimuli, scoring) reach them without the training sub-package's compiled loop."""
+    edges = import_graph()
+    kernels = [m for m in edges if m.startswith("mlem_neuro.core.kernels")]
+    assert "mlem_neuro.core.kernels.training" in kernels
+    for module in kernels:
+        outside = {t for t in edges[module] if not t.startswith("mlem_neuro.core.kernels")}
+        assert outside <= {"mlem_neuro.core.constants"}, (module, outside)
+    assert not edges["mlem_neuro.core.constants"], edges["mlem_neuro.core.constants"]
+    for package in ("ranks", "rdms", "stimuli", "scoring"):
+        for module in (m for m in edges if m.startswith(f"mlem_neuro.core.{package}")):
+            assert "mlem_neuro.core.training.compiled" not in edges[module], module
 
 
 #: the layers, lowest first: a module may import its own layer and the ones below
@@ -135,7 +152,7 @@ def test_core_is_in_sub_packages_that_say_what_they_hold():
                     "mlem_neuro.core.memory", "mlem_neuro.core.options"]
     packages = {m.split(".")[2] for m in mods if m.count(".") >= 3
                 and m.startswith("mlem_neuro.core.")}
-    assert packages == {"training", "ranks", "scoring", "rdms", "stimuli"}
+    assert packages == {"kernels", "training", "ranks", "scoring", "rdms", "stimuli"}
     for package in packages:
         assert ast.get_docstring(ast.parse((ROOT / "core" / package / "__init__.py")
                                            .read_text())), package

@@ -39,7 +39,7 @@ _CHILD = textwrap.dedent("""
         import pandas as pd
         import mlem_neuro
         from mlem_neuro import MLEM
-        from mlem_neuro.core.training import compiled
+        from mlem_neuro.core.kernels import _numba
         rng = np.random.default_rng(0)
         y = pd.DataFrame({"a": rng.choice(["x", "y"], 24), "b": rng.choice(["u", "v"], 24)})
         X = rng.normal(size=(24, 4)) + 2.0 * (y["a"] == "x").to_numpy()[:, None]
@@ -59,8 +59,8 @@ _CHILD = textwrap.dedent("""
         "numba_cache_dir": numba.config.CACHE_DIR,
         "mne_numba": mne_numba,
         "file": mlem_neuro.__file__,
-        "plan": compiled._CACHE_PLAN,
-        "compiled": compiled.USE_COMPILED,
+        "plan": _numba._CACHE_PLAN,
+        "compiled": _numba.USE_COMPILED,
         "score": float(est.score(X, y)),
         "pvalues": (int(np.isfinite(res.pvalues).sum()) if sys.argv[3] == "analysis"
                     else None),

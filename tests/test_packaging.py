@@ -171,6 +171,7 @@ def test_wheel_builds_without_a_c_compiler(tmp_path):
     Python and builds with no working compiler."""
     wheel, names = _build_wheel(tmp_path, env={"CC": "false", "LDSHARED": "false"})
     assert "mlem_neuro/core/training/compiled.py" in names and not _compiled(names)
+    assert "mlem_neuro/core/kernels/training.py" in names          # the kernels' package
     assert wheel.name.endswith("-py3-none-any.whl")
 
 

@@ -97,6 +97,7 @@ def test_results_record_the_training_paths_that_trained_them(monkeypatch):
     CPU), torch when it is switched off; saved in the settings and shown in the summary
     line."""
     from mlem_neuro import _provenance
+    from mlem_neuro.core.kernels import _numba
     from mlem_neuro.core.training import compiled
 
     rng = np.random.default_rng(0)
@@ -108,7 +109,7 @@ def test_results_record_the_training_paths_that_trained_them(monkeypatch):
     assert used == ["compiled loop (numba)"]
     assert res.provenance["versions"]["numba"] == compiled.numba.__version__
     assert "trained by" in _provenance.describe(res.provenance)
-    monkeypatch.setattr(compiled, "USE_COMPILED", False)
+    monkeypatch.setattr(_numba, "USE_COMPILED", False)
     res = mlem_neuro.mlem_array(rng.standard_normal((20, 3, 2)), table, **kw)
     assert res.provenance["training"] == ["torch (cpu)"]
     # outside an analysis nothing is recorded

@@ -123,8 +123,9 @@ def unit_costs(n, units, rows=100, repeats=5):
     """Best-of-``repeats`` cost per dataset of the interaction test's irreducible steps:
     the Gram product of ``n`` patterns of ``units`` (float64), the sort of the packed keys
     of its ``n (n - 1) / 2`` distances, and the compiled walk of 5 folds' sets."""
+    from mlem_neuro.core import kernels
+    from mlem_neuro.core.kernels import sorted_keys
     from mlem_neuro.core.stimuli.pairs import pair_indices
-    from mlem_neuro.core.training import compiled
 
     rng = np.random.default_rng(0)
     Y = torch.as_tensor(rng.standard_normal((rows, n, units)))
@@ -150,10 +151,10 @@ def unit_costs(n, units, rows=100, repeats=5):
         return min(out) / rows * 1e3
 
     gram = best(lambda: Y @ Y.transpose(-1, -2))
-    if compiled.built():                                 # the walk's own keys
-        keys = compiled._packed_keys(D)[0]
+    if kernels.built():                                  # the walk's own keys
+        keys = sorted_keys._packed_keys(D)[0]
         sort = best(lambda: np.sort(keys, axis=-1))
-        walk = best(lambda: compiled.rank_walk(D, labels, J, 8))
+        walk = best(lambda: kernels.rank_walk(D, labels, J, 8))
     else:
         sort = walk = float("nan")
     print(f"  per dataset ({n} stimuli x {units} units, {P:,} pairs; best of {repeats}, "

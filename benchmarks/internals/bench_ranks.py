@@ -23,9 +23,9 @@ import time
 import numpy as np
 import torch
 
+from mlem_neuro.core import kernels
 from mlem_neuro.core.ranks.spearman import rankdata, sort_with_ties, standardize
 from mlem_neuro.core.scoring.importance import _score
-from mlem_neuro.core.training import compiled
 
 
 def best(f, repeats):
@@ -44,7 +44,7 @@ def main():
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
     print(f"torch {torch.__version__}, numpy {np.__version__}, 1 thread, best of "
-          f"{args.repeats}; compiled kernels on: {compiled.built()}")
+          f"{args.repeats}; compiled kernels on: {kernels.built()}")
     for rows, n in [(200, 3160), (20, 63840), (800, 780)]:
         q = torch.as_tensor(rng.standard_normal((rows, n)))
         tz = standardize(rankdata(torch.as_tensor(rng.standard_normal((rows, n)))))

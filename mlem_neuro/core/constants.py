@@ -5,8 +5,9 @@ that use one import it under the name they always used (``crossval.CHUNK_BYTES``
 :data:`CHUNK_BYTES`), so a test may still set it on that module.  ``tests/test_constants.py``
 checks that no other module defines an ALL-CAPS number.
 
-The compiled loop (:mod:`mlem_neuro.core.training.compiled`, numba) holds float32 copies of the
-AdamW constants; ``tests/test_constants.py`` checks they are these.
+The compiled training kernels (:mod:`mlem_neuro.core.kernels.training`, numba) hold float32
+copies of the AdamW constants; ``tests/test_constants.py`` checks they are these.  This module
+imports nothing: it is the one module of the package the kernels import.
 """
 
 #: strength of torchsort's soft rank in the soft Spearman that training maximises

@@ -27,6 +27,7 @@ import math
 import numpy as np
 import torch
 
+from .. import kernels
 from ..constants import NORM_EPS as _EPS  # noqa: F401
 from ..constants import SOFT_RANK_STRENGTH  # noqa: F401  (re-exported: where it is used)
 
@@ -319,9 +320,7 @@ class SubsetRanks:
     def _compiled(self):
         """The rows as the compiled loop reads them (int32 numpy), or ``None`` (not on
         the CPU, or the library is not built)."""
-        from ..training import compiled
-
-        if self.pos.device.type != "cpu" or not compiled.USE_COMPILED:
+        if self.pos.device.type != "cpu" or not kernels.built():
             return None
         if self._c is None:
             def i32(t):
@@ -340,10 +339,8 @@ class SubsetRanks:
             out = torch.empty(M, R, P, dtype=torch.float64, device=self.order.device)
         c = self._compiled()
         if c is not None and out.stride(2) == 1 and R > 0 and P > 0:
-            from ..training import compiled
-
-            compiled.subset_ranks(*c, np.ascontiguousarray(cols.numpy(), np.int64),
-                                out.numpy())
+            kernels.subset_ranks(*c, np.ascontiguousarray(cols.numpy(), np.int64),
+                                 out.numpy())
             return out
         for r in range(R):
             out[:, r] = self.ranks(cols[r])

@@ -14,10 +14,10 @@ import warnings
 import numpy as np
 import torch
 
+from .. import kernels
 from ..constants import MAX_FULL_ELEMENTS  # noqa: F401  (tuning constants, defined there once)
 from ..constants import NEURAL_CHUNK_BYTES as CHUNK_BYTES
 from ..memory import memory_budget
-from ..training import compiled
 from .distances import METRICS, get_distance
 
 __all__ = ["CHUNK_BYTES", "MAX_FULL_ELEMENTS", "METRICS", "NeuralTargets", "preprocess_rows",
@@ -60,7 +60,7 @@ def rdm_all_pairs(Y, metric):
     of every pair (measured, Gram products included: 2.0 s instead of 4.1 s for 10 models
     of 2,560 stimuli; no index arrays are held).  On the CPU, with the compiled kernels on,
     one compiled pass reads the pairs off the Gram matrices
-    (:func:`~mlem_neuro.core.training.compiled.condensed`: the same operations in the same
+    (:func:`~mlem_neuro.core.kernels.condensed`: the same operations in the same
     order).
     """
     M, n, _ = Y.shape
@@ -75,7 +75,7 @@ def rdm_all_pairs(Y, metric):
         G = z @ z.transpose(-1, -2)
         if G.device.type == "cpu":
             # the same operations in one compiled pass (None: the library is not built)
-            d2 = compiled.condensed(np.ascontiguousarray(G.numpy()))
+            d2 = kernels.condensed(np.ascontiguousarray(G.numpy()))
             if d2 is not None:
                 out[s:s + step] = torch.from_numpy(d2)
                 del G

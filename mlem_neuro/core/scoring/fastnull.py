@@ -47,6 +47,7 @@ import torch
 from joblib import Parallel, delayed, effective_n_jobs
 
 from ..._threads import call_with_threads, policy
+from .. import kernels
 from ..constants import (
     INTERACTION_BLOCK_BYTES,
     MAX_CODES,
@@ -59,7 +60,6 @@ from ..ranks.grouped import MAX_GROUPS, few_rows, grouped_spearman
 from ..ranks.spearman import _EPS, rankdata, sort_with_ties, standardize
 from ..stimuli import quantise
 from ..stimuli.pairs import n_pairs, pair_indices
-from ..training import compiled
 from ..training.engine import fit_grouped
 from ..training.metric import term_index, term_weights
 from .importance import _fold
@@ -406,7 +406,7 @@ def rank_sums(D, sets, U):
 
     Every set is ranked from one sort of every pair per model: walking that order, a
     pair's rank in a set is the count of the set's pairs up to it, so each set costs a pass
-    instead of a sort.  Compiled (:func:`~mlem_neuro.core.training.compiled.rank_walk`), one pass
+    instead of a sort.  Compiled (:func:`~mlem_neuro.core.kernels.rank_walk`), one pass
     serves every set: sets that share no pair (a fold's training and held-out pairs) share
     one label per pair.  In torch (the library not built, or a distance not finite) only
     the sets larger than a quarter of the pairs (training folds) are walked, the others
@@ -419,12 +419,12 @@ def rank_sums(D, sets, U):
              for lin, g in sets]
     out = [torch.empty(M, U, dtype=torch.float64) for _ in sets]
     plan = (_walk_plan(sets, P, U) if D.device.type == "cpu" and D.dtype == torch.float64
-            and compiled.USE_COMPILED else None)
+            and kernels.built() else None)
     step = max(1, RANK_WALK_ELEMENTS // max(P, 1))
     labels = {}                        # the torch walk's labels, made once when needed
     for r0 in range(0, M if sets else 0, step):
         Db = D[r0:r0 + step]
-        walked = None if plan is None else compiled.rank_walk(
+        walked = None if plan is None else kernels.rank_walk(
             np.ascontiguousarray(Db.numpy()), plan[0], plan[1], U)
         if walked is None:
             blocks = _torch_walk(Db, sets, stats, U, labels)

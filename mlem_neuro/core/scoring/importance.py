@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from ...utils import warn_user
+from .. import kernels
 from ..constants import MIN_BLOCK_PAIRS  # noqa: F401  (tuning constants, defined there once)
 from ..memory import check_memory, memory_budget
 from ..ranks.grouped import MAX_GROUPS, PairCodes, distinct_rows, grouped_spearman
@@ -281,10 +282,8 @@ def _score(q, tz):
 
 def _compiled_score(flat, tz, shape):
     """:func:`_score` of the rows ``flat (R, P)`` by the compiled keys and scores
-    (:func:`mlem_neuro.core.training.compiled.sorted_scores`; rows with ties, or too close values,
+    (:func:`mlem_neuro.core.kernels.sorted_scores`; rows with ties, or too close values,
     recomputed here); ``None`` when it does not apply."""
-    from ..training import compiled
-
     R, P = flat.shape
     if tz.shape == shape:
         tzr, div = tz.reshape(-1, P), 1
@@ -294,8 +293,8 @@ def _compiled_score(flat, tz, shape):
         tzr, div = tz.reshape(1, P), R
     else:
         tzr, div = tz.expand(shape).reshape(-1, P), 1
-    out = compiled.sorted_scores(np.ascontiguousarray(flat.numpy()),
-                               np.ascontiguousarray(tzr.numpy()), div)
+    out = kernels.sorted_scores(np.ascontiguousarray(flat.numpy()),
+                              np.ascontiguousarray(tzr.numpy()), div)
     if out is None:
         return None
     rho, redo = torch.from_numpy(out[0]), torch.from_numpy(out[1])
@@ -502,14 +501,12 @@ def _compiled_feature_score(A, B, Wff, d_new, tz):
     """:func:`_score` of :func:`_feature_q` for the models ``A, B (Mc, P)``, ``Wff
     (Mc,)`` under the permuted distances ``d_new (K, P)``, the predictions computed with
     their packed keys in one compiled pass
-    (:func:`mlem_neuro.core.training.compiled.feature_scores`; rows with ties, or too close
+    (:func:`mlem_neuro.core.kernels.feature_scores`; rows with ties, or too close
     values, recomputed here); ``(Mc, K)`` or ``None``."""
-    from ..training import compiled
-
     Mc, K = A.shape[0], d_new.shape[0]
     if Mc == 0 or A.shape[-1] < 2:
         return None
-    out = compiled.feature_scores(*(np.ascontiguousarray(x.numpy()) for x in (A, B, Wff, d_new)))
+    out = kernels.feature_scores(*(np.ascontiguousarray(x.numpy()) for x in (A, B, Wff, d_new)))
     if out is None:
         return None
     score, q = out

@@ -38,11 +38,12 @@ import math
 import numpy as np
 import torch
 
+from .. import kernels
 from ..constants import DISTINCT_SAMPLE as _SAMPLE
 from ..constants import MAX_CELLS, MAX_LEVELS, MIN_LEVELS, N_BLOCKS, TARGET_CELLS
 from ..ranks import grouped
 from ..ranks.spearman import rankdata
-from ..training import batch_size, compiled
+from ..training import batch_size
 from ..training.metric import term_matrix
 from .pairs import pair_indices
 
@@ -297,7 +298,7 @@ class _BlockTargets:
         K = N_BLOCKS
         ranks = (values if ranked else rankdata(values)).to(torch.float64)
         # on the CPU one compiled pass (the same sums, in the same order)
-        tables = None if ranks.device.type != "cpu" else compiled.block_tables(
+        tables = None if ranks.device.type != "cpu" else kernels.block_tables(
             blocks.key.numpy(), blocks.block.numpy(), ranks.contiguous().numpy(),
             blocks.n_cells * K, K)
         if tables is not None:
