@@ -34,7 +34,14 @@ import warnings
 import nibabel as nib
 import numpy as np
 import pandas as pd
-from _common import add_device_argument, clock, describe, peak_rss_mib, warm_up
+from _common import (
+    add_device_argument,
+    add_optimiser_arguments,
+    clock,
+    describe,
+    peak_rss_mib,
+    warm_up,
+)
 
 import mlem_neuro
 import mlem_neuro.core.ranks.grouped as grouped
@@ -153,6 +160,7 @@ def run(imgs, table, mask_img, process, args):
                                           radius=6.0, cv=5, n_permutations=10,
                                           n_jobs=args.n_jobs, chunk_size=args.chunk_size,
                                           device=args.device, random_state=0,
+                                          lr=args.lr, patience=args.patience,
                                           verbose=args.verbose)
     return res, clock(args.device) - t0
 
@@ -197,6 +205,7 @@ def main():
     p.add_argument("--n-jobs", type=int, default=None)
     p.add_argument("--chunk-size", type=int, default=None)
     p.add_argument("--verbose", default="WARNING")
+    add_optimiser_arguments(p)
     add_device_argument(p)
     args = p.parse_args()
     warm_up(args.device)
