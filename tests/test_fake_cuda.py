@@ -33,7 +33,13 @@ from mlem_neuro.core.training import compiled
 from mlem_neuro.simulation import simulate_epochs, simulate_item_trials
 
 HERE = Path(__file__).parent
-FAST = dict(cv=3, n_repeats=1, max_steps=150, n_permutations=4, random_state=0)
+# the former step rule for every fit: with lr="auto" (0.1, patience 20 on grouped
+# designs) float rounding between the CUDA and the compiled CPU path flipped one model's
+# stopping step on the source-space design (20 stimuli, score 0.074 apart; every other
+# analysis equal to 1e-16); these tests compare the paths' arithmetic, which the rule
+# does not change (tests/test_backends.py checks the backends at the default rule)
+FAST = dict(cv=3, n_repeats=1, max_steps=150, n_permutations=4, random_state=0, lr=0.03,
+            patience=50)
 N_NULL = 3
 
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(),
