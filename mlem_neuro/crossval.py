@@ -73,7 +73,7 @@ from .core.scoring.nulls import (
     permuted_pairs,
 )
 from .core.stimuli.design import diagnose_design, warn_design
-from .core.stimuli.features import as_feature_table
+from .core.stimuli.features import as_feature_table, feature_space
 from .core.stimuli.pairs import kfold_stimuli, n_pairs, pair_indices
 from .core.training.engine import PairSetup, fit_stack
 from .core.training.metric import term_index, term_names
@@ -484,7 +484,7 @@ def fold_usable(options, table):
     some feature and agree in another)."""
     def usable(train, test):
         try:
-            space = options.feature_space().fit(table.iloc[train])
+            space = feature_space(options).fit(table.iloc[train])
         except ValueError:
             return False
         names = space.feature_names_
@@ -507,9 +507,9 @@ def _check_groups_kept(folds, groups):
 def _fold_space(options, table, train, k, n_folds):
     """The feature encoding fitted on fold ``k``'s training stimuli (errors name the fold)."""
     try:
-        return options.feature_space().fit(table.iloc[train])
+        return feature_space(options).fit(table.iloc[train])
     except ValueError as err:
-        full = options.feature_space()
+        full = feature_space(options)
         try:
             full.fit(table)
         except ValueError:
@@ -779,7 +779,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
     # before any fit, with what they do to the importances and tests
     # (a marginal test can move a nested feature: only the importances' sharing is said)
     conditional = opts.null == "conditional"
-    space = opts.feature_space().fit(table)
+    space = feature_space(opts).fit(table)
     findings = diagnose_design(table, space, groups)
     warn_design(findings, opts.n_null if conditional else 0, stacklevel=7)
     # features whose untestable conditional test the diagnostics have already explained

@@ -28,7 +28,7 @@ from .core.scoring.importance import (
     warn_unidentifiable_terms,
 )
 from .core.stimuli.design import design_message, diagnose_design
-from .core.stimuli.features import as_feature_table
+from .core.stimuli.features import as_feature_table, feature_space
 from .core.stimuli.pairs import linear_to_pair, n_pairs, pair_indices
 from .core.training.engine import fit_stack
 from .core.training.metric import term_index, term_names
@@ -251,7 +251,7 @@ class MLEM(BaseEstimator):
             X, table = self._check_Xy(X, y)
             _check_not_constant(X, self.distance)
             _check_batch_memory(X.shape[0], opts.batch_size)
-            space = opts.feature_space().fit(table)
+            space = feature_space(opts).fit(table)
             # the analyses' design diagnostics, with what they do to the importance
             for finding in diagnose_design(table, space):
                 warn_user(design_message(finding, 0))

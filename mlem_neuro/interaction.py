@@ -59,7 +59,7 @@ from .core.options import MLEMOptions, _is_int
 from .core.rdms.sources import DenseRDMSource, RankedRDMSource, SphereRDMSource
 from .core.scoring import fastnull
 from .core.scoring.nulls import exchange_units
-from .core.stimuli.features import as_feature_table
+from .core.stimuli.features import as_feature_table, feature_space
 from .utils import check_random_state, logger
 
 __all__ = ["interaction_test", "main_effects_design", "residual_basis"]
@@ -268,7 +268,7 @@ def _check_inputs(source, table, options, n_null):
         raise ValueError("interaction_test compares a model with interactions against the "
                          "diagonal (additive) one; options has constraint='diagonal'. Use "
                          "constraint='spd' (or 'none').")
-    space = options.feature_space().fit(table)
+    space = feature_space(options).fit(table)
     if len(space.feature_names_) < 2:
         raise ValueError("interaction_test needs at least 2 features (an interaction is "
                          f"between features); got {space.feature_names_}.")

@@ -12,6 +12,7 @@ import scipy.sparse as sp
 
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.rdms.sources import DenseRDMSource, SphereRDMSource
+from mlem_neuro.core.stimuli.features import feature_space
 from mlem_neuro.core.stimuli.pairs import pair_indices
 from mlem_neuro.interaction import (
     PatternNullSource,
@@ -92,7 +93,7 @@ def test_simulate_codes_errors(kw, match):
 def test_main_effects_design():
     table = pd.DataFrame({"a": pd.Categorical(["x", "y", "z", "x", "y", np.nan]),
                           "b": [0.0, 1.0, 2.0, 4.0, 3.0, 2.0]})
-    X = main_effects_design(MLEMOptions().feature_space().fit(table), table)
+    X = main_effects_design(feature_space(MLEMOptions()).fit(table), table)
     # intercept, 2 level indicators (first level dropped), missing indicator, numeric
     # value with its standardised square and cube
     assert X.shape == (6, 7)
@@ -105,7 +106,7 @@ def test_main_effects_design():
     # three distinct values: one power (one free effect per value); two: the value alone
     for values, width in (([0.0, 1.0, 2.0, 1.0, 0.0, 2.0], 2), ([0.0, 1.0] * 3, 1)):
         t = pd.DataFrame({"a": ["x", "y"] * 3, "b": values})
-        assert main_effects_design(MLEMOptions().feature_space().fit(t), t).shape == (
+        assert main_effects_design(feature_space(MLEMOptions()).fit(t), t).shape == (
             6, 2 + width)
 
 
@@ -117,7 +118,7 @@ def test_main_effects_keep_a_smooth_nonlinear_main_effect():
     table = pd.DataFrame({"c": rng.permutation(np.arange(40) % 4).astype(str),
                           "x": rng.uniform(0, 1.2, 40)})
     y = 1 - np.exp(-4 * table["x"].to_numpy())
-    X = main_effects_design(MLEMOptions().feature_space().fit(table), table)
+    X = main_effects_design(feature_space(MLEMOptions()).fit(table), table)
     Q = residual_basis(X)
     left = np.sum((Q.T @ y) ** 2) / np.sum((y - y.mean()) ** 2)
     linear = residual_basis(X[:, :5])                 # intercept, c, x: the linear code
@@ -133,7 +134,7 @@ def test_pattern_null_source(kind):
     rng = np.random.default_rng(0)
     n, M = 9, 3
     X, table = simulate_codes(n, ("binary", "numeric"), n_units=6, random_state=0)
-    space = MLEMOptions().feature_space().fit(table)
+    space = feature_space(MLEMOptions()).fit(table)
     D = main_effects_design(space, table)
     hat = D @ np.linalg.pinv(D)
     Q = residual_basis(D)

@@ -205,7 +205,7 @@ def test_grid_mini_batches_fit_as_the_torch_loop(monkeypatch, stopping):
 def test_grid_block_tables_are_the_torch_sums(monkeypatch):
     """The grid's per-block target tables from one compiled pass equal torch's
     scatter_add_ / index_add_ sums bit for bit (the same pairs added in the same order)."""
-    from mlem_neuro.core.stimuli.quantise import GridBlocks
+    from mlem_neuro.core.training.quantise import GridBlocks
 
     rng = np.random.default_rng(9)
     P, cells = 3000, 40

@@ -89,8 +89,7 @@ def test_modules_use_the_shared_constants_under_their_old_names():
     from mlem_neuro.core import memory
     from mlem_neuro.core.ranks import grouped
     from mlem_neuro.core.rdms import neural
-    from mlem_neuro.core.stimuli import quantise
-    from mlem_neuro.core.training import batch_size
+    from mlem_neuro.core.training import batch_size, quantise
 
     assert crossval.CHUNK_BYTES is constants.CHUNK_BYTES
     assert neural.CHUNK_BYTES is constants.NEURAL_CHUNK_BYTES

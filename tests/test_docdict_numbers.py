@@ -16,7 +16,7 @@ import pytest
 
 from mlem_neuro import _docs
 from mlem_neuro.core import constants as c
-from mlem_neuro.core.stimuli.quantise import choose_levels
+from mlem_neuro.core.training.quantise import choose_levels
 from mlem_neuro.crossval import resolve_n_repeats
 
 SOURCE = " ".join(Path(_docs.__file__).read_text().split())

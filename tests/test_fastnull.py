@@ -11,7 +11,7 @@ from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.ranks import grouped
 from mlem_neuro.core.rdms.sources import DenseRDMSource
 from mlem_neuro.core.scoring import fastnull
-from mlem_neuro.core.stimuli.features import FeatureSpace
+from mlem_neuro.core.stimuli.features import FeatureSpace, feature_space
 from mlem_neuro.core.training.engine import GroupedTargets
 from mlem_neuro.crossval import run_cv
 
@@ -236,7 +236,7 @@ def test_the_fast_path_is_used_only_where_it_applies():
         rows = []
         folds = crossval.check_cv(3, len(tab), np.random.default_rng(0))
         for f, (train, test) in enumerate(folds):
-            space = opts.feature_space().fit(tab.iloc[train])
+            space = feature_space(opts).fit(tab.iloc[train])
             rows.append(crossval.FoldPlan(f, train, test, space.transform(tab.iloc[train]),
                                           space.transform(tab.iloc[test]), 1 + f))
         plans = crossval._null_plans(rows, tab, opts, null)

@@ -1,8 +1,7 @@
 """The package's rooms and their layers: every top-level module and sub-package is a room
 (core's sub-packages one level deeper: ``core.training``, ``core.ranks``, ...), an
 import between two modules is an arrow between their rooms, and the arrows form no
-circle but the ones listed here, which are known debts (issue 40) and must shrink, never
-grow.  ``tests/test_imports.py`` checks the same for single modules.
+circle (the last ones were untied in issue 40).  ``tests/test_imports.py`` checks the same for single modules.
 
 Layers, bottom up: the leaves (``core.constants``, ``core.checks``), the compiled kernels
 (``core.kernels``), the rest of ``core`` (options, stimuli, ranks, rdms, training,
@@ -36,11 +35,9 @@ def room_graph():
     return edges
 
 
-#: the circles between rooms that remain (issue 40): MLEMOptions builds a FeatureSpace
-#: (options -> stimuli) and the grid of numeric distances lives in stimuli but calls the
-#: training's batch-size selection and term matrices (stimuli -> training -> options)
-KNOWN_CIRCLES = [["mlem_neuro.core.options", "mlem_neuro.core.stimuli",
-                  "mlem_neuro.core.training"]]
+#: the circles between rooms that remain (none since the grid of numeric distances moved
+#: into training and the options stopped building a FeatureSpace)
+KNOWN_CIRCLES = []
 
 #: core's arrows to the package's top level that remain (issue 40: one runtime object
 #: and provenance from return values would remove the last three)

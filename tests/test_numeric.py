@@ -15,9 +15,9 @@ from mlem_neuro.core.ranks.spearman import (
     standardize,
 )
 from mlem_neuro.core.rdms.neural import NeuralTargets
-from mlem_neuro.core.stimuli import quantise
 from mlem_neuro.core.stimuli.features import FeatureSpace
 from mlem_neuro.core.stimuli.pairs import pair_indices
+from mlem_neuro.core.training import quantise
 from mlem_neuro.core.training.engine import _StepTargets
 from mlem_neuro.simulation import simulate_representations
 

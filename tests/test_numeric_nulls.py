@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from mlem_neuro.core.scoring import fastnull
+from mlem_neuro.core.stimuli.features import feature_space
 
 
 def _one_hot_sums(tz, g, U):
@@ -239,7 +240,7 @@ def _plans(table, opts, folds, null):
 
     rows = []
     for f, (train, test) in enumerate(folds):
-        space = opts.feature_space().fit(table.iloc[train])
+        space = feature_space(opts).fit(table.iloc[train])
         rows.append(crossval.FoldPlan(f, train, test, space.transform(table.iloc[train]),
                                       space.transform(table.iloc[test]), 1 + f))
     return [p is not None for p in crossval._null_plans(rows, table, opts, null)]

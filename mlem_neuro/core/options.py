@@ -114,13 +114,6 @@ class MLEMOptions:
                     tol=self.tol, batch_size=self.batch_size,
                     numeric_levels=self.numeric_levels, backend=self.backend)
 
-    def feature_space(self):
-        """A new, unfitted :class:`~mlem_neuro.core.stimuli.features.FeatureSpace`."""
-        from .stimuli.features import FeatureSpace
-
-        return FeatureSpace(kinds=self.feature_kinds, groups=self.feature_groups,
-                            missing_distance=self.missing_distance)
-
     def to_settings(self):
         """JSON-serialisable record of every option (what a result stores)."""
         out = {}

@@ -27,7 +27,7 @@ def block_tables(key, block, ranks, n_keys, K):
     """The grid's per-block target tables of ``ranks (M, P)`` (float64 numpy): ``T (M,
     n_keys)``, ``S1`` and ``S2 (M, K)``, the sums of the ranks per key (cell and block)
     and of the ranks and squared ranks per block, added pair by pair in order as
-    :class:`~mlem_neuro.core.stimuli.quantise._BlockTargets` does in torch; ``None`` when
+    :class:`~mlem_neuro.core.training.quantise._BlockTargets` does in torch; ``None`` when
     the kernels are off."""
     if not _numba.USE_COMPILED:
         return None

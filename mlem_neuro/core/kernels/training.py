@@ -5,7 +5,7 @@ With categorical features and full batches (every training pair each step) a mod
 steps depend on that model alone: its grouped predictions, counts and target sums; so do
 they with the grid of numeric distances, whose mini-batches are unions of fixed blocks of
 pairs drawn at random, the same blocks for every model at a step
-(:class:`~mlem_neuro.core.stimuli.quantise.GridBlocks`): every step's blocks are drawn
+(:class:`~mlem_neuro.core.training.quantise.GridBlocks`): every step's blocks are drawn
 first, from the same stream.  :func:`_train_models` runs each model to its own stop: the
 metric ``W`` from the parameters and AdamW in float32, the predictions and the grouped
 soft Spearman in float64 (a weighted pool-adjacent-violators,

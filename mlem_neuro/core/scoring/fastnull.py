@@ -58,8 +58,9 @@ from ..constants import (
 from ..memory import memory_budget
 from ..ranks.grouped import MAX_GROUPS, few_rows, grouped_spearman
 from ..ranks.spearman import _EPS, rankdata, sort_with_ties, standardize
-from ..stimuli import quantise
+from ..stimuli.features import feature_space
 from ..stimuli.pairs import n_pairs, pair_indices
+from ..training import quantise
 from ..training.engine import fit_grouped
 from ..training.metric import term_index, term_weights
 from .importance import _fold
@@ -174,7 +175,7 @@ def grouped_like_observed(universe, relabellings, train, numeric_levels):
     distinct rows (a numeric feature's values): more than
     :func:`~mlem_neuro.core.ranks.grouped.few_rows` groups (its analysis trains pair by
     pair, or on the grid), or more than a grid would have
-    (:func:`~mlem_neuro.core.stimuli.quantise.prefers_grid`; counted as a change
+    (:func:`~mlem_neuro.core.training.quantise.prefers_grid`; counted as a change
     whenever the universe's distances could make a grid).  ``relabellings (R, n)``:
     under row ``r`` stimulus ``s`` takes the features of stimulus ``relabellings[r,
     s]``; ``numeric_levels``: the option."""
@@ -545,7 +546,7 @@ def interaction_scores(source, table, options, folds, constraints, progress=None
         return None
     plans = []
     for train, test in folds:
-        space = options.feature_space().fit(table.iloc[train])
+        space = feature_space(options).fit(table.iloc[train])
         universe = code_universe(space.transform(table))
         P = n_pairs(len(train))
         if universe is None or 4 * universe.n_rows > P or (

@@ -748,3 +748,11 @@ def _refit_numeric_scales(spec, sub, rows):
     if np.any(np.all(rng == 0, axis=1)):
         return None                                               # constant: refused
     return np.where(rng > 0, 1.0 / np.where(rng > 0, rng, 1), 0)
+
+
+def feature_space(options):
+    """A new, unfitted :class:`FeatureSpace` with the feature options of ``options`` (an
+    :class:`~mlem_neuro.core.options.MLEMOptions`: ``feature_kinds``, ``feature_groups``,
+    ``missing_distance``)."""
+    return FeatureSpace(kinds=options.feature_kinds, groups=options.feature_groups,
+                        missing_distance=options.missing_distance)

@@ -3,7 +3,7 @@ numba kernels of :mod:`mlem_neuro.core.kernels.training`.
 
 With categorical features and full batches (every training pair each step), or the grid
 of numeric distances in mini-batches of blocks
-(:class:`~mlem_neuro.core.stimuli.quantise.GridBlocks`), each model's steps depend on that
+(:class:`~mlem_neuro.core.training.quantise.GridBlocks`), each model's steps depend on that
 model alone: :func:`train` runs each model to its own stop in the kernels (the metric
 ``W`` from the parameters and AdamW in float32, the predictions and the grouped soft
 Spearman in float64, the gradient by hand and the stopping rule of
@@ -187,7 +187,7 @@ def train(data, m, fit_kw, dev, dtype, history=True):
 
 
 def _train_blocks(data, A, k, l, max_steps, n_iter, common):
-    """The grid's mini-batches of blocks (:class:`~mlem_neuro.core.stimuli.quantise.GridBlocks`):
+    """The grid's mini-batches of blocks (:class:`~mlem_neuro.core.training.quantise.GridBlocks`):
     every step's blocks are drawn before training, from the stream the torch loop draws
     them from; the stream is then left where that loop leaves it (one draw per step of
     the longest-training model)."""

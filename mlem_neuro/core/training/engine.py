@@ -45,9 +45,8 @@ from ..ranks.spearman import (
     soft_spearman,
     standardize,
 )
-from ..stimuli import quantise
 from ..stimuli.pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
-from . import compiled, reference
+from . import compiled, quantise, reference
 from .batch_size import select_batch_size
 from .metric import (
     init_params,

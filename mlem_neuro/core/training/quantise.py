@@ -43,9 +43,9 @@ from ..constants import DISTINCT_SAMPLE as _SAMPLE
 from ..constants import MAX_CELLS, MAX_LEVELS, MIN_LEVELS, N_BLOCKS, TARGET_CELLS
 from ..ranks import grouped
 from ..ranks.spearman import rankdata
-from ..training import batch_size
-from ..training.metric import term_matrix
-from .pairs import pair_indices
+from ..stimuli.pairs import pair_indices
+from . import batch_size
+from .metric import term_matrix
 
 
 def _distinct(col, cap=None):
