@@ -17,3 +17,22 @@ _spec = importlib.util.spec_from_file_location("_benchmarks_common", BENCHMARKS 
 _module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_module)
 globals().update({k: v for k, v in vars(_module).items() if not k.startswith("__")})
+
+
+def save_each(where, seeds, run, label):
+    """Run ``run(seed) -> dict of arrays`` for each of ``seeds`` not yet saved in the
+    folder ``where`` (``{seed}.npz``), saving each dataset as it comes (written aside,
+    then renamed: a run stopped midway leaves no partial file), so a stopped run resumes
+    where it stopped."""
+    import os
+
+    import numpy as np
+
+    os.makedirs(where, exist_ok=True)
+    for seed in seeds:
+        file = os.path.join(where, f"{seed}.npz")
+        if os.path.exists(file):
+            continue
+        np.savez(file + ".tmp.npz", **run(seed))
+        os.replace(file + ".tmp.npz", file)
+        print(f"{label} {seed}", flush=True)

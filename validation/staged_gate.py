@@ -52,6 +52,7 @@ import calib_defaults as cd
 import numpy as np
 import pandas as pd
 import torch
+from _common import save_each
 
 import mlem_neuro
 import mlem_neuro.inference as inference
@@ -118,16 +119,8 @@ def run_one(design, seed, amplitude):
 
 
 def collect(design, n_datasets, out, amplitude):
-    where = folder(out, design, amplitude)
-    os.makedirs(where, exist_ok=True)
-    for seed in range(n_datasets):
-        file = os.path.join(where, f"{seed}.npz")
-        if os.path.exists(file):
-            continue
-        arrays = run_one(design, seed, amplitude)
-        np.savez(file + ".tmp.npz", **arrays)
-        os.replace(file + ".tmp.npz", file)
-        print(f"{design} {seed}", flush=True)
+    save_each(folder(out, design, amplitude), range(n_datasets),
+              lambda seed: run_one(design, seed, amplitude), design)
 
 
 def saved(where):

@@ -37,6 +37,7 @@ import calib_defaults as cd
 import numpy as np
 import staged_gate as sg
 import torch
+from _common import save_each
 
 import mlem_neuro
 from mlem_neuro.crossval import resolve_n_repeats
@@ -74,17 +75,9 @@ def folder(out, design, amplitude):
 
 
 def collect(design, n_datasets, out, amplitude, part):
-    where = folder(out, design, amplitude)
-    os.makedirs(where, exist_ok=True)
     k, n_parts = part
-    for seed in range(k - 1, n_datasets, n_parts):
-        file = os.path.join(where, f"{seed}.npz")
-        if os.path.exists(file):
-            continue
-        arrays = run_one(design, seed, amplitude)
-        np.savez(file + ".tmp.npz", **arrays)
-        os.replace(file + ".tmp.npz", file)
-        print(f"{design} {seed}", flush=True)
+    save_each(folder(out, design, amplitude), range(k - 1, n_datasets, n_parts),
+              lambda seed: run_one(design, seed, amplitude), design)
 
 
 def report(out):
