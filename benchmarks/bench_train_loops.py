@@ -41,7 +41,6 @@ import torch
 from bench_numeric import simulate as simulate_numeric  # this folder
 
 import mlem_neuro
-from mlem_neuro.core.kernels import _numba
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.training.engine import fit_grouped
 from mlem_neuro.simulation import simulate_epochs
@@ -61,14 +60,14 @@ def cases():
     feats = feats.astype(str)
     num_data, num_table = simulate_numeric(200, 32, 20, 4, "numeric", 0.5, 0)
     return {
-        "time": lambda: mlem_neuro.mlem_array(data, table, times=times, random_state=0,
-                                              verbose="WARNING"),
-        "nulls": lambda: mlem_neuro.mlem_array(data, table, times=times, random_state=0,
-                                               n_null=20, verbose="WARNING"),
-        "spheres": lambda: mlem_neuro.mlem_searchlight(
-            imgs, feats, mask, radius=6.0, random_state=0, verbose="WARNING"),
-        "grid": lambda: mlem_neuro.mlem_array(num_data, num_table, random_state=0,
-                                              verbose="WARNING"),
+        "time": lambda b: mlem_neuro.mlem_array(data, table, times=times, random_state=0,
+                                                backend=b, verbose="WARNING"),
+        "nulls": lambda b: mlem_neuro.mlem_array(data, table, times=times, random_state=0,
+                                                 n_null=20, backend=b, verbose="WARNING"),
+        "spheres": lambda b: mlem_neuro.mlem_searchlight(
+            imgs, feats, mask, radius=6.0, random_state=0, backend=b, verbose="WARNING"),
+        "grid": lambda b: mlem_neuro.mlem_array(num_data, num_table, random_state=0,
+                                                backend=b, verbose="WARNING"),
     }
 
 
@@ -88,10 +87,9 @@ def per_step(loops):
             sums[i] = np.bincount(g, weights=r / np.linalg.norm(r), minlength=U)
         counts = torch.tensor(np.tile(counts, (M, 1)))
         sums = torch.tensor(sums)
-        opts = MLEMOptions(max_steps=steps, patience=10**6, tol=0.0)
         cost, W = {}, {}
-        for loop, use in loops.items():
-            _numba.USE_COMPILED = use
+        for loop, backend in loops.items():
+            opts = MLEMOptions(max_steps=steps, patience=10**6, tol=0.0, backend=backend)
             best = np.inf
             for _ in range(2):
                 c0 = time.process_time()
@@ -115,11 +113,10 @@ def main():
                         help="time one step per model on synthetic stacks instead")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    loops = {"compiled": True, "torch": False}
+    loops = {"compiled": "compiled", "torch": "torch"}
     print(f"torch {torch.__version__}, 1 thread, {args.rounds} rounds, CPU times")
     if args.per_step:
         per_step(loops)
-        _numba.USE_COMPILED = True
         return
     first = next(iter(loops))
     for name, run in cases().items():
@@ -127,13 +124,11 @@ def main():
             continue
         times, W = {k: [] for k in loops}, {}
         for _ in range(args.rounds):
-            for loop, use in loops.items():
-                _numba.USE_COMPILED = use
+            for loop, backend in loops.items():
                 c0 = time.process_time()
-                res = run()
+                res = run(backend)
                 times[loop].append(time.process_time() - c0)
                 W[loop], steps = res.fold_weights, res.n_iter
-        _numba.USE_COMPILED = True
         med = {k: np.median(v) for k, v in times.items()}
         print(f"{name:8s} " + "  ".join(f"{k} {v:6.2f} s" for k, v in med.items()) + "  "
               + "  ".join(f"{k}/{first} {med[k] / med[first]:4.2f}x" for k in loops

@@ -1,7 +1,8 @@
 """The package's rooms and their layers: every top-level module and sub-package is a room
 (core's sub-packages one level deeper: ``core.training``, ``core.ranks``, ...), an
 import between two modules is an arrow between their rooms, and the arrows form no
-circle (the last ones were untied in issue 40).  ``tests/test_imports.py`` checks the same for single modules.
+circle (the last ones were untied in issue 40).  ``tests/test_imports.py`` checks the
+same for single modules.
 
 Layers, bottom up: the leaves (``core.constants``, ``core.checks``), the compiled kernels
 (``core.kernels``), the rest of ``core`` (options, stimuli, ranks, rdms, training,
