@@ -185,8 +185,9 @@ AUTO_REFERENCE_FOLDS, AUTO_REFERENCE_STIMULI, AUTO_REFERENCE_MODELS = 20, 200, 1
 #: repeats: 10 of ``cv=2``); the scores and importances it reports use every fold.  Their
 #: null models are most of an analysis's cost, and ``"auto"`` gives up to 100 folds to
 #: small designs.  Measured side by side on the same datasets (``validation/test_folds.py``,
-#: 2026-11-29; method page, "How many folds the tests read"): power and calibration with
-#: 20 folds as with 100.
+#: 2026-11-29; method page, "How many folds the tests read"): on 70 XOR datasets the
+#: power of A / B / interactions 0.629 / 0.657 / 0.657 with 20 folds against 0.643 / 0.671
+#: / 0.657 with 100 (no difference significant), for five times fewer null fits.
 AUTO_TEST_FOLDS = 20
 #: the most repetitions of an int cv accepted (``n_repeats``), refused up front above it:
 #: twenty times the most that ``"auto"`` gives (50 repeats of ``cv=2``, 100 folds).  The
