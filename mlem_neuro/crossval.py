@@ -44,6 +44,8 @@ from .core.constants import (  # noqa: F401  (tuning constants, defined there on
     AUTO_REFERENCE_STIMULI,
     AUTO_TEST_FOLDS,
     CHUNK_BYTES,
+    MAIN_EFFECT_NULLS,
+    MAIN_EFFECT_NULLS_SHARE,
     MAX_CHUNK_MODELS,
     MAX_SPLIT_DRAWS,
     SPLITS_PER_REPEAT,
@@ -871,13 +873,21 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
     relabelled = null
     if null is not None and plans[0].null is not None:
         relabelled = np.argsort(null, axis=-1, kind="stable")
-    out.main_effect, main_null = _main_effects(source, enc_all, relabelled, opts, groups,
-                                               held)
-    out.feature_test = "importance" if main_null is None else main_null[0]
     if null is not None and opts.model_interactions and len(names) >= 2:
         # the seed of the test of interactions, which the inference layer runs
         # (:func:`mlem_neuro.inference.run_analysis`)
         out.interaction_seed = int(rng.integers(2**63 - 1))
+    # where the main effect may be a feature's whole test, more relabellings than the
+    # trained tests' (drawn last: nothing else depends on them)
+    n_main = _main_effect_nulls(opts, M, len(names))
+    if null is not None and n_main > opts.n_null:
+        more = null_permutations(enc_all, None, n_main - opts.n_null,
+                                 np.random.default_rng(int(rng.integers(2**63 - 1))),
+                                 design=design)
+        relabelled = np.concatenate([relabelled, more], axis=1)
+    out.main_effect, main_null = _main_effects(source, enc_all, relabelled, opts, groups,
+                                               held)
+    out.feature_test = "importance" if main_null is None else main_null[0]
     if staging:
         out.gate_open = np.asarray(stage(out), bool).reshape(M)
         _fit_gated_features(out, source, plans, opts, null, threads, desc, Parallel)
@@ -1152,11 +1162,13 @@ def _check_test_names(names):
 
 def _main_effects(source, enc, null, opts, groups, held):
     """Every feature's in-sample main effect ``(M, m)`` and, with tests and
-    ``feature_test`` other than ``"importance"``, ``(feature_test, null (M, m, n_null))``:
-    its null under the feature's own
-    relabellings (:mod:`~mlem_neuro.core.scoring.main_effect`), on the pairs that score the
-    folds (between groups when the held-out pairs are); ``(None, None)`` when the RDM of
-    all stimuli does not fit in memory (the test is then the importance alone, said)."""
+    ``feature_test`` other than ``"importance"``, ``(feature_test, null (M, m, R))``:
+    its null under the feature's own relabellings (the ``R`` of ``null (1 + m, R, n)``:
+    the trained tests' ``n_null`` first, then any drawn for the main effect alone,
+    :func:`_main_effect_nulls`; :mod:`~mlem_neuro.core.scoring.main_effect`), on the
+    pairs that score the folds (between groups when the held-out pairs are); ``(None,
+    None)`` when the RDM of all stimuli does not fit in memory (the test is then the
+    importance alone, said)."""
     n = source.n_stimuli
     if not _main_effects_fit(n):
         if null is not None and opts.feature_test != "importance":
@@ -1167,6 +1179,19 @@ def _main_effects(source, enc, null, opts, groups, held):
     use_null = null if null is not None and opts.feature_test != "importance" else None
     obs, nul = main_effect_tests(source, enc, use_null, columns, check_device(opts.device))
     return obs, (None if nul is None else (opts.feature_test, nul))
+
+
+def _main_effect_nulls(opts, M, m):
+    """Relabellings of the features' main-effect tests: ``max(n_null,``
+    :data:`~mlem_neuro.core.constants.MAIN_EFFECT_NULLS` ``)`` where the main effect may
+    be a feature's whole test (``feature_test`` ``"staged"`` or ``"main_effect"``) and the
+    null statistics of ``M`` models and ``m`` features fit in their share of the memory
+    budget (:data:`~mlem_neuro.core.constants.MAIN_EFFECT_NULLS_SHARE`); else ``n_null``."""
+    n = max(opts.n_null, MAIN_EFFECT_NULLS)
+    if (not opts.n_null or opts.feature_test not in ("staged", "main_effect")
+            or 8 * M * max(m, 1) * n > memory_budget() // MAIN_EFFECT_NULLS_SHARE):
+        return opts.n_null
+    return n
 
 
 def _add_tests(out, main_null=None):
@@ -1187,9 +1212,13 @@ def _add_tests(out, main_null=None):
             out.tests[name] = part
             continue
         kind, nul = main_null
-        main = (out.main_effect[:, f], nul[:, f].T)
+        n_null = null.shape[-1]
+        # the parts share the trained tests' null datasets (the first n_null); where the
+        # main effect is the whole test it reads every relabelling drawn for it
+        main = (out.main_effect[:, f], nul[:, f, :n_null].T)
         out.parts[name] = {"importance": part, "main_effect": main}
-        out.tests[name] = combine(*zip(part, main)) if kind == "combined" else main
+        out.tests[name] = (combine(*zip(part, main)) if kind == "combined"
+                           else (out.main_effect[:, f], nul[:, f].T))
 
 
 def _check_fold_scorable(f, enc_test, names, flat, random_split=False):
@@ -1284,6 +1313,10 @@ def result_settings(options, out, groups=None, **extra):
         settings["n_repeats_used"] = len(out.folds) // int(options.cv)
     if out.tests:                       # the first folds, whose statistics the tests read
         settings["n_test_folds"] = int(out.n_test_folds)
+        # the null datasets each test read: n_null, or more for a feature's main effect
+        # alone (MAIN_EFFECT_NULLS)
+        settings["n_null_used"] = {name: int(np.shape(t[1])[0])
+                                   for name, t in out.tests.items()}
     if out.n_repeats_capped:            # fewer distinct splits than repeats asked for
         settings["n_repeats_capped"] = out.n_repeats_capped
     if out.untestable:                  # why those tests' p-values are NaN

@@ -104,9 +104,13 @@ def _stage_feature_tests(out, gate):
         return out
     any_part = next(iter(out.parts.values()))["main_effect"][0]
     gate = np.broadcast_to(np.asarray(gate, bool), np.shape(any_part)).copy()
+    out.gate_open = gate
+    if not gate.any():
+        # the main effect alone in every model: out.tests keeps it on every relabelling
+        # drawn for it (MAIN_EFFECT_NULLS; the staged statistic's p-values, finer)
+        return out
     for name, parts in out.parts.items():
         out.tests[name] = staged(parts["importance"], parts["main_effect"], gate)
-    out.gate_open = gate
     return out
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy import stats
 
-from mlem_neuro.core.constants import STAGED_GATE
+from mlem_neuro.core.constants import MAIN_EFFECT_NULLS, STAGED_GATE
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.rdms.sources import DenseRDMSource
 from mlem_neuro.core.scoring.main_effect import (
@@ -171,7 +171,12 @@ def test_run_cv_combines_the_two_parts_and_importance_keeps_the_former_test():
         "combined", "importance", "main_effect")
     for name in ("a", "b"):             # the main effect alone: its own null
         np.testing.assert_allclose(main.tests[name][0], main.parts[name]["main_effect"][0])
-        np.testing.assert_allclose(main.tests[name][1], comb.parts[name]["main_effect"][1])
+        np.testing.assert_allclose(main.parts[name]["main_effect"][1],
+                                   comb.parts[name]["main_effect"][1])
+        # ... on every relabelling drawn for it: the trained tests' 9 first, then more
+        assert main.tests[name][1].shape == (MAIN_EFFECT_NULLS, 1)
+        assert comb.tests[name][1].shape == imp.tests[name][1].shape == (9, 1)
+        np.testing.assert_allclose(main.tests[name][1][:9], comb.parts[name]["main_effect"][1])
     for name in ("a", "b"):
         part, main = comb.parts[name]["importance"], comb.parts[name]["main_effect"]
         # the importance part is the former test, fit for fit
@@ -393,6 +398,14 @@ def test_staged_default_reads_the_test_of_interactions():
         # the features' null models were fitted where the gate is open only
         assert np.isnan(imp[1:, shut]).all() and np.isfinite(imp[:, ~shut]).all()
         both = np.maximum(_z(imp, ~shut), _z(main, slice(None)))
+        if shut.all():      # the main effect alone: on every relabelling drawn for it
+            obs, null = out.tests[name]
+            assert null.shape[0] == MAIN_EFFECT_NULLS
+            np.testing.assert_array_equal(null[:19], main[1:])
+            np.testing.assert_array_equal(p[:, names.index(name)], _perm_p(obs, null))
+            continue
+        # a gate open somewhere: every model reads the trained tests' 19 null datasets
+        assert out.tests[name][1].shape[0] == 19
         np.testing.assert_array_equal(p[shut, names.index(name)],
                                       _perm_p(main[0], main[1:])[shut])
         np.testing.assert_array_equal(p[~shut, names.index(name)],
@@ -461,8 +474,12 @@ def test_staged_without_interactions_to_find_is_the_main_effect():
     names, p, _ = out.pvalues()
     assert "interactions" not in names and not out.gate_open.any()
     for name in ("a", "b"):
-        np.testing.assert_array_equal(p[:, names.index(name)],
-                                      _perm_p(*out.parts[name]["main_effect"]))
+        obs, null = out.tests[name]
+        # the main effect alone, on its 9 null datasets and MAIN_EFFECT_NULLS - 9 more
+        np.testing.assert_array_equal(obs, out.parts[name]["main_effect"][0])
+        np.testing.assert_array_equal(null[:9], out.parts[name]["main_effect"][1])
+        assert null.shape[0] == MAIN_EFFECT_NULLS
+        np.testing.assert_array_equal(p[:, names.index(name)], _perm_p(obs, null))
 
 
 def test_staged_without_a_test_of_interactions_combines_everywhere(caplog):
@@ -523,3 +540,39 @@ def test_staged_gate_reads_the_family_wise_p_of_the_test_of_interactions(monkeyp
     for name in ("a", "b"):
         imp_null = out.parts[name]["importance"][1]
         assert np.isnan(imp_null[:, [0, 2]]).all() and np.isfinite(imp_null[:, 1]).all()
+
+
+def test_the_main_effect_alone_reads_more_relabellings_than_the_trained_tests(monkeypatch):
+    """Ground truth: ``a`` strongly encoded, ``b`` not.  Where a feature's test is its
+    main effect alone (the staged default with the gate shut), it reads
+    ``MAIN_EFFECT_NULLS`` relabellings, the trained tests' ``n_null`` first: ``a``
+    reaches ``p = 1 / (1 + MAIN_EFFECT_NULLS)`` where the score test stops at ``1 / (1 +
+    n_null)``.  When their null statistics do not fit in their share of the memory
+    budget, the main effect reads the trained tests' ``n_null``."""
+    from mlem_neuro import crossval
+
+    rng = np.random.default_rng(2)
+    X, table = _simulate(24, 0.0, rng)
+    source = DenseRDMSource(X[None], "euclidean")
+    opts = MLEMOptions(n_null=19, random_state=0, max_steps=40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = run_analysis(source, table, opts)
+    names, p, _ = out.pvalues()
+    assert not out.gate_open.any()
+    assert p[0, names.index("score")] == pytest.approx(1 / 20)
+    assert p[0, names.index("a")] == pytest.approx(1 / (1 + MAIN_EFFECT_NULLS))
+    assert p[0, names.index("b")] > 0.05
+    assert out.tests["a"][1].shape == (MAIN_EFFECT_NULLS, 1)
+    np.testing.assert_array_equal(out.tests["a"][1][:19], out.parts["a"]["main_effect"][1])
+    # a share of the budget too small for 1 model x 2 features x MAIN_EFFECT_NULLS
+    budget = crossval.memory_budget()
+    monkeypatch.setattr(crossval, "MAIN_EFFECT_NULLS_SHARE",
+                        budget // (8 * 2 * MAIN_EFFECT_NULLS) + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        small = run_analysis(source, table, opts)
+    names, p, _ = small.pvalues()
+    assert small.tests["a"][1].shape == (19, 1)
+    assert p[0, names.index("a")] == pytest.approx(1 / 20)
+    np.testing.assert_array_equal(small.tests["a"][0], out.tests["a"][0])

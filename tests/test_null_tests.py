@@ -8,6 +8,7 @@ from scipy import stats
 
 import mlem_neuro
 from mlem_neuro import mlem_array, read_result
+from mlem_neuro.core.constants import MAIN_EFFECT_NULLS
 from mlem_neuro.core.rdms.sources import DenseRDMSource
 from mlem_neuro.core.scoring.nulls import (
     null_permutations,
@@ -196,8 +197,15 @@ def test_no_null_by_default_and_observed_results_do_not_depend_on_n_null():
     assert res.settings["n_null"] == 9
     np.testing.assert_array_equal(res.fold_importance, ref.fold_importance)
     np.testing.assert_array_equal(res.fold_weights, ref.fold_weights)
-    grid = np.arange(1, 11) / 10                       # (1 + k) / (1 + n_null)
-    assert np.isin(np.round(res.pvalues, 12), grid).all()
+    # (1 + k) / (1 + R), R the test's null datasets: n_null for the trained tests, more
+    # for a feature whose test is its main effect alone (MAIN_EFFECT_NULLS)
+    used = res.settings["n_null_used"]
+    assert used["score"] == used["interactions"] == 9
+    for k, test in enumerate(res.tests):
+        R = used[test]
+        assert R in (9, MAIN_EFFECT_NULLS)
+        grid = np.arange(1, R + 2) / (R + 1)
+        assert np.isin(np.round(res.pvalues[:, k], 12), np.round(grid, 12)).all()
     assert (res.pvalues_fwe >= res.pvalues).all()
 
 

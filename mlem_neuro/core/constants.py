@@ -216,6 +216,22 @@ SPLITS_PER_REPEAT = 2
 #: analysis of 200, family-wise in 0.09 and none (``validation/staged_gate.py``,
 #: 2026-11-29; method page, "Where the gate opens").
 STAGED_GATE = 0.05
+#: relabellings of each feature's main-effect test where it is the feature's whole test
+#: (``feature_test="staged"`` with the gate shut in every model, or ``"main_effect"``):
+#: ``max(n_null, MAIN_EFFECT_NULLS)``, the first ``n_null`` those of the trained tests.
+#: The main effect needs no training (a partial rank correlation per relabelling), so its
+#: resolution need not be the trained tests'.  Measured side by side on the same datasets
+#: (``validation/feature_statistic.py --main-only``, 100 datasets per cell, 2026-11-29):
+#: with 99 relabellings it found a weak feature 0-8 points less often than a partial
+#: Mantel test with 999 permutations (binary 0.66 vs 0.72, IT-like ``position`` 0.42 vs
+#: 0.47, unbalanced 0.46 vs 0.54 at the next amplitude), with 999 as often (0.73 vs
+#: 0.72, 0.46 vs 0.47; unbalanced 0.11 vs 0.15): a p-value of ``1 / (1 + n)`` steps, and
+#: p < 0.05 means p <= 0.04 with 99.
+MAIN_EFFECT_NULLS = 999
+#: ... when their null statistics (models x features x relabellings, float64) fit in this
+#: share of the memory budget (else the trained tests' ``n_null``: a whole-brain
+#: searchlight's 64,292 spheres x 8 features x 999 would hold 4.1 GB).
+MAIN_EFFECT_NULLS_SHARE = 8
 #: quantile bins of a numeric feature when it defines the strata of another feature's null.
 NULL_BINS = 5
 #: relative size under which a feature's main-effect residual (its distance ranks once the

@@ -198,7 +198,9 @@ class BaseResult:
         -----
         A p-value is ``(1 + #null >= observed) / (1 + n_null)``, at least
         ``1 / (1 + n_null)``: with ``n_null=19`` none is below 0.05, and a warning says
-        so (use ``n_null=99`` or more).  With ``corrected="all"`` and ``k`` tests the
+        so (use ``n_null=99`` or more).  A feature's test that reads its main effect alone
+        reads more null datasets (``settings["n_null_used"]``, method page "The feature
+        test"), and its floor is theirs.  With ``corrected="all"`` and ``k`` tests the
         smallest is ``k / (1 + n_null)``, and the warning comes when that is not below
         ``alpha`` (4 tests need ``n_null >= 80``; 199 or more leaves room).
         """
@@ -206,7 +208,10 @@ class BaseResult:
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1]; got {alpha!r}")
         p = self._corrected_pvalues(corrected)
+        used = self.settings.get("n_null_used") or {}
         n_null = self.settings.get("n_null")
+        if used.get(test) is not None:        # this test's own null datasets
+            n_null = used[test]
         n_tests = int((~np.isnan(self.pvalues_fwe)).any(axis=0).sum()) \
             if corrected == "all" else 1
         if n_null is not None and n_tests > 1 and n_tests / (1 + n_null) >= alpha:

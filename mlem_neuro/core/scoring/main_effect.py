@@ -246,7 +246,9 @@ def staged(importance, main_effect, gate_open):
 
     ``importance`` and ``main_effect`` are ``(observed (M,), null (n_null, M))`` on the
     same null datasets; returns the same.  Where the gate is shut the p-value is the main
-    effect's own, as powerful as a partial Mantel test; where it is open the importance
+    effect's own, as powerful as a partial Mantel test (an analysis whose gate is shut in
+    every model reads it on more relabellings, ``MAIN_EFFECT_NULLS``: its p-values are
+    then the main effect's, not these); where it is open the importance
     (which sees what a feature does through an interaction, an XOR code) joins it.  The
     gate is read once per model on the observed data and holds for every null dataset of
     that model; the family-wise maximum over models compares each model's own statistic.

@@ -201,6 +201,8 @@ def permutation_pvalues(tests, tol=1e-12):
     tests : dict
         ``name -> (observed (M,), null (n_null, M))``: larger is more significant; the
         same null replicate ``r`` of every model must come from the same relabelling.
+        Tests may have different numbers of null datasets (a feature's main effect alone
+        reads more relabellings than the trained tests: ``MAIN_EFFECT_NULLS``).
     tol : float
         A null statistic within ``tol`` of the observed one counts as reaching it (so that
         rounding does not make p-values anti-conservative).
@@ -209,19 +211,20 @@ def permutation_pvalues(tests, tol=1e-12):
     -------
     names : list of str
     pvalues : ndarray (M, n_tests)
-        ``(1 + #{null >= observed}) / (1 + n_null)`` per model.
+        ``(1 + #{null >= observed}) / (1 + n_null)`` per model (``n_null`` the test's).
     pvalues_fwe : ndarray (M, n_tests)
         The same against the maximum over models of each null replicate: family-wise
         error control over models, per test.
     """
     names = list(tests)
     obs = np.stack([np.asarray(tests[t][0], dtype=float) for t in names], axis=1)
-    null = np.stack([np.asarray(tests[t][1], dtype=float) for t in names], axis=2)
-    n_null = null.shape[0]
-    thr = obs[None] - tol
-    p = (1.0 + (null >= thr).sum(axis=0)) / (1.0 + n_null)
-    peak = np.nanmax(null, axis=1)                       # (n_null, n_tests)
-    p_fwe = (1.0 + (peak[:, None, :] >= thr).sum(axis=0)) / (1.0 + n_null)
+    p, p_fwe = np.empty_like(obs), np.empty_like(obs)
+    for k, t in enumerate(names):                 # each test with its own null datasets
+        null = np.asarray(tests[t][1], dtype=float)
+        thr = obs[None, :, k] - tol
+        p[:, k] = (1.0 + (null >= thr).sum(axis=0)) / (1.0 + null.shape[0])
+        peak = np.nanmax(null, axis=1)
+        p_fwe[:, k] = (1.0 + (peak[:, None] >= thr).sum(axis=0)) / (1.0 + null.shape[0])
     bad = np.isnan(obs)
     p[bad] = p_fwe[bad] = np.nan
     return names, p, p_fwe
