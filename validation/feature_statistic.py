@@ -358,7 +358,7 @@ def it_pilot(n_groups=8, window=0.05, step=0.05, seed=0):
                 continue
             p = _fwe(obs, null)
             print(f"  {name:<8s} {label:<8s} smallest FWE p: before onset "
-                  f"{p[pre].min():.2f}, 100-450 ms {p[post].min():.2f}")
+                  f"{p[pre].min():.3g}, 100-450 ms {p[post].min():.3g}")
     # replication between two halves of the units (curves only, no tests)
     units = np.random.default_rng(seed + 1).permutation(data.shape[1])
     halves = [data[:, units[:len(units) // 2]], data[:, units[len(units) // 2:]]]

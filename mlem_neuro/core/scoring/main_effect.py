@@ -177,7 +177,9 @@ def main_effect_tests(source, enc, null, columns=None, device="cpu", chunk_bytes
     n, M, m = source.n_stimuli, source.n_models, effects.n_features
     P = n * (n - 1) // 2
     budget = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
-    per = max(1, int(budget // (8 * P * (2 + (0 if null is None else null.shape[1])))))
+    # a chunk holds its models' distances and centred ranks (and their products with a
+    # block of relabellings, (1 + q) columns each: small beside them)
+    per = max(1, int(budget // (8 * 3 * P)))
     obs = np.empty((M, m))
     nul = None if null is None else np.empty((M, m, null.shape[1]))
     everything = np.arange(n)
