@@ -32,7 +32,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..._provenance import note_training
 from ...utils import check_device, check_random_state, logger
 from ..constants import (
     FULL_BATCH_PAIRS,
@@ -490,6 +489,4 @@ def _train(data, m, fit_kw, dev, dtype, history=True):
     trains; its :class:`StackFit` names the backend and the step rule."""
     fit_kw = dict(fit_kw, **step_rule(data, fit_kw))
     backend = choose_backend(data, m, dev, dtype, fit_kw.get("backend", "auto"))
-    fit = backend.train(data, m, fit_kw, dev, dtype, history)
-    note_training(fit.backend)
-    return fit
+    return backend.train(data, m, fit_kw, dev, dtype, history)

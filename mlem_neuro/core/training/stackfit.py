@@ -52,6 +52,7 @@ class StackFit:
     lr: float
     patience: int
 
-    def step_rule(self):
-        """``{"lr": ..., "patience": ...}``: the step rule the models trained with."""
-        return {"lr": float(self.lr), "patience": int(self.patience)}
+    def trained_with(self):
+        """``(backend, lr, patience)``: what trained the models, as provenance records it
+        (:func:`mlem_neuro._provenance.collect`)."""
+        return (str(self.backend), float(self.lr), int(self.patience))
