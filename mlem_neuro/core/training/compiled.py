@@ -7,7 +7,7 @@ of numeric distances in mini-batches of blocks
 model alone: :func:`train` runs each model to its own stop in the kernels (the metric
 ``W`` from the parameters and AdamW in float32, the predictions and the grouped soft
 Spearman in float64, the gradient by hand and the stopping rule of
-:mod:`mlem_neuro.core.training.engine`; the kernels' module says how).  This module says
+:mod:`mlem_neuro.core.training.torch_loop`; the kernels' module says how).  This module says
 which designs it trains (:func:`available`), turns a design's batches (torch tensors) into
 the kernels' numpy arrays, draws the grid's blocks from the torch loop's stream, gives the
 stack its threads (:func:`threads_for`) and returns a
