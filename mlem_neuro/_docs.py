@@ -67,7 +67,8 @@ backend : "auto" | "compiled" | "torch" | "reference"
     :func:`torchsort.soft_rank`, :class:`torch.optim.AdamW`, one model at a time) that the
     others are tested against: slow, for checks.  A named backend that cannot train the
     design raises an error.
-    The paths used are recorded in ``res.provenance["training"]``.
+    The paths used are recorded in ``res.provenance["training"]`` (those of the null
+    models and of the test of interactions included).
 """, COMPILED_MAX_FEATURES=_c.COMPILED_MAX_FEATURES)
 
 docdict["batch_size"] = _numbers("""
@@ -441,6 +442,7 @@ lr : float | "auto"
     ``<PER_PAIR_LR>`` otherwise (numeric features, mini-batches): with categorical features
     the smaller step left one fit in ten short of its training optimum, while numeric
     designs recover an ill-conditioned metric more precisely with it (options page).
+    The rule used is recorded in ``res.provenance["step_rules"]``.
 """, GROUPED_LR=_c.GROUPED_STEP_RULE[0], PER_PAIR_LR=_c.PER_PAIR_STEP_RULE[0])
 
 # --------------------------------------------------------------------------------- M
@@ -785,6 +787,15 @@ tol : float
     keeps creeping up by tiny amounts: with ``tol=0`` training then nearly always runs
     ``max_steps`` (measured on searchlight spheres: median 1000 steps vs ~250 with the
     default).
+"""
+
+docdict["training"] = """
+training : list of (str, float, int) | None
+    What trained the models, the tests' null models and the test of interactions' fits
+    included: the ``(backend, lr, patience)`` of each fit, as the analysis gathered them
+    (:attr:`mlem_neuro.crossval.CVOutput.training`); recorded in :attr:`provenance`
+    (``"training"``: the backends, ``"step_rules"``: the step rules, ``lr="auto"`` and
+    ``patience="auto"`` resolved).  ``None``: not recorded.
 """
 
 # --------------------------------------------------------------------------------- V

@@ -1,15 +1,16 @@
 """What a result was computed with: versions, platform, device (``result.provenance``).
 
 Recorded when a result is created and saved with it, so a result read back says which
-software and machine made it.  A package already imported reports its own
+software and machine made it, and what trained its models: the backends and step rules
+that the fits returned (:class:`~mlem_neuro.core.training.stackfit.StackFit`), gathered
+by the analysis from the values its chunks and tests return (no side channel: fits that
+run in worker processes are recorded too).  A package already imported reports its own
 ``__version__`` (what runs, also from a source checkout or beside an older installed
 copy); the others are read from the installed distributions (``importlib.metadata``),
 without importing optional packages.
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 import platform
 import sys
@@ -41,30 +42,6 @@ def _installed_version(name):
         return None
 
 
-#: the training paths used in the current analysis chunk (:func:`recording`)
-_TRAINING = contextvars.ContextVar("mlem_neuro_training_paths", default=None)
-
-
-@contextlib.contextmanager
-def recording():
-    """Collect the training paths used inside the block: yields a set that
-    :func:`note_training` fills (per thread / task: a context variable)."""
-    used = set()
-    token = _TRAINING.set(used)
-    try:
-        yield used
-    finally:
-        _TRAINING.reset(token)
-
-
-def note_training(path):
-    """Record that ``path`` (e.g. ``"compiled loop (C)"``) trained models, when an
-    analysis is recording (:func:`recording`); otherwise nothing."""
-    used = _TRAINING.get()
-    if used is not None:
-        used.add(path)
-
-
 def collect(device=None, training=None):
     """The provenance of a result computed now on ``device`` (a dict of JSON values).
 
@@ -72,21 +49,35 @@ def collect(device=None, training=None):
     ``device`` (as the analysis was asked to run), ``torch_cuda`` (the CUDA version torch
     was built with, ``None`` for a CPU build), ``compiled_training`` (whether the
     package's compiled kernels, numba, were switched on; ``MLEM_NEURO_NO_COMPILED``
-    switches them off) and ``training`` (the training paths that actually trained the
-    analysis's models, e.g. ``["compiled loop (numba)", "torch (cpu)"]``; ``None`` when
-    not recorded).
+    switches them off), ``training`` (the backends that actually trained the analysis's
+    models, its tests' included, e.g. ``["compiled loop (numba)", "torch (cpu)"]``) and
+    ``step_rules`` (the step rules they trained with, ``lr="auto"`` and
+    ``patience="auto"`` resolved, e.g. ``[{"lr": 0.1, "patience": 20}]``); both ``None``
+    when not recorded.
+
+    Parameters
+    ----------
+    device : str | torch.device | None
+    training : iterable of (str, float, int) | None
+        What trained the models: ``(backend, lr, patience)`` of each fit
+        (:meth:`~mlem_neuro.core.training.stackfit.StackFit.trained_with`), repeats
+        allowed; ``None``: not recorded.
     """
     from .core import kernels
 
     torch_cuda = None
     if "torch" in sys.modules:
         torch_cuda = getattr(sys.modules["torch"].version, "cuda", None)
+    used = None if training is None else {(str(b), float(lr), int(p))
+                                          for b, lr, p in training}
     return dict(versions={name: _version(name) for name in PACKAGES},
                 python=platform.python_version(), platform=platform.platform(),
                 machine=platform.machine(),
                 device=None if device is None else str(device), torch_cuda=torch_cuda,
                 compiled_training=bool(kernels.built()),
-                training=None if training is None else sorted(training))
+                training=None if used is None else sorted({b for b, _, _ in used}),
+                step_rules=None if used is None else [
+                    dict(lr=lr, patience=p) for lr, p in sorted({u[1:] for u in used})])
 
 
 def check_recorded(provenance):
@@ -111,6 +102,11 @@ def check_recorded(provenance):
                                      and all(isinstance(t, str) for t in training)):
         raise ValueError("'provenance' field 'training' is not a list of strings "
                          f"({_short(training)})")
+    rules = provenance.get("step_rules")
+    if rules is not None and not (isinstance(rules, list) and all(
+            isinstance(r, dict) and set(r) == {"lr", "patience"} for r in rules)):
+        raise ValueError("'provenance' field 'step_rules' is not a list of "
+                         f"{{'lr': ..., 'patience': ...}} objects ({_short(rules)})")
     return provenance
 
 
@@ -127,6 +123,10 @@ def describe(provenance):
     device = provenance.get("device") or "cpu"
     trained = provenance.get("training")
     trained = f"; trained by {', '.join(trained)}" if trained else ""
+    rules = provenance.get("step_rules")
+    if trained and rules:
+        trained += " (" + ", ".join(f"lr {r['lr']:g}, patience {r['patience']}"
+                                    for r in rules) + ")"
     return (f"mlem_neuro {versions.get('mlem_neuro')}, torch {versions.get('torch')} "
             f"({device}), numpy {versions.get('numpy')}, python {provenance.get('python')} "
             f"on {provenance.get('platform')}{trained}")

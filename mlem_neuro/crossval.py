@@ -34,7 +34,6 @@ from joblib import effective_n_jobs
 
 from . import _projection
 from ._jobs import run_jobs as _run_jobs
-from ._provenance import recording
 from ._threads import call_with_threads, policy, torch_threads
 from .core.checks import check
 from .core.constants import (  # noqa: F401  (tuning constants, defined there once)
@@ -116,8 +115,12 @@ class CVOutput:
     held_out_pairs : str
         The held-out pairs that scored every fold: ``"all"`` or ``"between_groups"``
         (:func:`held_out_columns`).
-    training : set of str
-        The training paths that trained the models (:mod:`mlem_neuro._provenance`).
+    training : set of (str, float, int)
+        What trained the models, the null models and the test of interactions' fits
+        included: the ``(backend, lr, patience)`` of each fit
+        (:meth:`~mlem_neuro.core.training.stackfit.StackFit.trained_with`), gathered from
+        what the chunks return; a result records it in its provenance
+        (:func:`result_tests`, :mod:`mlem_neuro._provenance`).
     interaction_seed : int | None
         With tests of a model with interactions, the seed of the test of interactions
         that :func:`mlem_neuro.inference.run_analysis` adds to :attr:`tests`.
@@ -531,18 +534,8 @@ def _fold_setup(enc_train, options, seed):
                      check_device(options.device), torch.float32)
 
 
-def _fit_chunk(*args, **kwargs):
-    """:func:`_train_chunk`, with the training paths that trained its models recorded in
-    the result's ``"training"`` (:mod:`mlem_neuro._provenance`; returned, since chunks may
-    run in other processes)."""
-    with recording() as used:
-        out = _train_chunk(*args, **kwargs)
-    out["training"] = sorted(used)
-    return out
-
-
-def _train_chunk(source, enc_train, enc_test, train, test, options, seed, null=None,
-                 setup=None, plan=None, held=None, tests=None):
+def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=None,
+               setup=None, plan=None, held=None, tests=None):
     """Train one chunk of models on training pairs; score and permute on held-out pairs.
 
     ``null`` (relabellings ``(n_tests, n_null, n)``) adds every model's null models to the
@@ -554,7 +547,9 @@ def _train_chunk(source, enc_train, enc_test, train, test, options, seed, null=N
     when the fold's chunks share one, skips recomputing it.  ``held`` (columns of the
     held-out pairs, :func:`held_out_columns`) scores the fold on those pairs only.
     ``tests``: which tests the rows of ``null`` are (``0`` the score, ``1 + f`` feature
-    ``f``; ``None``: all, in order).
+    ``f``; ``None``: all, in order).  The returned dict's ``"training"`` says what
+    trained its models (:attr:`CVOutput.training`; returned, since chunks may run in
+    other processes).
     """
     # separate streams: training draws as many batches as its slowest model needs
     train_seq, perm_seq = np.random.SeedSequence(seed).spawn(2)
@@ -591,14 +586,15 @@ def _train_chunk(source, enc_train, enc_test, train, test, options, seed, null=N
     out = dict(W=W if not relabel_data else W[:, 0], score=base.cpu().numpy(),
                importance=drops.mean(axis=-1), importance_perm_std=std,
                n_iter=_observed(fit.n_iter, W), converged=_observed(fit.converged, W),
-               batch_size=fit.batch_size)
+               batch_size=fit.batch_size, training={fit.trained_with()})
     if relabel_data:
         out["null"] = _null_statistics(W[:, 1:], everything, null, test, options, stat,
                                        perm_seq, len(test), len(i), held, tests)
     elif null is not None:
-        out["null"] = fastnull.null_statistics(plan.universe, null, target_train, target_test,
-                                               train, test, options, perm_seq, held,
-                                               plan.scales, tests)
+        out["null"], trained = fastnull.null_statistics(
+            plan.universe, null, target_train, target_test, train, test, options, perm_seq,
+            held, plan.scales, tests)
+        out["training"] |= trained
     if flat.any():              # Spearman of a constant RDM is undefined, not 0
         for key in ("score", "importance", "importance_perm_std", "null"):
             if key in out:
@@ -939,7 +935,7 @@ def _fit_gated_features(out, source, plans, opts, null, threads, desc, Parallel)
     chunks = [(plan.index, sl) for plan in plans for sl in plan.chunks]
     for (f, sl), r in zip(chunks, results):
         out.fold_null[f, models[sl][:, None], tests[None, :]] = r["null"]
-        out.training.update(r.get("training", ()))
+        out.training.update(r["training"])
 
 
 def _main_effects_fit(n):
@@ -1286,7 +1282,7 @@ def _collect(plans, results, folds, terms, names, M, nulls=None, n_test=0):
             out.fold_null[f, sl][:, tests] = r["null"]
         if sl.start == 0:
             out.batch_size.append(r["batch_size"])
-        out.training.update(r.get("training", ()))
+        out.training.update(r["training"])
     out.n_test_folds = n_test
     return out
 
@@ -1302,7 +1298,6 @@ def result_settings(options, out, groups=None, **extra):
                     batch_size_used=[int(b) for b in out.batch_size],
                     converged_fraction=float(np.mean(out.converged)))
     settings["held_out_pairs_used"] = out.held_out_pairs
-    settings["training_used"] = sorted(out.training)
     # what each feature's test read: the combined statistic, or the importance alone (by
     # choice, without tests, or when the main effects did not fit in memory)
     settings["feature_test_used"] = out.feature_test if out.tests else None
@@ -1327,10 +1322,12 @@ def result_settings(options, out, groups=None, **extra):
 
 def result_tests(out):
     """The ``tests``, ``pvalues`` and ``pvalues_fwe`` a result takes from ``out`` (all
-    ``None`` when no null was computed), and its ``main_effect`` (``None`` when not
-    computed)."""
+    ``None`` when no null was computed), its ``main_effect`` (``None`` when not
+    computed) and its ``training`` (:attr:`CVOutput.training`, which the result records
+    in its provenance)."""
     names, p, p_fwe = out.pvalues()
-    return dict(tests=names, pvalues=p, pvalues_fwe=p_fwe, main_effect=out.main_effect)
+    return dict(tests=names, pvalues=p, pvalues_fwe=p_fwe, main_effect=out.main_effect,
+                training=sorted(out.training))
 
 
 def cv_settings(cv, folds):

@@ -11,6 +11,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from ._docs import fill_doc
+from ._provenance import collect as collect_provenance
 from ._threads import limit_threads
 from .core.checks import check
 from .core.constants import MIN_BLOCK_PAIRS, PRECOMPUTED_PAIR_BYTES, TRAIN_PAIR_BYTES
@@ -108,6 +109,13 @@ class MLEM(BaseEstimator):
         Pairs per training step actually used.
     feature_space_ : FeatureSpace
         The fitted feature encoding (kinds and scaling learnt on the training stimuli).
+    provenance_ : dict
+        What the fit was computed with, as an analysis's result records it
+        (:func:`mlem_neuro._provenance.collect`): versions, platform, device, and what
+        trained the model: ``provenance_["training"]`` names the backend (e.g.
+        ``["compiled loop (numba)"]``), ``provenance_["step_rules"]`` the step rule
+        (``lr="auto"`` and ``patience="auto"`` resolved, e.g.
+        ``[{"lr": 0.1, "patience": 20}]``).
     """
 
     def __init__(self, constraint="spd", interactions=True, distance="euclidean",
@@ -267,6 +275,7 @@ class MLEM(BaseEstimator):
             self.history_ = res.history[0, : self.n_iter_]
             self.train_score_ = float(res.best_score[0])
             self.batch_size_ = res.batch_size
+            self.provenance_ = collect_provenance(opts.device, [res.trained_with()])
             logger.info("MLEM fit: %d stimuli, %d features, %d steps (%s), training soft "
                         "Spearman %.3f", X.shape[0], len(self.terms_), self.n_iter_,
                         "early-stopped" if self.converged_ else "max_steps reached",

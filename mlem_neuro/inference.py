@@ -78,8 +78,9 @@ def _interactions(out, source, features, opts, groups, desc):
     # its own progress is silenced (it repeats the analysis's): say what runs
     logger.info("MLEM: test of interactions, %d %s x %d null dataset(s) x 2 fits", M, desc,
                 opts.n_null)
-    obs, nul = _interaction_test(source, features, opts, groups, out.interaction_seed,
-                                 out.folds[:out.n_test_folds])
+    obs, nul, trained = _interaction_test(source, features, opts, groups,
+                                          out.interaction_seed, out.folds[:out.n_test_folds])
+    out.training |= trained                  # the analysis records its fits too
     undefined = np.isnan(out.score).any(axis=0)
     obs, nul = np.where(undefined, np.nan, obs), np.where(undefined, np.nan, nul)
     out.tests["interactions"] = (obs, nul)
@@ -117,11 +118,13 @@ def _stage_feature_tests(out, gate):
 def _interaction_test(source, table, opts, groups, seed, folds):
     """Observed and null statistics of the non-additivity test on ``folds`` (those of the
     analysis that its tests read; its warnings and messages repeat those of the analysis,
-    so they are silenced; its own progress bar, over blocks of models, shows at INFO)."""
+    so they are silenced; its own progress bar, over blocks of models, shows at INFO),
+    and what trained its fits."""
     from .interaction import interaction_test
 
     progress = logger.isEnabledFor(logging.INFO)
     with warnings.catch_warnings(), use_log_level("WARNING"):
         warnings.simplefilter("ignore", UserWarning)
         return interaction_test(source, table, opts, groups=groups, n_null=opts.n_null,
-                                random_state=seed, progress=progress, folds=folds)
+                                random_state=seed, progress=progress, folds=folds,
+                                return_training=True)

@@ -214,7 +214,8 @@ class PatternNullSource:
 
 def _scores_by_blocks(null_source, table, options, common, constraints, groups):
     """Fold-mean held-out Spearman ``(len(constraints), n_models)`` of the models of
-    ``null_source`` fitted with each constraint by :func:`~mlem_neuro.crossval.run_cv`.
+    ``null_source`` fitted with each constraint by :func:`~mlem_neuro.crossval.run_cv`,
+    and what trained them (:attr:`~mlem_neuro.crossval.CVOutput.training`).
 
     The models go in blocks (an eighth of the memory budget for their RDMs of all
     stimuli and one sort of each): each block's datasets are built, their RDMs of all
@@ -228,6 +229,7 @@ def _scores_by_blocks(null_source, table, options, common, constraints, groups):
     n, N = null_source.n_stimuli, null_source.n_models
     block = max(1, memory_budget() // 8 // (64 * n_pairs(n)))   # RDM, sort, tie groups
     scores = np.empty((len(constraints), N))
+    training = set()
     for lo in range(0, N, block):
         models = np.arange(lo, min(lo + block, N))
         rdms = RankedRDMSource(null_source.subset(models).rdm(np.arange(n)).numpy())
@@ -236,7 +238,8 @@ def _scores_by_blocks(null_source, table, options, common, constraints, groups):
                                        interactions=constraint != "diagonal", **common)
             out = run_cv(rdms, table, opts, groups=groups, desc="interaction-test models")
             scores[c, models] = out.score.mean(axis=0)
-    return scores
+            training |= out.training
+    return scores, training
 
 
 def _patterns(source):
@@ -276,7 +279,7 @@ def _check_inputs(source, table, options, n_null):
 
 
 def interaction_test(source, features, options, *, groups=None, n_null, random_state=None,
-                     progress=None, folds=None):
+                     progress=None, folds=None, return_training=False):
     """Permutation test of non-additivity: do the features interact in the geometry?
 
     The statistic of each model is the fold-mean held-out Spearman of the model with
@@ -318,6 +321,8 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
         (:attr:`~mlem_neuro.crossval.CVOutput.folds`); ``None`` draws them from
         ``options`` (``cv``, ``n_repeats``, ``random_state``, ``groups``), as
         :func:`~mlem_neuro.crossval.run_cv` does.  Ignored with ``options.cv=None``.
+    return_training : bool
+        Also return what trained the fits (an analysis records it in its provenance).
 
     Returns
     -------
@@ -327,6 +332,9 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
         Statistic of each null dataset; row ``b`` uses the same permutation for every
         model.  The p-value of model ``m`` is
         ``(1 + (null[:, m] >= observed[m]).sum()) / (1 + n_null)``.
+    training : set of (str, float, int)
+        With ``return_training``: the ``(backend, lr, patience)`` of every fit
+        (:meth:`~mlem_neuro.core.training.stackfit.StackFit.trained_with`).
 
     Notes
     -----
@@ -375,10 +383,13 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     constraints = (options.constraint, "diagonal")
     # categorical designs on full batches: each null dataset's RDM, ranks and row sums
     # once for both fits (the numbers of run_cv up to rounding)
-    scores = fastnull.interaction_scores(null_source, table, options, folds, constraints,
+    fitted = fastnull.interaction_scores(null_source, table, options, folds, constraints,
                                          progress=progress)
-    if scores is None:
-        scores = _scores_by_blocks(null_source, table, options, common, constraints, groups)
+    if fitted is None:
+        fitted = _scores_by_blocks(null_source, table, options, common, constraints, groups)
+    scores, training = fitted
     scores = np.asarray(scores).reshape(2, n_null + 1, M)
     stat = scores[0] - scores[1]
+    if return_training:
+        return stat[0], np.ascontiguousarray(stat[1:]), training
     return stat[0], np.ascontiguousarray(stat[1:])

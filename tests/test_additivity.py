@@ -215,7 +215,9 @@ def test_blocks_of_null_datasets_do_not_change_the_test(numeric, monkeypatch):
     # the distances' own analysis, dataset by dataset
     null_source = PatternNullSource(src, np.eye(24)[:, :20], np.tile(np.arange(20), (2, 1)))
     common = dict(cv=3, n_repeats=1, random_state=0, level="feature", n_permutations=1)
-    got = _scores_by_blocks(null_source, table, opts, common, ("spd", "diagonal"), None)
+    got, trained = _scores_by_blocks(null_source, table, opts, common, ("spd", "diagonal"),
+                                     None)
+    assert trained == {("torch (cpu)", 0.03, 50)}       # mini-batches: the per-pair rule
     d = CondensedRDMSource(null_source.rdm(np.arange(24)).numpy())
     for c, constraint in enumerate(("spd", "diagonal")):
         o = dataclasses.replace(opts, constraint=constraint,

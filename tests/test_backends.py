@@ -1,5 +1,6 @@
 """Explicit training backends: ``backend=`` chooses the training path, ``"auto"`` decides
-in one function (:func:`mlem_neuro.core.training.engine.choose_backend`), every backend trains
+in one function (:func:`mlem_neuro.core.training.backends.choose_backend`) reading one
+table (:data:`~mlem_neuro.core.training.backends.BACKENDS`), every backend trains
 the models the reference backend trains (:mod:`mlem_neuro.core.training.reference`: torch
 autograd, ``torchsort.soft_rank``, ``torch.optim.AdamW``) on a matrix of designs, and a
 backend that cannot train a design says why."""
@@ -8,8 +9,9 @@ import pandas as pd
 import pytest
 
 import mlem_neuro
+from mlem_neuro.core import checks
 from mlem_neuro.core.kernels import _numba
-from mlem_neuro.core.training import engine
+from mlem_neuro.core.training import backends, engine
 
 # fixed step counts (no early stopping): the fits compare step by step
 KW = dict(cv=2, n_repeats=1, max_steps=100, patience=1000, tol=0.0, random_state=0,
@@ -78,6 +80,39 @@ def test_every_backend_trains_the_models_the_reference_trains(design, seed):
                                    err_msg=backend)
         if kw.get("n_null"):
             np.testing.assert_array_equal(res.pvalues, ref.pvalues, err_msg=backend)
+
+
+def test_one_table_of_backends_with_the_options_words_and_one_interface():
+    """The table's names are the option's words (checked once, in core.checks), each row
+    is a module with the one interface, and the recorded names are those results have
+    always written (saved results read the same)."""
+    assert ("auto", *backends.BACKENDS) == checks.BACKENDS
+    for name, backend in backends.BACKENDS.items():
+        assert backend.name == name and callable(backend.module.train)
+        assert backend.record("cpu") == NAMES[name]
+    assert engine.BACKEND_NAMES["compiled"] == "compiled loop (numba)"
+    assert backends.BACKENDS["torch"].record("cuda") == "torch (cuda)"
+    # "auto" may pick the compiled loop and torch, never the reference
+    assert [b.name for b in backends.BACKENDS.values() if b.auto] == ["compiled", "torch"]
+
+
+def test_every_backend_returns_what_trained_it():
+    """Each backend's fit names itself and the step rule it used (resolved from "auto"):
+    what the analyses record, from the return value."""
+    import torch
+
+    from mlem_neuro.core.options import MLEMOptions
+
+    rng = np.random.default_rng(0)
+    D = torch.tensor([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+    counts = torch.tensor([[10.0, 12.0, 6.0]] * 2)
+    sums = torch.as_tensor(rng.standard_normal((2, 3)))
+    for name in backends.BACKENDS:
+        fit = engine.fit_grouped(D, counts, sums, MLEMOptions(max_steps=3, backend=name))
+        assert fit.trained_with() == (NAMES[name], 0.1, 20), name
+        fit = engine.fit_grouped(D, counts, sums, MLEMOptions(max_steps=3, backend=name,
+                                                               lr=0.05, patience=7))
+        assert (fit.backend, fit.lr, fit.patience) == (NAMES[name], 0.05, 7), name
 
 
 def test_the_grid_design_trains_on_mini_batches():

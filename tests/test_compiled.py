@@ -15,7 +15,7 @@ from mlem_neuro.core.ranks.grouped import grouped_soft_spearman
 from mlem_neuro.core.rdms.neural import NeuralTargets
 from mlem_neuro.core.rdms.sources import DenseRDMSource
 from mlem_neuro.core.stimuli.features import FeatureSpace
-from mlem_neuro.core.training import compiled, engine
+from mlem_neuro.core.training import compiled
 from mlem_neuro.core.training.engine import fit_grouped, fit_stack
 from mlem_neuro.core.training.metric import (
     make_W,
@@ -154,7 +154,7 @@ def test_engine_uses_it_by_default(monkeypatch):
     enc, targets = _design()
     seen = []
     real = compiled.available
-    monkeypatch.setattr(engine.compiled, "available",
+    monkeypatch.setattr(compiled, "available",
                         lambda *a: seen.append(real(*a)) or seen[-1])
     fit_stack(enc, targets, MLEMOptions(max_steps=5), random_state=0)
     assert seen == [True]

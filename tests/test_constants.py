@@ -12,7 +12,7 @@ import mlem_neuro
 from mlem_neuro.core import checks, constants
 from mlem_neuro.core.kernels import training as kernel_training
 from mlem_neuro.core.ranks import spearman
-from mlem_neuro.core.training import compiled, engine, reference
+from mlem_neuro.core.training import compiled, reference, torch_loop
 
 ROOT = Path(mlem_neuro.__file__).parent
 #: ALL-CAPS numbers that are not tuning numbers, each with what it is
@@ -113,8 +113,9 @@ def test_the_vocabulary_is_defined_once():
                 assert tuple(e.value for e in node.elts) not in lists, (rel, node.lineno)
 
 def test_python_paths_use_the_shared_constants():
-    assert engine._BETA1 is constants.ADAM_BETA1 and engine._BETA2 is constants.ADAM_BETA2
-    assert engine._ADAM_EPS == constants.ADAM_EPS
+    assert torch_loop._BETA1 is constants.ADAM_BETA1
+    assert torch_loop._BETA2 is constants.ADAM_BETA2
+    assert torch_loop._ADAM_EPS == constants.ADAM_EPS
     assert spearman.SOFT_RANK_STRENGTH == constants.SOFT_RANK_STRENGTH
     assert reference.ADAM_BETA1 is constants.ADAM_BETA1
     assert reference.SOFT_RANK_STRENGTH == constants.SOFT_RANK_STRENGTH

@@ -98,6 +98,8 @@ def test_no_import_circles():
     ("mlem_neuro.crossval", "mlem_neuro.inference"),
     ("mlem_neuro.core.training.compiled", "mlem_neuro.core.training.engine"),
     ("mlem_neuro.core.training.reference", "mlem_neuro.core.training.engine"),
+    ("mlem_neuro.core.training.torch_loop", "mlem_neuro.core.training.engine"),
+    ("mlem_neuro.core.training.backends", "mlem_neuro.core.training.engine"),
     ("mlem_neuro.core.kernels.training", "mlem_neuro.core.training.compiled"),
 ])
 def test_lower_layers_do_not_import_upper_ones(lower, upper):

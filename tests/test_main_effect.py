@@ -524,7 +524,7 @@ def test_staged_gate_reads_the_family_wise_p_of_the_test_of_interactions(monkeyp
     null[:, 2] = np.linspace(0.0, 2.0, n_null)        # model 2 holds the null maxima
 
     def fake_test(source, features, opts, groups, seed, folds):
-        return np.array([1.5, 3.0, 0.0]), null.copy()
+        return np.array([1.5, 3.0, 0.0]), null.copy(), set()
 
     monkeypatch.setattr(inference, "_interaction_test", fake_test)
     opts = MLEMOptions(n_null=n_null, random_state=0, max_steps=40)

@@ -111,7 +111,7 @@ def test_the_table_covers_every_option_and_every_check():
 #: raises about a registered parameter outside the registry, each with its reason
 RAISES_ELSEWHERE = {
     # the backends a design can use on its device: narrower than the registry's list
-    ("core/training/engine.py", "backend"),
+    ("core/training/backends.py", "backend"),
 }
 
 

@@ -76,7 +76,8 @@ def main():
         W = np.broadcast_to(np.eye(m) / np.sqrt(m), (M, m, m)).copy()
         return engine.StackFit(W=W, n_iter=np.zeros(M, dtype=int),
                                converged=np.ones(M, dtype=bool), history=None,
-                               best_score=np.zeros(M), batch_size=0, full_batch=True)
+                               best_score=np.zeros(M), batch_size=0, full_batch=True,
+                               backend="stub", lr=0.0, patience=0)
 
     inter = {"cpu": 0.0}
     real_inter = fastnull.interaction_scores

@@ -45,8 +45,9 @@ HELD_OUT_PAIRS = ("auto", "all", "between_groups")
 #: held-out importance alone; ``"main_effect"`` the main effect alone (a conditional partial
 #: Mantel test: no power for a feature that acts only through an interaction)
 FEATURE_TESTS = ("staged", "combined", "importance", "main_effect")
-#: the training paths (:func:`mlem_neuro.core.training.engine.choose_backend`); ``"auto"`` picks
-#: the fastest one that can train the design on its device
+#: the training paths: the names of the table of backends
+#: (:data:`mlem_neuro.core.training.backends.BACKENDS`, checked against these when it is
+#: built); ``"auto"`` picks the fastest one that can train the design on its device
 BACKENDS = ("auto", "compiled", "torch", "reference")
 FEATURE_KINDS = ("categorical", "ordinal", "numeric")
 #: what :func:`mlem_neuro.stats.permutation_cluster_test` tests

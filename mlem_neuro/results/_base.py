@@ -67,6 +67,7 @@ class BaseResult:
     %(pvalues)s
     %(pvalues_fwe)s
     %(main_effect)s
+    %(training)s
 
     Attributes
     ----------
@@ -78,7 +79,7 @@ class BaseResult:
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, tests=None, pvalues=None,
-                 pvalues_fwe=None, main_effect=None):
+                 pvalues_fwe=None, main_effect=None, training=None):
         for name, values in (("fold_importance", fold_importance),
                              ("fold_score", fold_score), ("fold_weights", fold_weights),
                              ("pvalues", pvalues), ("pvalues_fwe", pvalues_fwe),
@@ -118,8 +119,7 @@ class BaseResult:
                                  f"{self.feature_names}; got {self.main_effect.shape}")
         #: what the result was computed with (versions, platform, device): collected now,
         #: or read back from the file (:mod:`mlem_neuro._provenance`)
-        self.provenance = collect_provenance(self.settings.get("device"),
-                                             self.settings.get("training_used"))
+        self.provenance = collect_provenance(self.settings.get("device"), training)
 
     def _set_tests(self, tests, pvalues, pvalues_fwe, M):
         given = [x is not None for x in (tests, pvalues, pvalues_fwe)]

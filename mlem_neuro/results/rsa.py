@@ -57,6 +57,8 @@ class RSATimeCourseResult(TimeCourseResult):
     %(pvalues_fwe)s
     main_effect : None
         Unused by RSA (its statistic is already each feature's RDM correlation).
+    training : None
+        Unused by RSA (nothing is trained).
 
     Attributes
     ----------
@@ -148,6 +150,8 @@ class RSABrainMapResult(BrainMapResult):
     %(pvalues_fwe)s
     main_effect : None
         Unused by RSA (its statistic is already each feature's RDM correlation).
+    training : None
+        Unused by RSA (nothing is trained).
 
     Attributes
     ----------

@@ -27,10 +27,10 @@ class _SpaceTimeResult(BaseResult):
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, times, n_locations, tests=None,
-                 pvalues=None, pvalues_fwe=None, main_effect=None):
+                 pvalues=None, pvalues_fwe=None, main_effect=None, training=None):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, tests=tests, pvalues=pvalues,
-                         pvalues_fwe=pvalues_fwe, main_effect=main_effect)
+                         pvalues_fwe=pvalues_fwe, main_effect=main_effect, training=training)
         self.times = np.asarray(times, dtype=float).ravel()
         self._n_locations = int(n_locations)
         M = self.fold_score.shape[1]
@@ -170,6 +170,7 @@ class SourceMapResult(_SpaceTimeResult):
     %(pvalues)s
     %(pvalues_fwe)s
     %(main_effect)s
+    %(training)s
 
     Attributes
     ----------
@@ -187,7 +188,7 @@ class SourceMapResult(_SpaceTimeResult):
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, times, vertices, n_locations=None,
                  vertex_model=None, kind="surface", subject=None, label_names=None,
-                 tests=None, pvalues=None, pvalues_fwe=None, main_effect=None):
+                 tests=None, pvalues=None, pvalues_fwe=None, main_effect=None, training=None):
         self.vertices = [np.asarray(v, dtype=np.int64).ravel() for v in vertices]
         n_vertices = sum(len(v) for v in self.vertices)
         if n_locations is None:
@@ -195,7 +196,7 @@ class SourceMapResult(_SpaceTimeResult):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, times=times, n_locations=n_locations,
                          tests=tests, pvalues=pvalues, pvalues_fwe=pvalues_fwe,
-                         main_effect=main_effect)
+                         main_effect=main_effect, training=training)
         if kind not in ("surface", "volume"):
             raise ValueError(f"kind must be 'surface' or 'volume'; got {kind!r}")
         self.kind = kind
@@ -345,6 +346,7 @@ class SensorMapResult(_SpaceTimeResult):
     %(pvalues)s
     %(pvalues_fwe)s
     %(main_effect)s
+    %(training)s
 
     Attributes
     ----------
@@ -359,7 +361,7 @@ class SensorMapResult(_SpaceTimeResult):
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, times, info, tests=None, pvalues=None,
-                 pvalues_fwe=None, main_effect=None):
+                 pvalues_fwe=None, main_effect=None, training=None):
         import mne
 
         if not isinstance(info, mne.Info):
@@ -368,7 +370,7 @@ class SensorMapResult(_SpaceTimeResult):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, times=times, n_locations=info["nchan"],
                          tests=tests, pvalues=pvalues, pvalues_fwe=pvalues_fwe,
-                         main_effect=main_effect)
+                         main_effect=main_effect, training=training)
 
     @property
     def ch_names(self):

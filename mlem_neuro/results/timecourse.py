@@ -42,6 +42,7 @@ class TimeCourseResult(BaseResult):
     %(pvalues)s
     %(pvalues_fwe)s
     %(main_effect)s
+    %(training)s
 
     Attributes
     ----------
@@ -67,10 +68,10 @@ class TimeCourseResult(BaseResult):
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, times=None, ch_names=None,
                  fold_importance_perm_std=None, converged=None, tests=None, pvalues=None,
-                 pvalues_fwe=None, *, main_effect=None):
+                 pvalues_fwe=None, *, main_effect=None, training=None):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, tests=tests, pvalues=pvalues,
-                         pvalues_fwe=pvalues_fwe, main_effect=main_effect)
+                         pvalues_fwe=pvalues_fwe, main_effect=main_effect, training=training)
         F, M, T = self.fold_importance.shape
         times = np.arange(M, dtype=float) if times is None else np.asarray(times, dtype=float)
         if times.shape != (M,):

@@ -10,7 +10,7 @@ first, from the same stream.  :func:`_train_models` runs each model to its own s
 metric ``W`` from the parameters and AdamW in float32, the predictions and the grouped
 soft Spearman in float64 (a weighted pool-adjacent-violators,
 :class:`~mlem_neuro.core.ranks.grouped._SoftSpearmanPAV`'s forward and backward), the
-gradient by hand and the stopping rule of :mod:`mlem_neuro.core.training.engine`.
+gradient by hand and the stopping rule of :mod:`mlem_neuro.core.training.torch_loop`.
 Gradient, for ``W = W0 / ‖W0‖_F`` and the term weights ``w_t = W[k_t, l_t]``, ``q = P
 w``: ``∂/∂W0 = (G − W ⟨G, W⟩) / ‖W0‖`` with ``G`` the gradient scattered to ``(k_t,
 l_t)``; ``spd``: ``W0 = L Lᵀ``, ``∂/∂L = (G0 + G0ᵀ) L``, strict lower part to ``A``,
@@ -500,7 +500,7 @@ def _train_models(A, k, l, dense, P, rowptr, col, val, counts, targets, use_bloc
                 for a in range(m):
                     for e in range(m):
                         first_grad[i, a, e] = grad[a, e]
-            # -- the stopping rule (engine._EarlyStopping) and AdamW
+            # -- the stopping rule (torch_loop._EarlyStopping) and AdamW
             rf = np.float32(rho)
             if rf > best:
                 for a in range(m):

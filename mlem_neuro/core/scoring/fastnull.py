@@ -265,6 +265,13 @@ def null_statistics(universe, perms, target_train, target_test, train, test, opt
         ``perms`` then holds the relabellings of those tests only, while ``scales`` holds
         every test's (as refitted for the analysis) and is sliced here; ``None``: row
         ``t`` is test ``t``.
+
+    Returns
+    -------
+    statistics : ndarray (M, n_tests, n_null)
+    training : set of (str, float, int)
+        What trained the null models: ``(backend, lr, patience)`` of each fit
+        (:meth:`~mlem_neuro.core.training.stackfit.StackFit.trained_with`).
     """
     n_tests, n_null, n = perms.shape
     if tests is None:
@@ -285,7 +292,7 @@ def null_statistics(universe, perms, target_train, target_test, train, test, opt
     sums, counts = group_sums(tz, g, U)
     del g, tz
     D_sets, which = _relabelled_rows(universe, scales, R)
-    W = _fit_null_models(D_sets, which, counts, sums, options)      # (M, R, m, m)
+    W, training = _fit_null_models(D_sets, which, counts, sums, options)   # (M, R, m, m)
     del sums
     kk, ll = term_index(m, True)
     q = torch.empty(M, R, U, dtype=torch.float64)
@@ -318,7 +325,7 @@ def null_statistics(universe, perms, target_train, target_test, train, test, opt
         gk = universe.table[swapped[..., it], swapped[..., jt]].reshape(n_null, K, P_te)
         score = _held_out_scores(q_t, gk, tzt, P_te)                  # (M, n_null, K)
         out[:, t] = (base[..., None] - score).mean(dim=-1).numpy()
-    return out
+    return out, training
 
 
 def _held_out_scores(q, g, tzt, P_te):
@@ -379,10 +386,14 @@ def _fit_null_models(D_sets, which, counts, sums, options):
     rows its relabellings have together (``benchmarks/bench_numeric_null.py``), with
     categorical features most relabellings have every row (one stack).  Relabellings
     with the same rows but other distances (another numeric scale) train apart.
+
+    Returns ``(W, training)``: the metrics and what trained them (``(backend, lr,
+    patience)`` of each fit).
     """
     M, R, _ = sums.shape
     m = D_sets[0].shape[1]
     W = torch.empty(M, R, m, m, dtype=torch.float64)
+    training = set()
     has = torch.cat([which[:, None], (counts > 0).long()], dim=1)
     masks, stack = torch.unique(has, dim=0, return_inverse=True)
     for k in range(masks.shape[0]):
@@ -394,7 +405,8 @@ def _fit_null_models(D_sets, which, counts, sums, options):
                           c[None].expand(M, len(rel), Uk).reshape(-1, Uk),
                           sums[:, rel][:, :, rows].reshape(-1, Uk), options)
         W[:, rel] = torch.as_tensor(fit.W, dtype=torch.float64).reshape(M, len(rel), m, m)
-    return W
+        training.add(fit.trained_with())
+    return W, training
 
 
 def rank_sums(D, sets, U):
@@ -526,8 +538,9 @@ def _fold_groups(universe, stimuli, n):
 def interaction_scores(source, table, options, folds, constraints, progress=None):
     """Fold-mean held-out Spearman ``(len(constraints), n_models)`` of every model of
     ``source`` fitted with each constraint, for a categorical design trained on full
-    batches; ``None`` when the design is not one (then train through
-    :func:`~mlem_neuro.crossval.run_cv`).
+    batches, and what trained them (``(backend, lr, patience)`` of each fit, returned by
+    the blocks, also from worker processes); ``None`` when the design is not one (then
+    train through :func:`~mlem_neuro.crossval.run_cv`).
 
     The non-additivity test (:func:`~mlem_neuro.interaction.interaction_test`) fits
     the same null datasets twice (with and without interactions): here each dataset's RDM
@@ -583,15 +596,18 @@ def interaction_scores(source, table, options, folds, constraints, progress=None
         threads, _interaction_block, source.subset(rows), *shared) for rows in blocks),
         len(blocks), options.n_jobs, "interaction test", show=progress)
     out = np.zeros((len(constraints), N))
-    for rows, scores in zip(blocks, results):
+    training = set()
+    for rows, (scores, trained) in zip(blocks, results):
         out[:, rows] = scores
-    return out
+        training |= trained
+    return out, training
 
 
 def _interaction_block(source, groups, D_all, present, counts_tr, counts_te, n_te, terms,
                        options, constraints):
     """:func:`interaction_scores` of the models of ``source`` (one block): ``(len(
-    constraints), n_models)``."""
+    constraints), n_models)`` and what trained them (a set of ``(backend, lr,
+    patience)``)."""
     n, N = source.n_stimuli, source.n_models
     F, U = len(groups), D_all.shape[0]
     rdm_rows = max(1, INTERACTION_BLOCK_BYTES // (8 * n_pairs(n)))
@@ -608,14 +624,16 @@ def _interaction_block(source, groups, D_all, present, counts_tr, counts_te, n_t
         del D
     fold = torch.arange(F).repeat_interleave(N)
     out = np.zeros((len(constraints), N))
+    training = set()
     for c, constraint in enumerate(constraints):
         opts = dataclasses.replace(options, constraint=constraint,
                                    interactions=constraint != "diagonal")
         fit = fit_grouped(D_all[present], counts_tr[fold][:, present],
                           sums_tr.reshape(F * N, U)[:, present], opts)
+        training.add(fit.trained_with())
         W = torch.as_tensor(fit.W, dtype=torch.float64)
         q = _fold(term_weights(W, *terms), D_all, terms=terms)
         score = grouped_spearman(q, counts_te[fold], sums_te.reshape(F * N, U),
                                  n_te[fold, None])
         out[c] = score.reshape(F, N).mean(dim=0).numpy()
-    return out
+    return out, training

@@ -1,1 +1,2 @@
-"""Training: the engine, its backends (compiled loop, torch, reference) and the metric W."""
+"""Training: the engine, its backends behind one table
+(:mod:`mlem_neuro.core.training.backends`: compiled, torch, reference) and the metric W."""

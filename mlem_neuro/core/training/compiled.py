@@ -7,7 +7,7 @@ of numeric distances in mini-batches of blocks
 model alone: :func:`train` runs each model to its own stop in the kernels (the metric
 ``W`` from the parameters and AdamW in float32, the predictions and the grouped soft
 Spearman in float64, the gradient by hand and the stopping rule of
-:mod:`mlem_neuro.core.training.engine`; the kernels' module says how).  This module says
+:mod:`mlem_neuro.core.training.torch_loop`; the kernels' module says how).  This module says
 which designs it trains (:func:`available`), turns a design's batches (torch tensors) into
 the kernels' numpy arrays, draws the grid's blocks from the torch loop's stream, gives the
 stack its threads (:func:`threads_for`) and returns a
@@ -39,6 +39,8 @@ from ..kernels import _numba
 from ..kernels._numba import _f64, numba
 from ..kernels.training import CONSTRAINT_CODES, _train_models, _train_models_parallel
 
+#: the name results record for this backend
+NAME = "compiled loop (numba)"
 #: the most features the compiled loop trains
 MAX_FEATURES = COMPILED_MAX_FEATURES
 #: models from which a stack may train on several threads
@@ -51,7 +53,7 @@ def available(data, m, dev, dtype):
     features and the compiled kernels on (:func:`mlem_neuro.core.kernels.built`; without
     numba: a warning, once)."""
     applies = (dev.type == "cpu" and dtype == torch.float32 and data.grouped
-               and (data.full or getattr(data, "blocks", None) is not None)
+               and (data.full or data.block_tables() is not None)
                and 1 <= m <= MAX_FEATURES)
     if applies and numba is None:
         _warn_no_numba()
@@ -143,8 +145,9 @@ def value_and_grad(A, constraint, k, l, P, counts, targets, strength):
 
 
 def train(data, m, fit_kw, dev, dtype, history=True):
-    """:func:`mlem_neuro.core.training.engine._train` for grouped designs on the CPU, compiled;
-    returns the same :class:`~mlem_neuro.core.training.stackfit.StackFit`."""
+    """The training of grouped designs on the CPU, compiled (the backend interface of
+    :mod:`~mlem_neuro.core.training.backends`); returns the
+    :class:`~mlem_neuro.core.training.stackfit.StackFit` the torch loop returns."""
     from .metric import init_params, make_W
     from .stackfit import StackFit
 
@@ -183,7 +186,8 @@ def train(data, m, fit_kw, dev, dtype, history=True):
         hist = hist[:, :int(n_iter.max()) if M else 0].astype(np.float64)
     return StackFit(W=W.double().numpy(), n_iter=n_iter, converged=converged,
                     history=hist if history else None, best_score=best,
-                    batch_size=int(data.b), full_batch=bool(data.full))
+                    batch_size=int(data.b), full_batch=bool(data.full), backend=NAME,
+                    lr=fit_kw["lr"], patience=fit_kw["patience"])
 
 
 def _train_blocks(data, A, k, l, max_steps, n_iter, common):
@@ -191,10 +195,10 @@ def _train_blocks(data, A, k, l, max_steps, n_iter, common):
     every step's blocks are drawn before training, from the stream the torch loop draws
     them from; the stream is then left where that loop leaves it (one draw per step of
     the longest-training model)."""
-    bt = data.blocks
+    P, bt = data.block_tables()
     grid = bt.blocks
     M = A.shape[0]
-    P = _f64(data.P_uniq.numpy())
+    P = _f64(P)
     U = P.shape[0]
     Cb = _f64(grid.C.cpu().numpy())
     Tb = _f64(bt.T.cpu().numpy().transpose(0, 2, 1))

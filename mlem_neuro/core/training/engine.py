@@ -1,11 +1,12 @@
-"""The training engine: fit a stack of ``M`` independent MLEM models in one tensor program.
+"""The training engine: fit a stack of ``M`` independent MLEM models.
 
 All models share the stimuli, hence the pair feature distances; each has its own neural
-distances (one row of an ``(M, n_pairs)`` block) and its own parameters ``A[m]``.  One step
-computes every model's soft Spearman at once; per-model early stopping is done by masking:
-a stopped model leaves the active index set, so its parameters are held and later steps cost
-only what the models still training need, never a Python loop over models.  The update is
-AdamW without weight decay (torch's defaults), applied to the active rows.
+distances (one row of an ``(M, n_pairs)`` block) and its own parameters ``A[m]``.  The
+engine prepares what each step trains against (the batch objects :class:`_StepTargets`
+and :class:`GroupedTargets`), resolves the step rule (:func:`step_rule`) and hands the
+stack to the backend :func:`~mlem_neuro.core.training.backends.choose_backend` picks from
+the table of backends (:mod:`mlem_neuro.core.training.backends`); the fit it returns
+names that backend and the step rule.
 
 When the pairs' term rows take few distinct values (categorical designs), soft ranks are
 computed on groups of identical pairs (:mod:`mlem_neuro.core.ranks.grouped`), and mini-batch target
@@ -14,20 +15,24 @@ SubsetRanks`): no step sorts the batch.  Both give the same numbers as the per-p
 On the CPU the steps of such grouped designs (full batches and the grid's mini-batches
 of blocks) run compiled with the gradient by hand, each model to its own stop
 (:mod:`mlem_neuro.core.training.compiled`, numba): the torch steps to float32 rounding at a
-fraction of their fixed cost.  On a GPU, and for per-pair designs, the steps run in torch.
-Every backend is tested against :mod:`mlem_neuro.core.training.reference`, the training written
-for clarity (torch autograd, :func:`torchsort.soft_rank`, :class:`torch.optim.AdamW`).
+fraction of their fixed cost.  On a GPU, and for per-pair designs, the steps run in torch
+(:mod:`mlem_neuro.core.training.torch_loop`).  Every backend is tested against
+:mod:`mlem_neuro.core.training.reference`, the training written for clarity (torch autograd,
+:func:`torchsort.soft_rank`, :class:`torch.optim.AdamW`).
+
+A batch object's public interface, all that the backends read: ``M``, ``k``, ``l`` (the
+terms), ``b`` (pairs per step), ``full``, ``grouped``; ``next_batch(idx)`` (draw the step's
+batch for the active models ``idx``), ``drop(keep)`` (stopped models leave),
+``soft_spearman(tw, constraint)`` (the torch loop's score), ``model_batch(j)`` (one
+model's rows, counts and target sums: the reference's), ``numpy_batch()`` and
+``block_tables()`` (the compiled loop's), ``describe()``.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from ..._provenance import note_training
 from ...utils import check_device, check_random_state, logger
-from ..constants import ADAM_BETA1 as _BETA1
-from ..constants import ADAM_BETA2 as _BETA2
-from ..constants import ADAM_EPS as _ADAM_EPS
 from ..constants import (
     FULL_BATCH_PAIRS,
     GROUPED_STEP_RULE,
@@ -46,18 +51,14 @@ from ..ranks.spearman import (
     standardize,
 )
 from ..stimuli.pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
-from . import compiled, quantise, reference
+from . import quantise
+from .backends import BACKENDS, choose_backend
 from .batch_size import select_batch_size
-from .metric import (
-    init_params,
-    make_W,
-    predict,
-    quadratic_forms,
-    term_index,
-    term_matrix,
-    term_weights,
-)
+from .metric import predict, quadratic_forms, term_index, term_matrix
 from .stackfit import StackFit
+
+__all__ = ["fit_stack", "fit_grouped", "step_rule", "choose_backend", "PairSetup",
+           "GroupedTargets", "StackFit", "BACKEND_NAMES"]
 
 
 class PairTerms:
@@ -311,6 +312,25 @@ class _StepTargets:
         P, counts, t = self._grouped_batch()
         return P.numpy(), counts.double().numpy(), t.double().numpy()
 
+    def block_tables(self):
+        """The grid's mini-batches of blocks (for :mod:`compiled`): ``(P, blocks)``, the
+        distinct term rows ``(U, T)`` in numpy float64 and the models' block targets
+        (:meth:`quantise.GridBlocks.targets`); ``None`` when this design trains
+        otherwise."""
+        if self.blocks is None:
+            return None
+        return self.P_uniq.numpy(), self.blocks
+
+    def model_batch(self, j):
+        """The ``j``-th active model's current batch (for :mod:`reference`): ``(P,
+        counts, sums)``, term rows ``(G, T)``, pairs per row ``(G,)`` and sums of the
+        standardised exact target ranks over each row's pairs ``(G,)``; per-pair designs
+        give each pair its own row and ``counts=None``."""
+        if not self.grouped:
+            return self.Pt, None, self.t_active[j]
+        counts = self.counts[j] if self.counts.dim() == 2 else self.counts
+        return self.P_uniq, counts, self.t_active[j]
+
     def drop(self, keep):
         """Stopped models (``~keep`` among the active ones) leave the computation."""
         if self.full:
@@ -323,61 +343,6 @@ class _StepTargets:
             if len(self.ranker_rows) < 0.75 * self.ranker.n_rows:
                 self.ranker.keep(self.ranker_rows)
                 self.ranker_rows = torch.arange(len(self.ranker_rows), device=self.dev)
-
-
-class _MaskedAdamW:
-    """AdamW (weight_decay=0, torch's defaults) stepping only the rows of active models."""
-
-    def __init__(self, A, lr):
-        self.lr = lr
-        self.m = torch.zeros_like(A)
-        self.v = torch.zeros_like(A)
-
-    def step(self, A, idx, grad, t):
-        """Update ``A[idx]`` in place; every active model has taken ``t`` steps."""
-        mm = self.m[idx].mul_(_BETA1).add_(grad, alpha=1 - _BETA1)
-        vv = self.v[idx].mul_(_BETA2).addcmul_(grad, grad, value=1 - _BETA2)
-        self.m[idx], self.v[idx] = mm, vv
-        denom = (vv.sqrt() / (1 - _BETA2 ** t) ** 0.5).add_(_ADAM_EPS)
-        A[idx] = A[idx] - (self.lr / (1 - _BETA1 ** t)) * mm / denom
-
-
-class _EarlyStopping:
-    """Best state, steps since the last improvement and history of every model.
-
-    Two scores per model: ``best``, the highest training score seen, whose state
-    ``best_A`` is kept and restored; and ``ref``, the score of the last step that improved
-    on ``ref`` by more than ``tol``, which resets the patience counter.  Improvements
-    smaller than ``tol`` thus move the kept state without postponing the stop.
-    """
-
-    def __init__(self, A, patience, tol, history=True):
-        M = A.shape[0]
-        self.keep_history = history
-        self.patience, self.tol = patience, tol
-        self.best = torch.full((M,), -float("inf"), device=A.device, dtype=A.dtype)
-        self.ref = self.best.clone()
-        self.best_A = A.clone()
-        self.since = torch.zeros(M, dtype=torch.long, device=A.device)
-        self.n_iter = torch.zeros(M, dtype=torch.long, device=A.device)
-        self.history = []
-
-    def update(self, A, idx, r):
-        """Record scores ``r`` of the active models (before their update); return keep."""
-        better = r > self.best[idx]
-        won = idx[better]
-        self.best_A[won] = A[won]                  # the state that scored r (a copy)
-        self.best[won] = r[better]
-        improved = r > self.ref[idx] + self.tol
-        self.ref[idx[improved]] = r[improved]
-        self.since[idx] = torch.where(improved, torch.zeros_like(r, dtype=torch.long),
-                                      self.since[idx] + 1)
-        self.n_iter[idx] += 1
-        if self.keep_history:
-            row = torch.full_like(self.best, float("nan"))
-            row[idx] = r
-            self.history.append(row)
-        return self.since[idx] < self.patience
 
 
 def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.float32,
@@ -467,6 +432,14 @@ class GroupedTargets:
     def numpy_batch(self):
         return self.P_uniq.numpy(), self.c_active.numpy(), self.t_active.numpy()
 
+    def block_tables(self):
+        return None
+
+    def model_batch(self, j):
+        """As :meth:`_StepTargets.model_batch`: the rows, the ``j``-th active model's own
+        counts and its target sums."""
+        return self.P_uniq, self.c_active[j], self.t_active[j]
+
     def drop(self, keep):
         self.c_active = self.c_active[keep]
         self.t_active = self.t_active[keep]
@@ -488,44 +461,10 @@ def fit_grouped(D_uniq, counts, target_sums, options=None, *, dtype=torch.float3
     return _train(data, D_uniq.shape[1], fit_kw, dev, dtype, history=False)
 
 
-#: what each backend is, as results record it (:mod:`mlem_neuro._provenance`); torch is
-#: recorded with its device, e.g. ``"torch (cuda)"``.
-BACKEND_NAMES = {"compiled": "compiled loop (numba)",
-                 "reference": "reference (torch autograd, torchsort.soft_rank, AdamW)"}
-#: why a named backend cannot train a design
-_CANNOT = {"compiled": "it trains grouped designs (categorical features, or numeric ones on "
-                       "the grid) on the CPU in float32 with at most "
-                       f"{compiled.MAX_FEATURES} features (and MLEM_NEURO_NO_COMPILED "
-                       "unset)"}
-
-
-def choose_backend(data, m, dev, dtype, requested="auto"):
-    """The training path of ``data`` (a :class:`_StepTargets` or
-    :class:`GroupedTargets`) for models of ``m`` features: one decision, logged.
-
-    ``"auto"``: the compiled loop where it applies (grouped full batches or grid blocks
-    on the CPU in float32: :mod:`~mlem_neuro.core.training.compiled`), else torch (any design, any
-    device).  ``"reference"`` (:mod:`~mlem_neuro.core.training.reference`) is only ever named: the
-    training written for clarity that the others are tested against.  A named backend
-    that cannot train the design raises a ValueError saying why.
-    """
-    can = {"compiled": lambda: compiled.available(data, m, dev, dtype),
-           "torch": lambda: True, "reference": lambda: True}
-    if requested == "auto":
-        choice = "compiled" if can["compiled"]() else "torch"
-    elif requested not in can:
-        raise ValueError(f"backend must be one of ['auto', {', '.join(map(repr, can))}]; "
-                         f"got {requested!r}.")
-    elif not can[requested]():
-        raise ValueError(f"backend={requested!r} cannot train this design: "
-                         f"{_CANNOT[requested]} (here: device {torch.device(dev).type}, "
-                         f"{'grouped' if getattr(data, 'grouped', False) else 'per-pair'} "
-                         f"design, {m} features). Use backend='auto' or 'torch'.")
-    else:
-        choice = requested
-    logger.debug("training backend: %s (asked: %s; %d models of %d features on %s)",
-                 choice, requested, data.M, m, torch.device(dev).type)
-    return choice
+#: what each backend is, as results record it (``result.provenance["training"]``; the
+#: recorded names of :data:`~mlem_neuro.core.training.backends.BACKENDS`); torch's carries
+#: the device's type, e.g. ``"torch (cuda)"``.
+BACKEND_NAMES = {name: b.recorded for name, b in BACKENDS.items()}
 
 
 def step_rule(data, fit_kw):
@@ -544,41 +483,10 @@ def step_rule(data, fit_kw):
 
 
 def _train(data, m, fit_kw, dev, dtype, history=True):
-    """The training loop of :func:`fit_stack` and :func:`fit_grouped` on ``data`` (a
-    :class:`_StepTargets` or :class:`GroupedTargets`) for models of ``m`` features, on
-    the backend :func:`choose_backend` picks."""
+    """The training of :func:`fit_stack` and :func:`fit_grouped` on ``data`` (a
+    :class:`_StepTargets` or :class:`GroupedTargets`) for models of ``m`` features: the
+    step rule resolved (:func:`step_rule`), then the backend :func:`choose_backend` picks
+    trains; its :class:`StackFit` names the backend and the step rule."""
     fit_kw = dict(fit_kw, **step_rule(data, fit_kw))
     backend = choose_backend(data, m, dev, dtype, fit_kw.get("backend", "auto"))
-    note_training(BACKEND_NAMES.get(backend, f"torch ({torch.device(dev).type})"))
-    if backend == "compiled":
-        # grouped full batches or grid blocks on the CPU: each model to its own stop
-        return compiled.train(data, m, fit_kw, dev, dtype, history)
-    if backend == "reference":
-        return reference.train(data, m, fit_kw, dev, dtype, history)
-    constraint = fit_kw["constraint"]
-    A = init_params(data.M, m, constraint, dev, dtype)
-    adam = _MaskedAdamW(A, fit_kw["lr"])
-    stop = _EarlyStopping(A, fit_kw["patience"], fit_kw["tol"], history)
-    idx = torch.arange(data.M, device=dev)            # models still training
-    for step in range(fit_kw["max_steps"]):
-        data.next_batch(idx)
-        A_act = A[idx].requires_grad_(True)
-        rho = data.soft_spearman(term_weights(make_W(A_act, constraint), data.k, data.l),
-                                 constraint)
-        (-rho.sum()).backward()
-        with torch.no_grad():
-            keep = stop.update(A, idx, rho.detach())
-            adam.step(A, idx, A_act.grad, step + 1)
-            if not bool(keep.all()):
-                idx = idx[keep]                   # stopped models leave the computation
-                data.drop(keep)
-        if len(idx) == 0:
-            break
-    with torch.no_grad():
-        W = make_W(stop.best_A, constraint)
-    return StackFit(W=W.cpu().double().numpy(), n_iter=stop.n_iter.cpu().numpy(),
-                    converged=(stop.since >= fit_kw["patience"]).cpu().numpy(),
-                    history=(torch.stack(stop.history, dim=1).cpu().double().numpy()
-                             if history else None),
-                    best_score=stop.best.cpu().double().numpy(), batch_size=int(data.b),
-                    full_batch=bool(data.full))
+    return backend.train(data, m, fit_kw, dev, dtype, history)

@@ -18,8 +18,9 @@ the method says, with public building blocks only:
 * the stopping rule: a model keeps the state of its best training score; it stops when its
   score has not risen by more than ``tol`` above the last such rise for ``patience`` steps.
 
-The batches come from the same stream as the other backends' (the engine's batch object),
-so mini-batch fits are comparable step by step.  One model at a time, one step at a time:
+The batches come from the same stream as the other backends' (the engine's batch object,
+read through its public methods: ``next_batch``, ``model_batch``, ``drop``), so
+mini-batch fits are comparable step by step.  One model at a time, one step at a time:
 slow; meant for tests and for reading.
 """
 from __future__ import annotations
@@ -34,6 +35,8 @@ from ..constants import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, SOFT_RANK_STRENGTH
 from .metric import init_params, make_W, predict
 from .stackfit import StackFit
 
+#: the name results record for this backend
+NAME = "reference (torch autograd, torchsort.soft_rank, AdamW)"
 #: groups with fewer pairs than this in a model's batch are absent from it (the batch
 #: objects keep absent groups with a vanishing weight instead of dropping them)
 _ABSENT = 0.5
@@ -53,15 +56,11 @@ def soft_spearman(pred, target_z, strength=SOFT_RANK_STRENGTH):
 
 def _model_batch(data, j):
     """Term rows ``(n, T)`` and standardised target ranks ``(n,)`` of the pairs of the
-    ``j``-th active model's current batch."""
-    if not data.grouped:
-        return data.Pt.double(), data.t_active[j].double()
-    if hasattr(data, "c_active"):                  # GroupedTargets: counts per model
-        P, counts, sums = data.P_uniq, data.c_active[j], data.t_active[j]
-    else:
-        P, counts, sums = data.P_uniq, data.counts, data.t_active[j]
-        if counts.dim() == 2:
-            counts = counts[j]
+    ``j``-th active model's current batch (groups of identical pairs expanded to their
+    pairs)."""
+    P, counts, sums = data.model_batch(j)
+    if counts is None:                             # per pair: each row one pair
+        return P.double(), sums.double()
     counts = counts.double()
     present = counts > _ABSENT
     reps = torch.round(counts[present]).long()
@@ -71,8 +70,9 @@ def _model_batch(data, j):
 
 
 def train(data, m, fit_kw, dev, dtype, history=True):
-    """Train ``data.M`` models of ``m`` features (as :func:`mlem_neuro.core.training.engine._train`)
-    and return a :class:`~mlem_neuro.core.training.stackfit.StackFit`."""
+    """Train ``data.M`` models of ``m`` features (the backend interface of
+    :mod:`~mlem_neuro.core.training.backends`) and return a
+    :class:`~mlem_neuro.core.training.stackfit.StackFit`."""
     constraint, patience, tol = fit_kw["constraint"], fit_kw["patience"], fit_kw["tol"]
     M = int(data.M)
     start = init_params(M, m, constraint, dev, dtype)
@@ -124,4 +124,5 @@ def train(data, m, fit_kw, dev, dtype, history=True):
     return StackFit(W=W.cpu().double().numpy(), n_iter=n_iter, converged=since >= patience,
                     history=np.stack(hist, axis=1) if history and hist else
                     (np.zeros((M, 0)) if history else None),
-                    best_score=best, batch_size=int(data.b), full_batch=bool(data.full))
+                    best_score=best, batch_size=int(data.b), full_batch=bool(data.full),
+                    backend=NAME, lr=fit_kw["lr"], patience=fit_kw["patience"])

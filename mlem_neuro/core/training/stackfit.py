@@ -1,5 +1,7 @@
 """What the training paths return (:class:`StackFit`): one small module that every path
-imports, so that none of them imports the engine that chooses between them."""
+imports, so that none of them imports the engine that chooses between them.  A fit says
+which backend trained it and with which step rule: the analyses record that from the
+fits they return (``result.provenance``), not from a side channel."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,6 +30,15 @@ class StackFit:
         Pairs per step.
     full_batch : bool
         Whether every step used all pairs (deterministic full-batch training).
+    backend : str
+        The backend that trained the models, as results record it
+        (:data:`~mlem_neuro.core.training.backends.BACKENDS`' recorded names, e.g.
+        ``"compiled loop (numba)"``, ``"torch (cpu)"``).
+    lr : float
+        The learning rate the models trained with (``lr="auto"`` resolved by
+        :func:`~mlem_neuro.core.training.engine.step_rule`).
+    patience : int
+        The patience they stopped with (``patience="auto"`` resolved likewise).
     """
 
     W: np.ndarray
@@ -37,3 +48,11 @@ class StackFit:
     best_score: np.ndarray
     batch_size: int
     full_batch: bool
+    backend: str
+    lr: float
+    patience: int
+
+    def trained_with(self):
+        """``(backend, lr, patience)``: what trained the models, as provenance records it
+        (:func:`mlem_neuro._provenance.collect`)."""
+        return (str(self.backend), float(self.lr), int(self.patience))
