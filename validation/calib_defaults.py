@@ -164,8 +164,9 @@ def run_one(design, seed, amplitude=0.0):
                 constant=constant)
 
 
-def run_main_only(design, seed):
-    """The main-effect part alone on one dataset: ``(p, p_fwe)`` (times x features)."""
+def run_main_only(design, seed, n_null=N_NULL):
+    """The main-effect part alone on one dataset, ``n_null`` relabellings: ``(p, p_fwe)``
+    (times x features)."""
     from mlem_neuro.core.rdms.sources import DenseRDMSource
     from mlem_neuro.core.scoring.main_effect import main_effect_tests
     from mlem_neuro.core.scoring.nulls import null_permutations, permutation_pvalues
@@ -174,7 +175,7 @@ def run_main_only(design, seed):
     data, table = make(design, seed)
     space = FeatureSpace().fit(table)
     enc = space.transform(table)
-    null = null_permutations(enc, space.kinds_, N_NULL, np.random.default_rng(10**6 + seed))
+    null = null_permutations(enc, space.kinds_, n_null, np.random.default_rng(10**6 + seed))
     source = DenseRDMSource(np.transpose(data, (2, 0, 1)), "euclidean")   # one per time
     obs, nul = main_effect_tests(source, enc, null)
     _, p, p_fwe = permutation_pvalues({f: (obs[:, j], nul[:, j].T)
@@ -182,14 +183,16 @@ def run_main_only(design, seed):
     return list(table.columns), p, p_fwe
 
 
-def main_only(n_datasets, designs=("smooth", "unbalanced", "levels")):
-    """Rates of the main-effect part alone (``--main-only``)."""
+def main_only(n_datasets, designs=("smooth", "unbalanced", "levels"), n_null=N_NULL):
+    """Rates of the main-effect part alone (``--main-only``; ``--n-null 999``: as the
+    default test reads it where the gate is shut, ``MAIN_EFFECT_NULLS``)."""
     for design in designs:
-        runs = [run_main_only(design, seed) for seed in range(n_datasets)]
+        runs = [run_main_only(design, seed, n_null) for seed in range(n_datasets)]
         names = runs[0][0]
         p = np.stack([r[1] for r in runs])
         p_fwe = np.stack([r[2] for r in runs])
-        print(f"\n{design}: the main effect alone, {n_datasets} datasets")
+        print(f"\n{design}: the main effect alone, {n_datasets} datasets, {n_null} "
+              "relabellings")
         for j, name in enumerate(names):
             r = rates(p[:, :, j], p_fwe[:, :, j])
             print(f"  {name:3s} pointwise {r['rate']:.3f} (bootstrap {fmt(r['boot'])}), FWE "
@@ -342,10 +345,13 @@ def main():
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--main-only", action="store_true",
                         help="the main-effect part of the staged test alone, no training")
+    parser.add_argument("--n-null", type=int, default=N_NULL,
+                        help="relabellings of --main-only (999: as the default reads the "
+                             "main effect alone)")
     args = parser.parse_args()
     if args.main_only:
         main_only(args.datasets, (args.only,) if args.only else ("smooth", "unbalanced",
-                                                                  "levels"))
+                                                                  "levels"), args.n_null)
         return
     os.makedirs(args.out, exist_ok=True)
     if args.report:
