@@ -97,6 +97,9 @@ METHODS = ("default", "full", "main", "combined", "sum", "min p", "Fisher", "gat
            "gate 0.2", "gate 0.5", "additive", "max", "Mantel", "partial Mantel")
 #: also run the additive model (``--no-additive`` halves the cost per dataset)
 ADDITIVE = True
+#: the analyses' step rule and repeats (``--lr``, ``--patience``, ``--n-repeats``; default
+#: the package's, "auto")
+STEP_RULE = {}
 
 
 def _levels(spec, n, rng):
@@ -182,7 +185,7 @@ def run_one(design, a, seed):
     runs = (("default", {}), ("additive", {"interactions": False})) if ADDITIVE else (
         ("default", {}),)
     for label, kw in runs:
-        opts = MLEMOptions(n_null=N_NULL, random_state=10**6 + seed, **kw)
+        opts = MLEMOptions(n_null=N_NULL, random_state=10**6 + seed, **STEP_RULE, **kw)
         t0 = time.process_time()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -418,8 +421,19 @@ def main():
     p.add_argument("--n-null", type=int, default=N_NULL,
                    help="null datasets of the analyses' tests (default 99, the "
                         "package's usual choice; with --main-only 999 costs seconds)")
+    p.add_argument("--lr", default="auto", help="the analyses' lr (default auto)")
+    p.add_argument("--patience", default="auto",
+                   help="the analyses' patience (default auto)")
+    p.add_argument("--n-repeats", default="auto",
+                   help="the analyses' n_repeats (default auto; an int: every test on "
+                        "every fold)")
     args = p.parse_args()
     ADDITIVE = not args.no_additive
+    if args.n_repeats != "auto":
+        STEP_RULE["n_repeats"] = int(args.n_repeats)
+    STEP_RULE.update(lr=args.lr if args.lr == "auto" else float(args.lr),
+                     patience=(args.patience if args.patience == "auto"
+                               else int(args.patience)))
     N_NULL = args.n_null
     if args.it:
         torch.set_num_threads(1)
