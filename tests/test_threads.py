@@ -9,7 +9,6 @@ import torch
 
 import mlem_neuro
 from mlem_neuro import MLEM, crossval
-from mlem_neuro.core import runtime as rt
 from mlem_neuro._threads import (
     ENV_VAR,
     available_cores,
@@ -18,9 +17,10 @@ from mlem_neuro._threads import (
     torch_threads,
     worker_threads,
 )
+from mlem_neuro.core import runtime as rt
 from mlem_neuro.core.options import MLEMOptions
-from mlem_neuro.core.runtime import Runtime
 from mlem_neuro.core.rdms.sources import DenseRDMSource
+from mlem_neuro.core.runtime import Runtime
 from mlem_neuro.simulation import simulate_representations
 
 
