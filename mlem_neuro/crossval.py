@@ -705,9 +705,13 @@ def _null_statistics(W, everything, null, test, options, stat, perm_seq, n_test,
     return out
 
 
-def _chunk_slices(M, n_train, chunk_size, n_jobs, rows_per_model=1):
+def _chunk_slices(M, n_train, chunk_size, n_jobs, rows_per_model=1, budget=None):
+    """Slices of the ``M`` models, one per chunk: ``chunk_size`` models, or (``None``) as
+    many as a sixteenth of the memory ``budget`` (bytes; ``None``: :func:`memory_budget`)
+    holds, at most :data:`CHUNK_BYTES`, at least one chunk per worker."""
     if chunk_size is None:
-        per_chunk = min(CHUNK_BYTES, memory_budget() // 16)
+        budget = memory_budget() if budget is None else budget
+        per_chunk = min(CHUNK_BYTES, budget // 16)
         chunk_size = max(1, int(per_chunk // (8 * rows_per_model * max(n_pairs(n_train), 1))))
         chunk_size = min(chunk_size, MAX_CHUNK_MODELS)
         workers = effective_n_jobs(n_jobs)
@@ -820,7 +824,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
     # test of interactions opens the gate (their importance is read there only)
     staging = (stage is not None and null is not None and opts.feature_test == "staged"
                and opts.model_interactions and len(names) >= 2
-               and _main_effects_fit(n))
+               and _main_effects_fit(n, runtime.memory_bytes))
     first = None if null is None else np.arange(1 if staging else null.shape[0])
     null_plans = _null_plans(plans[:n_test], table, opts, null) + [None] * (len(plans)
                                                                             - n_test)
@@ -829,7 +833,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
         tested = null is not None and plan.index < n_test
         plan.chunks = _chunk_slices(M, len(plan.train), opts.chunk_size, opts.n_jobs,
                                     _null_rows(null[first] if tested else None, null_plan,
-                                               len(plan.train)))
+                                               len(plan.train)), runtime.memory_bytes)
     if opts.level == "term":
         warn_unidentifiable_terms(plans[0].enc_train, opts.model_interactions)
     # the test of interactions, only where it will run (mlem_neuro.inference.run_analysis)
@@ -886,14 +890,14 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
         out.interaction_seed = int(rng.integers(2**63 - 1))
     # where the main effect may be a feature's whole test, more relabellings than the
     # trained tests' (drawn last: nothing else depends on them)
-    n_main = _main_effect_nulls(opts, M, len(names))
+    n_main = _main_effect_nulls(opts, M, len(names), runtime.memory_bytes)
     if null is not None and n_main > opts.n_null:
         more = null_permutations(enc_all, None, n_main - opts.n_null,
                                  np.random.default_rng(int(rng.integers(2**63 - 1))),
                                  design=design)
         relabelled = np.concatenate([relabelled, more], axis=1)
     out.main_effect, main_null = _main_effects(source, enc_all, relabelled, opts, groups,
-                                               held)
+                                               held, runtime.memory_bytes)
     out.feature_test = "importance" if main_null is None else main_null[0]
     if staging:
         out.gate_open = np.asarray(stage(out), bool).reshape(M)
@@ -937,7 +941,8 @@ def _fit_gated_features(out, source, plans, opts, null, runtime, desc, Parallel)
     for plan in plans:
         plan.chunks = _chunk_slices(len(models), len(plan.train), opts.chunk_size,
                                     opts.n_jobs, _null_rows(null[tests], plan.null,
-                                                            len(plan.train)))
+                                                            len(plan.train)),
+                                    runtime.memory_bytes)
     n_chunks = sum(len(p.chunks) for p in plans)
     logger.info("MLEM: the features' null models where interactions are found: %d of %d "
                 "%s x %d fold(s) in %d chunk(s)", len(models), out.fold_null.shape[1], desc,
@@ -950,9 +955,10 @@ def _fit_gated_features(out, source, plans, opts, null, runtime, desc, Parallel)
         out.training.update(r["training"])
 
 
-def _main_effects_fit(n):
-    """Whether the main effects' RDM of all ``n`` stimuli fits in the memory budget."""
-    return 8 * n_pairs(n) * 3 <= memory_budget() // 4
+def _main_effects_fit(n, budget):
+    """Whether the main effects' RDM of all ``n`` stimuli fits in the memory ``budget``
+    (bytes: the runtime's)."""
+    return 8 * n_pairs(n) * 3 <= budget // 4
 
 
 def _calibration(jobs, plans, n, opts, ctx):
@@ -1166,17 +1172,17 @@ def _check_test_names(names):
                          "without n_null.")
 
 
-def _main_effects(source, enc, null, opts, groups, held):
+def _main_effects(source, enc, null, opts, groups, held, budget):
     """Every feature's in-sample main effect ``(M, m)`` and, with tests and
     ``feature_test`` other than ``"importance"``, ``(feature_test, null (M, m, R))``:
     its null under the feature's own relabellings (the ``R`` of ``null (1 + m, R, n)``:
     the trained tests' ``n_null`` first, then any drawn for the main effect alone,
     :func:`_main_effect_nulls`; :mod:`~mlem_neuro.core.scoring.main_effect`), on the
     pairs that score the folds (between groups when the held-out pairs are); ``(None,
-    None)`` when the RDM of all stimuli does not fit in memory (the test is then the
-    importance alone, said)."""
+    None)`` when the RDM of all stimuli does not fit in the memory ``budget`` (the test
+    is then the importance alone, said)."""
     n = source.n_stimuli
-    if not _main_effects_fit(n):
+    if not _main_effects_fit(n, budget):
         if null is not None and opts.feature_test != "importance":
             logger.warning("the features' tests use the held-out importance alone: the "
                            "main effects need the RDM of all %d stimuli in memory", n)
@@ -1187,15 +1193,16 @@ def _main_effects(source, enc, null, opts, groups, held):
     return obs, (None if nul is None else (opts.feature_test, nul))
 
 
-def _main_effect_nulls(opts, M, m):
+def _main_effect_nulls(opts, M, m, budget):
     """Relabellings of the features' main-effect tests: ``max(n_null,``
     :data:`~mlem_neuro.core.constants.MAIN_EFFECT_NULLS` ``)`` where the main effect may
     be a feature's whole test (``feature_test`` ``"staged"`` or ``"main_effect"``) and the
     null statistics of ``M`` models and ``m`` features fit in their share of the memory
-    budget (:data:`~mlem_neuro.core.constants.MAIN_EFFECT_NULLS_SHARE`); else ``n_null``."""
+    ``budget`` (:data:`~mlem_neuro.core.constants.MAIN_EFFECT_NULLS_SHARE`); else
+    ``n_null``."""
     n = max(opts.n_null, MAIN_EFFECT_NULLS)
     if (not opts.n_null or opts.feature_test not in ("staged", "main_effect")
-            or 8 * M * max(m, 1) * n > memory_budget() // MAIN_EFFECT_NULLS_SHARE):
+            or 8 * M * max(m, 1) * n > budget // MAIN_EFFECT_NULLS_SHARE):
         return opts.n_null
     return n
 

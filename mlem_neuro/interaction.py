@@ -225,14 +225,15 @@ def _scores_by_blocks(null_source, table, options, common, constraints, groups,
     stimuli computed and sorted, once; every fold of both fits then reads the ranks of its
     training and held-out distances off them (:class:`~mlem_neuro.core.rdms.sources.
     RankedRDMSource`; the numbers of ``run_cv`` on ``null_source`` up to rounding).
-    ``runtime``: the test's :class:`~mlem_neuro.core.runtime.Runtime`, given to every
-    ``run_cv`` (``None``: each resolves its own)."""
-    from .core.memory import memory_budget
+    ``runtime``: the test's :class:`~mlem_neuro.core.runtime.Runtime` (its memory budget
+    sizes the blocks), given to every ``run_cv`` (``None``: resolved here, once)."""
     from .core.stimuli.pairs import n_pairs
     from .crossval import run_cv
 
+    if runtime is None:
+        runtime = Runtime.resolve(effective_n_jobs(options.n_jobs), options.device)
     n, N = null_source.n_stimuli, null_source.n_models
-    block = max(1, memory_budget() // 8 // (64 * n_pairs(n)))   # RDM, sort, tie groups
+    block = max(1, runtime.memory_bytes // 8 // (64 * n_pairs(n)))   # RDM, sort, ties
     scores = np.empty((len(constraints), N))
     training = set()
     for lo in range(0, N, block):
@@ -285,7 +286,7 @@ def _check_inputs(source, table, options, n_null):
 
 
 def interaction_test(source, features, options, *, groups=None, n_null, random_state=None,
-                     progress=None, folds=None, return_training=False):
+                     progress=None, folds=None, return_training=False, runtime=None):
     """Permutation test of non-additivity: do the features interact in the geometry?
 
     The statistic of each model is the fold-mean held-out Spearman of the model with
@@ -329,6 +330,10 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
         :func:`~mlem_neuro.crossval.run_cv` does.  Ignored with ``options.cv=None``.
     return_training : bool
         Also return what trained the fits (an analysis records it in its provenance).
+    runtime : Runtime | None
+        The threads, memory budget and compiled loop of every fit of the test
+        (:class:`~mlem_neuro.core.runtime.Runtime`); ``None`` resolves it once, at the
+        start of the fits, for ``options.n_jobs`` workers.
 
     Returns
     -------
@@ -389,8 +394,9 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     constraints = (options.constraint, "diagonal")
     # categorical designs on full batches: each null dataset's RDM, ranks and row sums
     # once for both fits (the numbers of run_cv up to rounding)
-    # one runtime for every fit of the test (threads, compiled loop), resolved here
-    runtime = Runtime.resolve(effective_n_jobs(options.n_jobs), options.device)
+    # one runtime for every fit of the test (threads, memory, compiled loop)
+    if runtime is None:
+        runtime = Runtime.resolve(effective_n_jobs(options.n_jobs), options.device)
     fitted = fastnull.interaction_scores(null_source, table, options, folds, constraints,
                                          progress=progress, runtime=runtime)
     if fitted is None:

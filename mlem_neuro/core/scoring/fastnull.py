@@ -589,10 +589,10 @@ def interaction_scores(source, table, options, folds, constraints, progress=None
     n_te = torch.as_tensor([float(len(g[3])) for g in groups], dtype=torch.float64)
     present = counts_tr.sum(dim=0) > 0                 # rows some fold trains on
     kk, ll = term_index(D_all.shape[1], True)
-    outer = max(1, memory_budget() // (4 * 8 * STACK_ARRAYS) // (F * U))
     workers = effective_n_jobs(options.n_jobs)
     if runtime is None:
         runtime = Runtime.resolve(workers, options.device)
+    outer = max(1, runtime.memory_bytes // (4 * 8 * STACK_ARRAYS) // (F * U))
     if workers > 1:                      # at least one block of models per worker
         outer = min(outer, -(-N // workers))
     shared = (groups, D_all, present, counts_tr, counts_te, n_te, (kk, ll), options,
