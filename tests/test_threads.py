@@ -357,3 +357,36 @@ def test_no_context_variable_carries_the_runtime():
     users = [str(p.relative_to(root)) for p in root.rglob("*.py")
              if "contextvars" in p.read_text() or "ContextVar" in p.read_text()]
     assert users == []
+
+
+def test_an_analysis_with_tests_resolves_one_runtime(monkeypatch):
+    """An analysis with the test of interactions (its fold loop, its main effects, the
+    test's fast fits) resolves one runtime, at its start, and the test's fits are given
+    that one."""
+    import pandas as pd
+
+    from mlem_neuro.core.scoring import fastnull
+
+    resolved, given = [], []
+    resolve = Runtime.resolve.__func__
+
+    def counting(cls, *args, **kwargs):
+        resolved.append(resolve(cls, *args, **kwargs))
+        return resolved[-1]
+
+    scores = fastnull.interaction_scores
+
+    def spy(*args, runtime=None, **kwargs):
+        given.append(runtime)
+        return scores(*args, runtime=runtime, **kwargs)
+
+    monkeypatch.setattr(Runtime, "resolve", classmethod(counting))
+    monkeypatch.setattr(fastnull, "interaction_scores", spy)
+    rng = np.random.default_rng(0)
+    n = 24
+    table = pd.DataFrame({"A": np.arange(n) % 2, "B": (np.arange(n) // 2) % 2})
+    data = rng.standard_normal((n, 4, 2))
+    res = mlem_neuro.mlem_array(data, table, cv=2, n_repeats=1, n_null=3, max_steps=10,
+                                random_state=0, verbose="ERROR")
+    assert "interactions" in res.tests
+    assert len(resolved) == 1 and given == resolved
