@@ -1,15 +1,17 @@
 """The runtime of an analysis: threads, memory budget, compiled kernels on or off, device.
 
-One :class:`Runtime` is resolved at the entry point of the work (:func:`Runtime.resolve`:
-:func:`mlem_neuro.crossval.run_cv`, :meth:`mlem_neuro.MLEM.fit`, the interaction test's
-fits of :func:`~mlem_neuro.core.scoring.fastnull.interaction_scores`), which reads the
-environment variables once, and travels with the work as an argument: in every chunk job
-(joblib workers are processes of their own and set their threads from it), down to the
-fits (:func:`~mlem_neuro.core.training.engine.fit_stack`,
+One :class:`Runtime` is resolved at the entry point of the work (:meth:`Runtime.resolve`:
+:func:`mlem_neuro.inference.run_analysis`, under every analysis; :meth:`mlem_neuro.MLEM.fit`;
+:func:`mlem_neuro.crossval.run_cv` and :func:`mlem_neuro.interaction.interaction_test`
+when called without one), which reads the environment variables once, and travels with
+the work as an argument: in every chunk job (joblib workers are processes of their own
+and set their threads from it), down to the fits
+(:func:`~mlem_neuro.core.training.engine.fit_stack`,
 :func:`~mlem_neuro.core.training.engine.fit_grouped`), whose compiled training loop takes its
-threads from it.  Changing an environment variable while an analysis runs changes
-nothing in that analysis.  A test sets one explicitly (``Runtime(compiled_threads=2)``)
-instead of the environment.
+threads from it; the run's own sizes (chunks of models, blocks) read its memory budget.
+Changing an environment variable while an analysis runs changes nothing in that
+analysis.  A test sets one explicitly (``Runtime(compiled_threads=2)``) instead of the
+environment.
 
 Threads.  The engine's work is many small serial kernels (sorts, small matrix products,
 scatters), which gain little from torch's intra-op threads, and OpenMP threads spin at
