@@ -34,7 +34,6 @@ from joblib import effective_n_jobs
 
 from . import _projection
 from ._jobs import run_jobs as _run_jobs
-from ._threads import call_with_threads, policy, torch_threads
 from .core.checks import check
 from .core.constants import (  # noqa: F401  (tuning constants, defined there once)
     AUTO_FOLDS,
@@ -60,6 +59,7 @@ from .core.options import MLEMOptions, cv_description, jsonable
 from .core.ranks.spearman import SubsetRanks, constant_rows, rankdata
 from .core.rdms.neural import NeuralTargets
 from .core.rdms.sources import DenseRDMSource, RDMSource, SphereRDMSource  # noqa: F401
+from .core.runtime import Runtime, available_cores, run_with
 from .core.scoring import fastnull
 from .core.scoring.importance import (
     feature_importance,
@@ -535,7 +535,7 @@ def _fold_setup(enc_train, options, seed):
 
 
 def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=None,
-               setup=None, plan=None, held=None, tests=None):
+               setup=None, plan=None, held=None, tests=None, runtime=None):
     """Train one chunk of models on training pairs; score and permute on held-out pairs.
 
     ``null`` (relabellings ``(n_tests, n_null, n)``) adds every model's null models to the
@@ -547,9 +547,10 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
     when the fold's chunks share one, skips recomputing it.  ``held`` (columns of the
     held-out pairs, :func:`held_out_columns`) scores the fold on those pairs only.
     ``tests``: which tests the rows of ``null`` are (``0`` the score, ``1 + f`` feature
-    ``f``; ``None``: all, in order).  The returned dict's ``"training"`` says what
-    trained its models (:attr:`CVOutput.training`; returned, since chunks may run in
-    other processes).
+    ``f``; ``None``: all, in order).  ``runtime``: the run's
+    :class:`~mlem_neuro.core.runtime.Runtime` (the compiled loop's threads; ``None``:
+    ``Runtime()``).  The returned dict's ``"training"`` says what trained its models
+    (:attr:`CVOutput.training`; returned, since chunks may run in other processes).
     """
     # separate streams: training draws as many batches as its slowest model needs
     train_seq, perm_seq = np.random.SeedSequence(seed).spawn(2)
@@ -567,7 +568,7 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
     if plan is None:
         del target_train
     fit = fit_stack(enc_train, targets, options, random_state=np.random.default_rng(train_seq),
-                    setup=setup)
+                    setup=setup, runtime=runtime)
     del targets
     W = fit.W
     if relabel_data:
@@ -593,7 +594,7 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
     elif null is not None:
         out["null"], trained = fastnull.null_statistics(
             plan.universe, null, target_train, target_test, train, test, options, perm_seq,
-            held, plan.scales, tests)
+            held, plan.scales, tests, runtime=runtime)
         out["training"] |= trained
     if flat.any():              # Spearman of a constant RDM is undefined, not 0
         for key in ("score", "importance", "importance_perm_std", "null"):
@@ -704,9 +705,13 @@ def _null_statistics(W, everything, null, test, options, stat, perm_seq, n_test,
     return out
 
 
-def _chunk_slices(M, n_train, chunk_size, n_jobs, rows_per_model=1):
+def _chunk_slices(M, n_train, chunk_size, n_jobs, rows_per_model=1, budget=None):
+    """Slices of the ``M`` models, one per chunk: ``chunk_size`` models, or (``None``) as
+    many as a sixteenth of the memory ``budget`` (bytes; ``None``: :func:`memory_budget`)
+    holds, at most :data:`CHUNK_BYTES`, at least one chunk per worker."""
     if chunk_size is None:
-        per_chunk = min(CHUNK_BYTES, memory_budget() // 16)
+        budget = memory_budget() if budget is None else budget
+        per_chunk = min(CHUNK_BYTES, budget // 16)
         chunk_size = max(1, int(per_chunk // (8 * rows_per_model * max(n_pairs(n_train), 1))))
         chunk_size = min(chunk_size, MAX_CHUNK_MODELS)
         workers = effective_n_jobs(n_jobs)
@@ -717,19 +722,23 @@ def _chunk_slices(M, n_train, chunk_size, n_jobs, rows_per_model=1):
 
 
 def _policy_threads(function):
-    """Run ``run_cv`` in the main process on as many torch threads as each worker gets
-    (restored afterwards, also on error)."""
+    """Resolve ``run_cv``'s :class:`~mlem_neuro.core.runtime.Runtime` once (unless the
+    caller gives one: ``runtime=``) and run it in the main process on as many torch
+    threads as each worker gets (restored afterwards, also on error)."""
     @functools.wraps(function)
-    def wrapper(source, features, options=None, **kwargs):
-        n_jobs = None if options is None else options.n_jobs
-        with torch_threads(*policy(effective_n_jobs(n_jobs))):
-            return function(source, features, options, **kwargs)
+    def wrapper(source, features, options=None, *, runtime=None, **kwargs):
+        if runtime is None:
+            opts = MLEMOptions() if options is None else options
+            runtime = Runtime.resolve(effective_n_jobs(opts.n_jobs), opts.device)
+        with runtime.torch_threads():
+            return function(source, features, options, runtime=runtime, **kwargs)
 
     return wrapper
 
 
 @_policy_threads
-def run_cv(source, features, options=None, *, groups=None, desc="models", stage=None):
+def run_cv(source, features, options=None, *, groups=None, desc="models", stage=None,
+           runtime=None):
     """Cross-validated MLEM for every model of ``source``.
 
     Parameters
@@ -754,6 +763,11 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
         only (their nulls are NaN elsewhere; :attr:`CVOutput.gate_open` records ``gate``).
         Every model fitted is the one a run fitting all of them fits (same folds, seeds
         and relabellings).  ``None``: every test's null models in every model.
+    runtime : Runtime | None
+        The threads, memory budget, compiled kernels and device of the run
+        (:class:`~mlem_neuro.core.runtime.Runtime`), passed to every chunk; ``None``
+        resolves it here, once (:meth:`~mlem_neuro.core.runtime.Runtime.resolve`, for
+        ``options.n_jobs`` workers).
 
     Returns
     -------
@@ -810,7 +824,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
     # test of interactions opens the gate (their importance is read there only)
     staging = (stage is not None and null is not None and opts.feature_test == "staged"
                and opts.model_interactions and len(names) >= 2
-               and _main_effects_fit(n))
+               and _main_effects_fit(n, runtime.memory_bytes))
     first = None if null is None else np.arange(1 if staging else null.shape[0])
     null_plans = _null_plans(plans[:n_test], table, opts, null) + [None] * (len(plans)
                                                                             - n_test)
@@ -819,7 +833,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
         tested = null is not None and plan.index < n_test
         plan.chunks = _chunk_slices(M, len(plan.train), opts.chunk_size, opts.n_jobs,
                                     _null_rows(null[first] if tested else None, null_plan,
-                                               len(plan.train)))
+                                               len(plan.train)), runtime.memory_bytes)
     if opts.level == "term":
         warn_unidentifiable_terms(plans[0].enc_train, opts.model_interactions)
     # the test of interactions, only where it will run (mlem_neuro.inference.run_analysis)
@@ -834,9 +848,9 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
         rows = 1 + (0 if null is None else n_tests * null.shape[1])
         plans[0].chunks[:1], calibrate = _projection.calibration_split(plans[0].chunks[0],
                                                                        rows)
-    # torch threads per worker: workers x threads <= cores (main process and each worker)
-    threads = policy(effective_n_jobs(opts.n_jobs))
-    jobs = _chunk_jobs(source, plans, opts, null, first, threads, n_test=n_test)
+    # the runtime travels with every chunk: torch threads per worker (workers x threads
+    # <= cores, main process and each worker) and the compiled loop's threads
+    jobs = _chunk_jobs(source, plans, opts, null, first, runtime, n_test=n_test)
     n_chunks = sum(len(p.chunks) for p in plans)
     logger.info("MLEM: %d %s x %d fold(s) in %d chunk(s)%s", M, desc, len(folds), n_chunks,
                 f"; the tests read the first {n_test}" if 0 < n_test < len(folds) else "")
@@ -847,6 +861,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
             n_tests=n_tests,
             counts=counts, n_chunks=n_chunks, cv=opts.cv if _int_cv(opts.cv) else None,
             then=then, per_pair_numeric=_per_pair_numeric(opts, space),
+            cores=runtime.cores or available_cores(),
             staged=len(names) if staging else 0))
     # a chunk of a fold the tests do not read fits its observed models only
     rows = 1 + (0 if null is None else n_tests * null.shape[1])
@@ -875,18 +890,18 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
         out.interaction_seed = int(rng.integers(2**63 - 1))
     # where the main effect may be a feature's whole test, more relabellings than the
     # trained tests' (drawn last: nothing else depends on them)
-    n_main = _main_effect_nulls(opts, M, len(names))
+    n_main = _main_effect_nulls(opts, M, len(names), runtime.memory_bytes)
     if null is not None and n_main > opts.n_null:
         more = null_permutations(enc_all, None, n_main - opts.n_null,
                                  np.random.default_rng(int(rng.integers(2**63 - 1))),
                                  design=design)
         relabelled = np.concatenate([relabelled, more], axis=1)
     out.main_effect, main_null = _main_effects(source, enc_all, relabelled, opts, groups,
-                                               held)
+                                               held, runtime.memory_bytes)
     out.feature_test = "importance" if main_null is None else main_null[0]
     if staging:
         out.gate_open = np.asarray(stage(out), bool).reshape(M)
-        _fit_gated_features(out, source, plans, opts, null, threads, desc, Parallel)
+        _fit_gated_features(out, source, plans, opts, null, runtime, desc, Parallel)
     with _COLUMNS_LOCK:                  # the nulls' pair columns are not needed any more
         _COLUMNS.clear()
     if null is not None:
@@ -896,25 +911,26 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
     return out
 
 
-def _chunk_jobs(source, plans, opts, null, tests, threads, models=None, n_test=None):
+def _chunk_jobs(source, plans, opts, null, tests, runtime, models=None, n_test=None):
     """The joblib jobs of every chunk of every fold (``plan.chunks``, slices of
     ``models``, an index array, or of every model when ``None``), with the null models of
     ``tests`` (rows of ``null``; ``None`` without nulls) in the folds the tests read (the
-    first ``n_test``, every fold when ``None``).  Chunk data are cut lazily, as joblib asks
-    for the next job."""
+    first ``n_test``, every fold when ``None``), each run on ``runtime``'s threads and
+    given it (:func:`~mlem_neuro.core.runtime.run_with`).  Chunk data are cut lazily, as
+    joblib asks for the next job."""
     from joblib import delayed
 
     sub = None if null is None else null[tests]
     for p, sl, setup in _shared_setups(plans, opts):
         part = sl if models is None else models[sl]
         tested = n_test is None or p.index < n_test
-        yield delayed(call_with_threads)(threads, _fit_chunk, source.subset(part),
-                                         p.enc_train, p.enc_test, p.train, p.test, opts,
-                                         p.seed, sub if tested else None, setup, p.null,
-                                         p.held, tests if tested else None)
+        yield delayed(run_with)(runtime, _fit_chunk, source.subset(part), p.enc_train,
+                                p.enc_test, p.train, p.test, opts, p.seed,
+                                sub if tested else None, setup, p.null, p.held,
+                                tests if tested else None, runtime)
 
 
-def _fit_gated_features(out, source, plans, opts, null, threads, desc, Parallel):
+def _fit_gated_features(out, source, plans, opts, null, runtime, desc, Parallel):
     """The features' null models of the models where ``out.gate_open`` (the staged
     test, :func:`run_cv`'s ``stage``), into ``out.fold_null`` (NaN elsewhere)."""
     models = np.flatnonzero(out.gate_open)
@@ -925,12 +941,13 @@ def _fit_gated_features(out, source, plans, opts, null, threads, desc, Parallel)
     for plan in plans:
         plan.chunks = _chunk_slices(len(models), len(plan.train), opts.chunk_size,
                                     opts.n_jobs, _null_rows(null[tests], plan.null,
-                                                            len(plan.train)))
+                                                            len(plan.train)),
+                                    runtime.memory_bytes)
     n_chunks = sum(len(p.chunks) for p in plans)
     logger.info("MLEM: the features' null models where interactions are found: %d of %d "
                 "%s x %d fold(s) in %d chunk(s)", len(models), out.fold_null.shape[1], desc,
                 len(plans), n_chunks)
-    jobs = _chunk_jobs(source, plans, opts, null, tests, threads, models)
+    jobs = _chunk_jobs(source, plans, opts, null, tests, runtime, models)
     results = _run_jobs(Parallel, jobs, n_chunks, opts.n_jobs, desc, estimate=True)
     chunks = [(plan.index, sl) for plan in plans for sl in plan.chunks]
     for (f, sl), r in zip(chunks, results):
@@ -938,9 +955,10 @@ def _fit_gated_features(out, source, plans, opts, null, threads, desc, Parallel)
         out.training.update(r["training"])
 
 
-def _main_effects_fit(n):
-    """Whether the main effects' RDM of all ``n`` stimuli fits in the memory budget."""
-    return 8 * n_pairs(n) * 3 <= memory_budget() // 4
+def _main_effects_fit(n, budget):
+    """Whether the main effects' RDM of all ``n`` stimuli fits in the memory ``budget``
+    (bytes: the runtime's)."""
+    return 8 * n_pairs(n) * 3 <= budget // 4
 
 
 def _calibration(jobs, plans, n, opts, ctx):
@@ -949,8 +967,6 @@ def _calibration(jobs, plans, n, opts, ctx):
     before any other chunk runs (:func:`_projection.announce`); ``(their results, whether
     the projection warned)``."""
     import time
-
-    from ._threads import available_cores
 
     results, times = [], []
     for _ in range(n):
@@ -964,8 +980,8 @@ def _calibration(jobs, plans, n, opts, ctx):
     rows = 1 + ctx["n_null"] * ctx["n_tests"]
     weights = [1.0 if p.index < (ctx["n_test_folds"] or len(plans)) else 1.0 / rows
                for p in plans for _ in p.chunks][n:]
-    ctx.update(workers=effective_n_jobs(opts.n_jobs), cores=available_cores(),
-               device=str(opts.device), cuda=torch.cuda.is_available())
+    ctx.update(workers=effective_n_jobs(opts.n_jobs), device=str(opts.device),
+               cuda=torch.cuda.is_available())
     _, warned = _projection.announce(times, sizes, rest, ctx, weights)
     return results, warned
 
@@ -1156,17 +1172,17 @@ def _check_test_names(names):
                          "without n_null.")
 
 
-def _main_effects(source, enc, null, opts, groups, held):
+def _main_effects(source, enc, null, opts, groups, held, budget):
     """Every feature's in-sample main effect ``(M, m)`` and, with tests and
     ``feature_test`` other than ``"importance"``, ``(feature_test, null (M, m, R))``:
     its null under the feature's own relabellings (the ``R`` of ``null (1 + m, R, n)``:
     the trained tests' ``n_null`` first, then any drawn for the main effect alone,
     :func:`_main_effect_nulls`; :mod:`~mlem_neuro.core.scoring.main_effect`), on the
     pairs that score the folds (between groups when the held-out pairs are); ``(None,
-    None)`` when the RDM of all stimuli does not fit in memory (the test is then the
-    importance alone, said)."""
+    None)`` when the RDM of all stimuli does not fit in the memory ``budget`` (the test
+    is then the importance alone, said)."""
     n = source.n_stimuli
-    if not _main_effects_fit(n):
+    if not _main_effects_fit(n, budget):
         if null is not None and opts.feature_test != "importance":
             logger.warning("the features' tests use the held-out importance alone: the "
                            "main effects need the RDM of all %d stimuli in memory", n)
@@ -1177,15 +1193,16 @@ def _main_effects(source, enc, null, opts, groups, held):
     return obs, (None if nul is None else (opts.feature_test, nul))
 
 
-def _main_effect_nulls(opts, M, m):
+def _main_effect_nulls(opts, M, m, budget):
     """Relabellings of the features' main-effect tests: ``max(n_null,``
     :data:`~mlem_neuro.core.constants.MAIN_EFFECT_NULLS` ``)`` where the main effect may
     be a feature's whole test (``feature_test`` ``"staged"`` or ``"main_effect"``) and the
     null statistics of ``M`` models and ``m`` features fit in their share of the memory
-    budget (:data:`~mlem_neuro.core.constants.MAIN_EFFECT_NULLS_SHARE`); else ``n_null``."""
+    ``budget`` (:data:`~mlem_neuro.core.constants.MAIN_EFFECT_NULLS_SHARE`); else
+    ``n_null``."""
     n = max(opts.n_null, MAIN_EFFECT_NULLS)
     if (not opts.n_null or opts.feature_test not in ("staged", "main_effect")
-            or 8 * M * max(m, 1) * n > memory_budget() // MAIN_EFFECT_NULLS_SHARE):
+            or 8 * M * max(m, 1) * n > budget // MAIN_EFFECT_NULLS_SHARE):
         return opts.n_null
     return n
 

@@ -20,6 +20,7 @@ from .core.options import MLEMOptions
 from .core.ranks.spearman import constant_rows
 from .core.rdms.distances import get_distance
 from .core.rdms.neural import NeuralTargets, preprocess_rows
+from .core.runtime import Runtime
 from .core.scoring.importance import (
     PairFeatures,
     baseline_scores,
@@ -230,7 +231,6 @@ class MLEM(BaseEstimator):
         return tags
 
     # --------------------------------------------------------------------- fit
-    @limit_threads
     def fit(self, X, y):
         """Learn ``W`` from neural data ``X`` and feature table ``y``.
 
@@ -255,31 +255,39 @@ class MLEM(BaseEstimator):
         """
         with use_log_level(self.verbose):
             opts = self._options()
-            dev = check_device(opts.device)
-            X, table = self._check_Xy(X, y)
-            _check_not_constant(X, self.distance)
-            _check_batch_memory(X.shape[0], opts.batch_size)
-            space = feature_space(opts).fit(table)
-            # the analyses' design diagnostics, with what they do to the importance
-            for finding in diagnose_design(table, space):
-                warn_user(design_message(finding, 0))
-            enc = space.transform(table)
-            res = fit_stack(enc, self._targets(X, dev), opts,
-                            random_state=opts.random_state)
-            self.feature_space_ = space
-            self.feature_names_in_ = np.array(space.feature_names_, dtype=object)
-            self.terms_ = term_names(space.feature_names_, self._interaction_terms)
-            self.W_ = res.W[0]
-            self.n_iter_ = int(res.n_iter[0])
-            self.converged_ = bool(res.converged[0])
-            self.history_ = res.history[0, : self.n_iter_]
-            self.train_score_ = float(res.best_score[0])
-            self.batch_size_ = res.batch_size
-            self.provenance_ = collect_provenance(opts.device, [res.trained_with()])
-            logger.info("MLEM fit: %d stimuli, %d features, %d steps (%s), training soft "
-                        "Spearman %.3f", X.shape[0], len(self.terms_), self.n_iter_,
-                        "early-stopped" if self.converged_ else "max_steps reached",
-                        self.train_score_)
+            # the runtime of this fit, resolved once: one worker, torch's threads set for
+            # the fit (the caller's again afterwards), the compiled loop on every core
+            runtime = Runtime.resolve(1, opts.device)
+            with runtime.torch_threads():
+                return self._fit(X, y, opts, runtime)
+
+    def _fit(self, X, y, opts, runtime):
+        """:meth:`fit` with its options and :class:`~mlem_neuro.core.runtime.Runtime`."""
+        dev = check_device(opts.device)
+        X, table = self._check_Xy(X, y)
+        _check_not_constant(X, self.distance)
+        _check_batch_memory(X.shape[0], opts.batch_size)
+        space = feature_space(opts).fit(table)
+        # the analyses' design diagnostics, with what they do to the importance
+        for finding in diagnose_design(table, space):
+            warn_user(design_message(finding, 0))
+        enc = space.transform(table)
+        res = fit_stack(enc, self._targets(X, dev), opts,
+                        random_state=opts.random_state, runtime=runtime)
+        self.feature_space_ = space
+        self.feature_names_in_ = np.array(space.feature_names_, dtype=object)
+        self.terms_ = term_names(space.feature_names_, self._interaction_terms)
+        self.W_ = res.W[0]
+        self.n_iter_ = int(res.n_iter[0])
+        self.converged_ = bool(res.converged[0])
+        self.history_ = res.history[0, : self.n_iter_]
+        self.train_score_ = float(res.best_score[0])
+        self.batch_size_ = res.batch_size
+        self.provenance_ = collect_provenance(opts.device, [res.trained_with()])
+        logger.info("MLEM fit: %d stimuli, %d features, %d steps (%s), training soft "
+                    "Spearman %.3f", X.shape[0], len(self.terms_), self.n_iter_,
+                    "early-stopped" if self.converged_ else "max_steps reached",
+                    self.train_score_)
         return self
 
     def _undefined_predictions(self, pairs, what):

@@ -21,8 +21,10 @@ import logging
 import warnings
 
 import numpy as np
+from joblib import effective_n_jobs
 
 from .core.constants import STAGED_GATE
+from .core.runtime import Runtime
 from .core.scoring.main_effect import staged
 from .core.scoring.nulls import permutation_pvalues
 from .crossval import run_cv
@@ -38,20 +40,24 @@ def run_analysis(source, features, options=None, *, groups=None, desc="models"):
     fitted only in the models where it opens the gate (run_cv's ``stage``): elsewhere the
     features' tests read their main effects alone, which need no training.
 
-    Parameters and returns as :func:`~mlem_neuro.crossval.run_cv`.
+    Parameters and returns as :func:`~mlem_neuro.crossval.run_cv`.  One
+    :class:`~mlem_neuro.core.runtime.Runtime` is resolved here, for the fold loop and the
+    test of interactions.
     """
     from .core.options import MLEMOptions
 
     opts = MLEMOptions() if options is None else options
+    runtime = Runtime.resolve(effective_n_jobs(opts.n_jobs), opts.device)
     can_test = getattr(source, "supports_interaction_test", False)
     gates = []
 
     def stage(out):
-        gates.append(_interactions(out, source, features, opts, groups, desc))
+        gates.append(_interactions(out, source, features, opts, groups, desc, runtime))
         return gates[0]
 
     out = run_cv(source, features, options, groups=groups, desc=desc,
-                 stage=stage if can_test and opts.feature_test == "staged" else None)
+                 stage=stage if can_test and opts.feature_test == "staged" else None,
+                 runtime=runtime)
     if gates:                                  # staged inside the fold loop
         return _stage_feature_tests(out, gate=gates[0])
     if out.interaction_seed is None:
@@ -66,20 +72,22 @@ def run_analysis(source, features, options=None, *, groups=None, desc="models"):
                         "them)", desc)
         return _stage_feature_tests(out, gate=True)
     return _stage_feature_tests(out, gate=_interactions(out, source, features, opts,
-                                                        groups, desc))
+                                                        groups, desc, runtime))
 
 
-def _interactions(out, source, features, opts, groups, desc):
-    """Run the test of interactions on ``out`` (its seed, its scores), add it to
-    ``out.tests``; return the staged test's gate per model: its family-wise p-value over
-    the models at most STAGED_GATE (so that, without interactions, it opens in at most
-    that fraction of analyses however many models they have)."""
+def _interactions(out, source, features, opts, groups, desc, runtime=None):
+    """Run the test of interactions on ``out`` (its seed, its scores) on the analysis's
+    ``runtime``, add it to ``out.tests``; return the staged test's gate per model: its
+    family-wise p-value over the models at most STAGED_GATE (so that, without
+    interactions, it opens in at most that fraction of analyses however many models they
+    have)."""
     M = source.n_models
     # its own progress is silenced (it repeats the analysis's): say what runs
     logger.info("MLEM: test of interactions, %d %s x %d null dataset(s) x 2 fits", M, desc,
                 opts.n_null)
     obs, nul, trained = _interaction_test(source, features, opts, groups,
-                                          out.interaction_seed, out.folds[:out.n_test_folds])
+                                          out.interaction_seed, out.folds[:out.n_test_folds],
+                                          runtime)
     out.training |= trained                  # the analysis records its fits too
     undefined = np.isnan(out.score).any(axis=0)
     obs, nul = np.where(undefined, np.nan, obs), np.where(undefined, np.nan, nul)
@@ -115,11 +123,11 @@ def _stage_feature_tests(out, gate):
     return out
 
 
-def _interaction_test(source, table, opts, groups, seed, folds):
+def _interaction_test(source, table, opts, groups, seed, folds, runtime=None):
     """Observed and null statistics of the non-additivity test on ``folds`` (those of the
     analysis that its tests read; its warnings and messages repeat those of the analysis,
     so they are silenced; its own progress bar, over blocks of models, shows at INFO),
-    and what trained its fits."""
+    and what trained its fits; ``runtime``: the analysis's (``None``: resolved there)."""
     from .interaction import interaction_test
 
     progress = logger.isEnabledFor(logging.INFO)
@@ -127,4 +135,4 @@ def _interaction_test(source, table, opts, groups, seed, folds):
         warnings.simplefilter("ignore", UserWarning)
         return interaction_test(source, table, opts, groups=groups, n_null=opts.n_null,
                                 random_state=seed, progress=progress, folds=folds,
-                                return_training=True)
+                                return_training=True, runtime=runtime)

@@ -52,11 +52,13 @@ import warnings
 
 import numpy as np
 import torch
+from joblib import effective_n_jobs
 
 from .core.checks import check
 from .core.constants import NUMERIC_DEGREE  # noqa: F401  (tuning constants, defined there once)
 from .core.options import MLEMOptions, _is_int
 from .core.rdms.sources import DenseRDMSource, RankedRDMSource, SphereRDMSource
+from .core.runtime import Runtime
 from .core.scoring import fastnull
 from .core.scoring.nulls import exchange_units
 from .core.stimuli.features import as_feature_table, feature_space
@@ -212,7 +214,8 @@ class PatternNullSource:
         return out
 
 
-def _scores_by_blocks(null_source, table, options, common, constraints, groups):
+def _scores_by_blocks(null_source, table, options, common, constraints, groups,
+                      runtime=None):
     """Fold-mean held-out Spearman ``(len(constraints), n_models)`` of the models of
     ``null_source`` fitted with each constraint by :func:`~mlem_neuro.crossval.run_cv`,
     and what trained them (:attr:`~mlem_neuro.crossval.CVOutput.training`).
@@ -221,13 +224,16 @@ def _scores_by_blocks(null_source, table, options, common, constraints, groups):
     stimuli and one sort of each): each block's datasets are built, their RDMs of all
     stimuli computed and sorted, once; every fold of both fits then reads the ranks of its
     training and held-out distances off them (:class:`~mlem_neuro.core.rdms.sources.
-    RankedRDMSource`; the numbers of ``run_cv`` on ``null_source`` up to rounding)."""
-    from .core.memory import memory_budget
+    RankedRDMSource`; the numbers of ``run_cv`` on ``null_source`` up to rounding).
+    ``runtime``: the test's :class:`~mlem_neuro.core.runtime.Runtime` (its memory budget
+    sizes the blocks), given to every ``run_cv`` (``None``: resolved here, once)."""
     from .core.stimuli.pairs import n_pairs
     from .crossval import run_cv
 
+    if runtime is None:
+        runtime = Runtime.resolve(effective_n_jobs(options.n_jobs), options.device)
     n, N = null_source.n_stimuli, null_source.n_models
-    block = max(1, memory_budget() // 8 // (64 * n_pairs(n)))   # RDM, sort, tie groups
+    block = max(1, runtime.memory_bytes // 8 // (64 * n_pairs(n)))   # RDM, sort, ties
     scores = np.empty((len(constraints), N))
     training = set()
     for lo in range(0, N, block):
@@ -236,7 +242,8 @@ def _scores_by_blocks(null_source, table, options, common, constraints, groups):
         for c, constraint in enumerate(constraints):
             opts = dataclasses.replace(options, constraint=constraint,
                                        interactions=constraint != "diagonal", **common)
-            out = run_cv(rdms, table, opts, groups=groups, desc="interaction-test models")
+            out = run_cv(rdms, table, opts, groups=groups, desc="interaction-test models",
+                         runtime=runtime)
             scores[c, models] = out.score.mean(axis=0)
             training |= out.training
     return scores, training
@@ -279,7 +286,7 @@ def _check_inputs(source, table, options, n_null):
 
 
 def interaction_test(source, features, options, *, groups=None, n_null, random_state=None,
-                     progress=None, folds=None, return_training=False):
+                     progress=None, folds=None, return_training=False, runtime=None):
     """Permutation test of non-additivity: do the features interact in the geometry?
 
     The statistic of each model is the fold-mean held-out Spearman of the model with
@@ -323,6 +330,10 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
         :func:`~mlem_neuro.crossval.run_cv` does.  Ignored with ``options.cv=None``.
     return_training : bool
         Also return what trained the fits (an analysis records it in its provenance).
+    runtime : Runtime | None
+        The threads, memory budget and compiled loop of every fit of the test
+        (:class:`~mlem_neuro.core.runtime.Runtime`); ``None`` resolves it once, at the
+        start of the fits, for ``options.n_jobs`` workers.
 
     Returns
     -------
@@ -383,10 +394,14 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     constraints = (options.constraint, "diagonal")
     # categorical designs on full batches: each null dataset's RDM, ranks and row sums
     # once for both fits (the numbers of run_cv up to rounding)
+    # one runtime for every fit of the test (threads, memory, compiled loop)
+    if runtime is None:
+        runtime = Runtime.resolve(effective_n_jobs(options.n_jobs), options.device)
     fitted = fastnull.interaction_scores(null_source, table, options, folds, constraints,
-                                         progress=progress)
+                                         progress=progress, runtime=runtime)
     if fitted is None:
-        fitted = _scores_by_blocks(null_source, table, options, common, constraints, groups)
+        fitted = _scores_by_blocks(null_source, table, options, common, constraints, groups,
+                                   runtime)
     scores, training = fitted
     scores = np.asarray(scores).reshape(2, n_null + 1, M)
     stat = scores[0] - scores[1]

@@ -191,15 +191,15 @@ def test_shapes_and_same_replicate_for_every_model():
 
 
 @pytest.mark.parametrize("numeric", [False, True])
-def test_blocks_of_null_datasets_do_not_change_the_test(numeric, monkeypatch):
+def test_blocks_of_null_datasets_do_not_change_the_test(numeric):
     """The datasets of a non-categorical design are built and ranked in blocks that fit a
     memory budget (one sort of each RDM for every fold of both fits): blocks of 3 models
     give the numbers of one block, which are those of the cross-validated fits of each
     null dataset's distances."""
     import dataclasses
 
-    from mlem_neuro.core import memory
     from mlem_neuro.core.rdms.sources import CondensedRDMSource
+    from mlem_neuro.core.runtime import Runtime
     from mlem_neuro.crossval import run_cv
     from mlem_neuro.interaction import _scores_by_blocks
 
@@ -208,8 +208,9 @@ def test_blocks_of_null_datasets_do_not_change_the_test(numeric, monkeypatch):
     opts = MLEMOptions(cv=3, n_repeats=1, random_state=0, max_steps=30,
                        batch_size=40)  # not grouped
     obs, null = interaction_test(src, table, opts, n_null=4, random_state=1)
-    monkeypatch.setattr(memory, "memory_budget", lambda: 8 * 64 * 276 * 3)  # 3 models
-    obs3, null3 = interaction_test(src, table, opts, n_null=4, random_state=1)
+    three = dataclasses.replace(Runtime.resolve(1), memory_bytes=8 * 64 * 276 * 3)  # 3 models
+    obs3, null3 = interaction_test(src, table, opts, n_null=4, random_state=1,
+                                   runtime=three)
     np.testing.assert_array_equal(obs3, obs)
     np.testing.assert_array_equal(null3, null)
     # the distances' own analysis, dataset by dataset

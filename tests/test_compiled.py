@@ -242,20 +242,19 @@ def test_threads_train_the_models_one_thread_trains(grid, monkeypatch):
     """With more than one thread (the thread policy's cores, ``MLEM_NEURO_NUM_THREADS``)
     the loop splits the models between threads (numba's ``prange``): every model's steps
     depend on it alone, so the fits are those of one thread, bit for bit."""
-    from mlem_neuro._threads import torch_threads
+    from mlem_neuro.core.runtime import Runtime
 
     enc, targets = _numeric_design() if grid else _design()
     opts = MLEMOptions(max_steps=80)
     assert compiled.threads_for(4) == 1                  # outside an analysis: one
     one = fit_stack(enc, targets, opts, random_state=np.random.default_rng(5))
-    with torch_threads(None, compiled=2):
-        assert compiled.threads_for(compiled.PARALLEL_MODELS - 1) == 1    # a small stack
-        monkeypatch.setattr(compiled, "PARALLEL_MODELS", 1)    # these stacks are small
-        if compiled.threads_for(4) < 2:
-            pytest.skip("numba has a single thread here")
-        assert compiled.threads_for(1) == 1              # never more threads than models
-        two = fit_stack(enc, targets, opts, random_state=np.random.default_rng(5))
-    assert compiled.threads_for(4) == 1                  # restored
+    assert compiled.threads_for(compiled.PARALLEL_MODELS - 1, 2) == 1    # a small stack
+    monkeypatch.setattr(compiled, "PARALLEL_MODELS", 1)    # these stacks are small
+    if compiled.threads_for(4, 2) < 2:
+        pytest.skip("numba has a single thread here")
+    assert compiled.threads_for(1, 2) == 1               # never more threads than models
+    two = fit_stack(enc, targets, opts, random_state=np.random.default_rng(5),
+                    runtime=Runtime(compiled_threads=2))
     assert grid != one.full_batch
     np.testing.assert_array_equal(two.W, one.W)
     np.testing.assert_array_equal(two.n_iter, one.n_iter)

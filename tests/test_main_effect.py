@@ -264,18 +264,20 @@ def test_null_in_blocks_of_relabellings_equals_one_operator(monkeypatch):
     np.testing.assert_allclose(small, main_effect_tests(source, enc, null)[1], atol=1e-12)
 
 
-def test_main_effects_that_do_not_fit_in_memory_leave_the_importance_said(monkeypatch,
-                                                                          caplog):
-    import mlem_neuro.crossval as cv_module
+def test_main_effects_that_do_not_fit_in_memory_leave_the_importance_said(caplog):
+    import dataclasses
+
+    from mlem_neuro.core.runtime import Runtime
 
     rng = np.random.default_rng(10)
     X, table = _simulate(16, 0.5, rng)
-    monkeypatch.setattr(cv_module, "memory_budget", lambda: 1000)
+    tiny = dataclasses.replace(Runtime.resolve(1), memory_bytes=1000)   # set, not patched
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with caplog.at_level("WARNING", logger="mlem_neuro"):
             out = run_cv(DenseRDMSource(X[None], "euclidean"), table,
-                         MLEMOptions(n_null=4, random_state=0, max_steps=20, chunk_size=1))
+                         MLEMOptions(n_null=4, random_state=0, max_steps=20, chunk_size=1),
+                         runtime=tiny)
     assert out.main_effect is None and out.feature_test == "importance"
     assert "held-out importance alone" in caplog.text
     # the test reads the first folds (n_repeats="auto": at most AUTO_TEST_FOLDS of them)
@@ -523,7 +525,7 @@ def test_staged_gate_reads_the_family_wise_p_of_the_test_of_interactions(monkeyp
     null = np.tile(np.linspace(0.0, 1.0, n_null)[:, None], (1, 3))
     null[:, 2] = np.linspace(0.0, 2.0, n_null)        # model 2 holds the null maxima
 
-    def fake_test(source, features, opts, groups, seed, folds):
+    def fake_test(source, features, opts, groups, seed, folds, runtime=None):
         return np.array([1.5, 3.0, 0.0]), null.copy(), set()
 
     monkeypatch.setattr(inference, "_interaction_test", fake_test)

@@ -1,4 +1,6 @@
-"""The thread policy: available cores, torch's threads set for the work and restored."""
+"""The thread policy: available cores, torch's threads set for the work and restored, and
+the runtime that carries them (:class:`mlem_neuro.core.runtime.Runtime`): resolved once
+at the entry point, passed down explicitly."""
 import os
 
 import numpy as np
@@ -6,7 +8,7 @@ import pytest
 import torch
 
 import mlem_neuro
-from mlem_neuro import MLEM, _threads, crossval
+from mlem_neuro import MLEM, crossval
 from mlem_neuro._threads import (
     ENV_VAR,
     available_cores,
@@ -15,8 +17,10 @@ from mlem_neuro._threads import (
     torch_threads,
     worker_threads,
 )
+from mlem_neuro.core import runtime as rt
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.rdms.sources import DenseRDMSource
+from mlem_neuro.core.runtime import Runtime
 from mlem_neuro.simulation import simulate_representations
 
 
@@ -61,12 +65,12 @@ def test_cgroup_cpu_limit(tmp_path, files, limit):
 def test_available_cores_affinity_and_quota(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5},
                         raising=False)
-    monkeypatch.setattr(_threads, "CGROUP_ROOT", str(tmp_path / "none"))
+    monkeypatch.setattr(rt, "CGROUP_ROOT", str(tmp_path / "none"))
     assert available_cores() == 6
-    monkeypatch.setattr(_threads, "CGROUP_ROOT", _cgroup(tmp_path,
+    monkeypatch.setattr(rt, "CGROUP_ROOT", _cgroup(tmp_path,
                                                          {"cpu.max": "250000 100000"}))
     assert available_cores() == 3                        # the quota caps the affinity
-    monkeypatch.setattr(_threads, "CGROUP_ROOT", _cgroup(tmp_path / "big",
+    monkeypatch.setattr(rt, "CGROUP_ROOT", _cgroup(tmp_path / "big",
                                                          {"cpu.max": "1600000 100000"}))
     assert available_cores() == 6                        # the affinity caps the quota
     monkeypatch.delattr(os, "sched_getaffinity", raising=False)   # not on Linux
@@ -82,7 +86,7 @@ def test_available_cores_here():
 @pytest.mark.parametrize("cores", [1, 2, 3, 8])
 @pytest.mark.parametrize("env", [None, "1", "2", "64"])
 def test_workers_times_threads_never_exceed_cores(monkeypatch, cores, env):
-    monkeypatch.setattr(_threads, "available_cores", lambda: cores)
+    monkeypatch.setattr(rt, "available_cores", lambda: cores)
     if env is not None:
         monkeypatch.setenv(ENV_VAR, env)
     wanted = 1 if env is None else int(env)
@@ -180,12 +184,14 @@ def test_worker_threads_for_n_jobs(data, monkeypatch):
     calls, main = [], []
 
     def run_jobs(Parallel, jobs, n_total, n_jobs, desc, **kwargs):
-        calls.extend(job[1][0] for job in jobs)          # (function, args, kwargs)
+        for function, args, _ in jobs:                   # run_with(runtime, _fit_chunk, ...)
+            assert args[-1] is args[0]                   # the chunk is given the runtime
+            calls.append((args[0].threads, args[0].compiled_threads))
         main.append(torch.get_num_threads())             # the main process meanwhile
         raise RuntimeError("stop")
 
     monkeypatch.setattr(crossval, "_run_jobs", run_jobs)
-    monkeypatch.setattr(_threads, "available_cores", lambda: 4)
+    monkeypatch.setattr(rt, "available_cores", lambda: 4)
     monkeypatch.setenv(ENV_VAR, "8")
     for n_jobs, threads in [(None, 4), (1, 4), (2, 2), (3, 1), (4, 1), (-1, None)]:
         calls.clear()
@@ -253,33 +259,134 @@ def test_threading_backend_gives_the_serial_numbers(case):
 
 def test_the_compiled_loop_takes_the_workers_cores(monkeypatch):
     """The compiled loop's threads: every core a worker may use (cores // workers), capped
-    by MLEM_NEURO_NUM_THREADS ("off": one); one outside the package's work, and the
-    caller's value restored after a block."""
-    monkeypatch.setattr(_threads, "available_cores", lambda: 8)
-    assert _threads.worker_cores(1) == 8 and _threads.worker_cores(3) == 2
-    assert _threads.worker_cores(16) == 1
+    by MLEM_NEURO_NUM_THREADS ("off": one); one outside the package's work
+    (``Runtime()``)."""
+    monkeypatch.setattr(rt, "available_cores", lambda: 8)
+    assert rt.worker_cores(1) == 8 and rt.worker_cores(3) == 2
+    assert rt.worker_cores(16) == 1
+    assert Runtime.resolve(3).compiled_threads == 2 and Runtime.resolve(3).threads == 1
     monkeypatch.setenv(ENV_VAR, "3")
-    assert _threads.worker_cores(1) == 3 and _threads.worker_cores(4) == 2
+    assert rt.worker_cores(1) == 3 and rt.worker_cores(4) == 2
+    assert Runtime.resolve(1).compiled_threads == 3 and Runtime.resolve(1).threads == 3
     monkeypatch.setenv(ENV_VAR, "off")
-    assert _threads.worker_cores(1) == 1
-    assert _threads.compiled_threads() == 1
-    with torch_threads(None, compiled=4):
-        assert _threads.compiled_threads() == 4
-        with torch_threads(None, compiled=2):
-            assert _threads.compiled_threads() == 2
-        assert _threads.compiled_threads() == 4
-    assert _threads.compiled_threads() == 1
+    assert rt.worker_cores(1) == 1
+    assert Runtime.resolve(1).threads is None and Runtime.resolve(1).compiled_threads == 1
+    assert Runtime().compiled_threads == 1 and Runtime().threads == 1
+
+
+def test_resolve_reads_a_given_environment_not_the_process_one(monkeypatch):
+    """``Runtime.resolve(environ=...)`` reads that mapping (the process's environment is
+    not consulted), with the variables' documented meanings."""
+    import dataclasses
+
+    from mlem_neuro.core.memory import ENV_VAR as MEMORY_VAR
+
+    monkeypatch.setattr(rt, "available_cores", lambda: 8)
+    monkeypatch.setenv(ENV_VAR, "nonsense")              # would raise if it were read
+    monkeypatch.setenv(MEMORY_VAR, "nonsense")
+    r = Runtime.resolve(2, "cpu", environ={ENV_VAR: "3", MEMORY_VAR: "2GiB"})
+    assert (r.threads, r.compiled_threads, r.n_workers, r.cores) == (3, 3, 2, 8)
+    assert r.memory_bytes == 2 * 2**30 and r.device == "cpu"
+    default = Runtime.resolve(1, environ={})
+    assert (default.threads, default.compiled_threads) == (1, 8)
+    assert default.memory_bytes == Runtime().memory_bytes
+    with pytest.raises(ValueError, match=MEMORY_VAR):
+        Runtime.resolve(1, environ={MEMORY_VAR: "lots"})
+    with pytest.raises(ValueError, match=ENV_VAR):
+        Runtime.resolve(1, environ={ENV_VAR: "0"})
+    with pytest.raises(dataclasses.FrozenInstanceError):  # resolved once, for good
+        r.threads = 1
 
 
 def test_an_analysis_gives_the_compiled_loop_the_cores(data, monkeypatch):
+    """The runtime resolved at the entry point reaches the compiled loop as an argument:
+    the loop of every stack is allowed the worker's cores."""
     from mlem_neuro.core.training import compiled
 
     seen = []
     real = compiled.threads_for
-    monkeypatch.setattr(compiled, "threads_for", lambda M: seen.append(
-        _threads.compiled_threads()) or real(M))
-    monkeypatch.setattr(_threads, "available_cores", lambda: 2)
+    monkeypatch.setattr(compiled, "threads_for", lambda M, allowed=1: seen.append(
+        allowed) or real(M, allowed))
+    monkeypatch.setattr(rt, "available_cores", lambda: 2)
     X, y = data
     mlem_neuro.mlem_array(X[:, :, None], y, cv=2, n_repeats=1, max_steps=5, verbose="ERROR")
     assert seen and set(seen) == {2}
-    assert _threads.compiled_threads() == 1
+    seen.clear()
+    MLEM(**FAST).fit(X, y)                               # the estimator: one worker
+    assert seen == [2]
+
+
+def test_the_runtime_is_resolved_once_per_analysis(data, monkeypatch):
+    """run_cv reads the environment once, at its start: a variable changed while the
+    analysis runs changes nothing in it; every chunk is given that one runtime, and a
+    runtime given explicitly is the one that reaches the fits."""
+    X, y = data
+    resolved, given = [], []
+    resolve = Runtime.resolve.__func__
+
+    def counting(cls, *args, **kwargs):
+        resolved.append(resolve(cls, *args, **kwargs))
+        return resolved[-1]
+
+    fit_chunk = crossval._fit_chunk
+
+    def spy(*args):
+        given.append(args[-1])
+        monkeypatch.setenv(ENV_VAR, "nonsense")          # mid-run: not read again
+        return fit_chunk(*args)
+
+    monkeypatch.setattr(Runtime, "resolve", classmethod(counting))
+    monkeypatch.setattr(crossval, "_fit_chunk", spy)
+    crossval.run_cv(DenseRDMSource(X[None]), y, MLEMOptions(cv=3, n_repeats=1, **FAST))
+    assert len(resolved) == 1 and len(given) == 3
+    assert all(r is resolved[0] for r in given)
+    monkeypatch.delenv(ENV_VAR)
+    mine = Runtime(threads=1, compiled_threads=1)
+    given.clear()
+    crossval.run_cv(DenseRDMSource(X[None]), y, MLEMOptions(cv=3, n_repeats=1, **FAST),
+                    runtime=mine)
+    assert len(resolved) == 1 and given == [mine] * 3    # not resolved: given
+
+
+def test_no_context_variable_carries_the_runtime():
+    """The runtime is passed as an argument: no module of the package uses context
+    variables (the compiled loop's threads were one)."""
+    import pathlib
+
+    root = pathlib.Path(mlem_neuro.__file__).parent
+    users = [str(p.relative_to(root)) for p in root.rglob("*.py")
+             if "contextvars" in p.read_text() or "ContextVar" in p.read_text()]
+    assert users == []
+
+
+def test_an_analysis_with_tests_resolves_one_runtime(monkeypatch):
+    """An analysis with the test of interactions (its fold loop, its main effects, the
+    test's fast fits) resolves one runtime, at its start, and the test's fits are given
+    that one."""
+    import pandas as pd
+
+    from mlem_neuro.core.scoring import fastnull
+
+    resolved, given = [], []
+    resolve = Runtime.resolve.__func__
+
+    def counting(cls, *args, **kwargs):
+        resolved.append(resolve(cls, *args, **kwargs))
+        return resolved[-1]
+
+    scores = fastnull.interaction_scores
+
+    def spy(*args, runtime=None, **kwargs):
+        given.append(runtime)
+        return scores(*args, runtime=runtime, **kwargs)
+
+    monkeypatch.setattr(Runtime, "resolve", classmethod(counting))
+    monkeypatch.setattr(fastnull, "interaction_scores", spy)
+    rng = np.random.default_rng(0)
+    n = 24
+    table = pd.DataFrame({"A": np.arange(n) % 2, "B": (np.arange(n) // 2) % 2})
+    data = rng.standard_normal((n, 4, 2))
+    res = mlem_neuro.mlem_array(data, table, cv=2, n_repeats=1, n_null=3, max_steps=10,
+                                random_state=0, verbose="ERROR")
+    assert "interactions" in res.tests
+    assert len(resolved) == 1 and given == resolved

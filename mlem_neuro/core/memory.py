@@ -41,12 +41,13 @@ def parse_size(text, name=ENV_VAR):
     return nbytes
 
 
-def memory_budget():
-    """The budget in bytes (``MLEM_NEURO_MEMORY``, default 4 GiB).
+def memory_budget(environ=None):
+    """The budget in bytes (``MLEM_NEURO_MEMORY`` of ``environ``, default ``os.environ``;
+    4 GiB when unset).
 
     An unreadable value raises a ValueError that names the environment variable and its
     value (whatever the call was doing when it read the budget)."""
-    env = os.environ.get(ENV_VAR)
+    env = (os.environ if environ is None else environ).get(ENV_VAR)
     if env in (None, ""):
         return DEFAULT_BYTES
     try:

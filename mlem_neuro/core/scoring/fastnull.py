@@ -46,7 +46,6 @@ import numpy as np
 import torch
 from joblib import Parallel, delayed, effective_n_jobs
 
-from ..._threads import call_with_threads, policy
 from .. import kernels
 from ..constants import (
     INTERACTION_BLOCK_BYTES,
@@ -58,6 +57,7 @@ from ..constants import (
 from ..memory import memory_budget
 from ..ranks.grouped import MAX_GROUPS, few_rows, grouped_spearman
 from ..ranks.spearman import _EPS, rankdata, sort_with_ties, standardize
+from ..runtime import Runtime, run_with
 from ..stimuli.features import feature_space
 from ..stimuli.pairs import n_pairs, pair_indices
 from ..training import quantise
@@ -236,7 +236,7 @@ def _importance_perms(perm_seq, K, f, n):
 
 
 def null_statistics(universe, perms, target_train, target_test, train, test, options,
-                    perm_seq, held=None, scales=None, tests=None):
+                    perm_seq, held=None, scales=None, tests=None, runtime=None):
     """Statistics ``(M, n_tests, n_null)`` of the null models of ``M`` models.
 
     Parameters
@@ -265,6 +265,9 @@ def null_statistics(universe, perms, target_train, target_test, train, test, opt
         ``perms`` then holds the relabellings of those tests only, while ``scales`` holds
         every test's (as refitted for the analysis) and is sliced here; ``None``: row
         ``t`` is test ``t``.
+    runtime : Runtime | None
+        The analysis's :class:`~mlem_neuro.core.runtime.Runtime`, for the fits (``None``:
+        ``Runtime()``).
 
     Returns
     -------
@@ -292,7 +295,8 @@ def null_statistics(universe, perms, target_train, target_test, train, test, opt
     sums, counts = group_sums(tz, g, U)
     del g, tz
     D_sets, which = _relabelled_rows(universe, scales, R)
-    W, training = _fit_null_models(D_sets, which, counts, sums, options)   # (M, R, m, m)
+    W, training = _fit_null_models(D_sets, which, counts, sums, options,   # (M, R, m, m)
+                                   runtime)
     del sums
     kk, ll = term_index(m, True)
     q = torch.empty(M, R, U, dtype=torch.float64)
@@ -371,7 +375,7 @@ def _relabelled_rows(universe, scales, R):
     return D_sets, torch.as_tensor(inverse.ravel(), dtype=torch.long)
 
 
-def _fit_null_models(D_sets, which, counts, sums, options):
+def _fit_null_models(D_sets, which, counts, sums, options, runtime=None):
     """Metrics ``(M, R, m, m)`` of the null models trained on ``counts (R, U)`` pairs per
     distance row (one grouping per relabelling, shared by the ``M`` models) and target
     sums ``sums (M, R, U)``; relabelling ``r``'s distance rows are ``D_sets[which[r]]``
@@ -388,7 +392,7 @@ def _fit_null_models(D_sets, which, counts, sums, options):
     with the same rows but other distances (another numeric scale) train apart.
 
     Returns ``(W, training)``: the metrics and what trained them (``(backend, lr,
-    patience)`` of each fit).
+    patience)`` of each fit); ``runtime`` is given to every fit.
     """
     M, R, _ = sums.shape
     m = D_sets[0].shape[1]
@@ -403,7 +407,8 @@ def _fit_null_models(D_sets, which, counts, sums, options):
         c = counts[rel][:, rows]                               # (Rk, Uk)
         fit = fit_grouped(D_sets[int(masks[k, 0])][rows],
                           c[None].expand(M, len(rel), Uk).reshape(-1, Uk),
-                          sums[:, rel][:, :, rows].reshape(-1, Uk), options)
+                          sums[:, rel][:, :, rows].reshape(-1, Uk), options,
+                          runtime=runtime)
         W[:, rel] = torch.as_tensor(fit.W, dtype=torch.float64).reshape(M, len(rel), m, m)
         training.add(fit.trained_with())
     return W, training
@@ -535,7 +540,8 @@ def _fold_groups(universe, stimuli, n):
     return universe.pair_row[c[i], c[j]], _lin(stimuli, n)
 
 
-def interaction_scores(source, table, options, folds, constraints, progress=None):
+def interaction_scores(source, table, options, folds, constraints, progress=None,
+                       runtime=None):
     """Fold-mean held-out Spearman ``(len(constraints), n_models)`` of every model of
     ``source`` fitted with each constraint, for a categorical design trained on full
     batches, and what trained them (``(backend, lr, patience)`` of each fit, returned by
@@ -551,6 +557,8 @@ def interaction_scores(source, table, options, folds, constraints, progress=None
     rounding.  With ``options.n_jobs`` above 1 the models are split into blocks that run
     in worker processes (each model trains on its own, so the split changes nothing but
     rounding).  ``progress``: a progress bar over the blocks (``None``: at INFO).
+    ``runtime``: the :class:`~mlem_neuro.core.runtime.Runtime` of the fits, given to
+    every block (``None``: resolved here, once, for ``options.n_jobs`` workers).
     """
     from ..training.engine import FULL_BATCH_PAIRS
 
@@ -581,19 +589,20 @@ def interaction_scores(source, table, options, folds, constraints, progress=None
     n_te = torch.as_tensor([float(len(g[3])) for g in groups], dtype=torch.float64)
     present = counts_tr.sum(dim=0) > 0                 # rows some fold trains on
     kk, ll = term_index(D_all.shape[1], True)
-    outer = max(1, memory_budget() // (4 * 8 * STACK_ARRAYS) // (F * U))
     workers = effective_n_jobs(options.n_jobs)
+    if runtime is None:
+        runtime = Runtime.resolve(workers, options.device)
+    outer = max(1, runtime.memory_bytes // (4 * 8 * STACK_ARRAYS) // (F * U))
     if workers > 1:                      # at least one block of models per worker
         outer = min(outer, -(-N // workers))
     shared = (groups, D_all, present, counts_tr, counts_te, n_te, (kk, ll), options,
-              constraints)
+              constraints, runtime)
     blocks = [np.arange(lo, min(lo + outer, N)) for lo in range(0, N, outer)]
-    threads = policy(workers)
     from ..._jobs import run_jobs as _run_jobs
 
     # a progress bar at INFO when there are several blocks (e.g. the spheres of a brain)
-    results = _run_jobs(Parallel, (delayed(call_with_threads)(
-        threads, _interaction_block, source.subset(rows), *shared) for rows in blocks),
+    results = _run_jobs(Parallel, (delayed(run_with)(
+        runtime, _interaction_block, source.subset(rows), *shared) for rows in blocks),
         len(blocks), options.n_jobs, "interaction test", show=progress)
     out = np.zeros((len(constraints), N))
     training = set()
@@ -604,10 +613,10 @@ def interaction_scores(source, table, options, folds, constraints, progress=None
 
 
 def _interaction_block(source, groups, D_all, present, counts_tr, counts_te, n_te, terms,
-                       options, constraints):
+                       options, constraints, runtime=None):
     """:func:`interaction_scores` of the models of ``source`` (one block): ``(len(
     constraints), n_models)`` and what trained them (a set of ``(backend, lr,
-    patience)``)."""
+    patience)``), the fits on ``runtime``."""
     n, N = source.n_stimuli, source.n_models
     F, U = len(groups), D_all.shape[0]
     rdm_rows = max(1, INTERACTION_BLOCK_BYTES // (8 * n_pairs(n)))
@@ -629,7 +638,7 @@ def _interaction_block(source, groups, D_all, present, counts_tr, counts_te, n_t
         opts = dataclasses.replace(options, constraint=constraint,
                                    interactions=constraint != "diagonal")
         fit = fit_grouped(D_all[present], counts_tr[fold][:, present],
-                          sums_tr.reshape(F * N, U)[:, present], opts)
+                          sums_tr.reshape(F * N, U)[:, present], opts, runtime=runtime)
         training.add(fit.trained_with())
         W = torch.as_tensor(fit.W, dtype=torch.float64)
         q = _fold(term_weights(W, *terms), D_all, terms=terms)

@@ -27,7 +27,6 @@ import warnings
 import numpy as np
 import torch
 
-from ..._threads import compiled_threads
 from ..constants import (
     ADAM_BETA1,
     ADAM_BETA2,
@@ -67,24 +66,24 @@ def _warn_no_numba():
                   "of mlem_neuro) for the compiled loop.", RuntimeWarning, stacklevel=4)
 
 
-def threads_for(M):
-    """Threads the compiled loop trains ``M`` models with: what the package's thread
-    policy gives the worker (:func:`mlem_neuro._threads.compiled_threads`: its cores,
-    capped by ``MLEM_NEURO_NUM_THREADS``; one outside an analysis), at most one per model,
-    and one outside the main thread (numba's thread pool is not entered from two
+def threads_for(M, allowed=1):
+    """Threads the compiled loop trains ``M`` models with: the ``allowed`` threads (the
+    analysis's :attr:`~mlem_neuro.core.runtime.Runtime.compiled_threads`: the worker's
+    cores, capped by ``MLEM_NEURO_NUM_THREADS``; one outside an analysis), at most one per
+    model, and one outside the main thread (numba's thread pool is not entered from two
     threads at once: joblib's threading backend and dask run chunks in threads) or for
     fewer than :data:`~mlem_neuro.core.constants.COMPILED_PARALLEL_MODELS` models."""
     if (numba is None or threading.current_thread() is not threading.main_thread()
             or M < PARALLEL_MODELS):
         return 1
-    return max(1, min(compiled_threads(), numba.config.NUMBA_NUM_THREADS, M))
+    return max(1, min(int(allowed), numba.config.NUMBA_NUM_THREADS, M))
 
 
-def _run(*args):
+def _run(allowed, *args):
     """:func:`~mlem_neuro.core.kernels.training._train_models` (``args``), on
-    :func:`threads_for` threads."""
+    :func:`threads_for` threads (``allowed``: the runtime's)."""
     M = args[0].shape[0]
-    threads = threads_for(M)
+    threads = threads_for(M, allowed)
     if threads == 1:
         return _train_models(*args)
     old = numba.get_num_threads()
@@ -164,6 +163,7 @@ def train(data, m, fit_kw, dev, dtype, history=True):
         k = np.ascontiguousarray(np.asarray(data.k), dtype=np.int64)
         l = np.ascontiguousarray(np.asarray(data.l), dtype=np.int64)
         corr = _corrections(float(fit_kw["lr"]), max_steps)
+        allowed = fit_kw.get("threads", 1)         # the runtime's (engine._train)
         common = (CONSTRAINT_CODES[constraint], float(SOFT_RANK_STRENGTH),
                   float(fit_kw["tol"]), int(fit_kw["patience"]), corr, n_iter, converged,
                   best, hist, bool(history), np.zeros(0), np.zeros((0, m, m), np.float32))
@@ -176,10 +176,10 @@ def train(data, m, fit_kw, dev, dtype, history=True):
                 raise RuntimeError(f"compiled: unexpected batch shapes {P.shape}, "
                                    f"{counts.shape}, {targets.shape} for {M} models")
             dense, rowptr, col, val = _sparse_rows(P)
-            _run(A, k, l, dense, P, rowptr, col, val, counts, targets, False, *_NO_BLOCKS,
-                 *common)
+            _run(allowed, A, k, l, dense, P, rowptr, col, val, counts, targets, False,
+                 *_NO_BLOCKS, *common)
         else:
-            _train_blocks(data, A, k, l, max_steps, n_iter, common)
+            _train_blocks(data, A, k, l, max_steps, n_iter, common, allowed)
     with torch.no_grad():
         W = make_W(torch.from_numpy(A), constraint)
     if history:
@@ -190,11 +190,11 @@ def train(data, m, fit_kw, dev, dtype, history=True):
                     lr=fit_kw["lr"], patience=fit_kw["patience"])
 
 
-def _train_blocks(data, A, k, l, max_steps, n_iter, common):
+def _train_blocks(data, A, k, l, max_steps, n_iter, common, allowed=1):
     """The grid's mini-batches of blocks (:class:`~mlem_neuro.core.training.quantise.GridBlocks`):
     every step's blocks are drawn before training, from the stream the torch loop draws
     them from; the stream is then left where that loop leaves it (one draw per step of
-    the longest-training model)."""
+    the longest-training model); ``allowed``: the runtime's threads (:func:`threads_for`)."""
     P, bt = data.block_tables()
     grid = bt.blocks
     M = A.shape[0]
@@ -212,8 +212,8 @@ def _train_blocks(data, A, k, l, max_steps, n_iter, common):
     state = rng.bit_generator.state
     draws = np.ascontiguousarray(grid.draw_blocks(rng, max_steps), dtype=np.int64)
     dense, rowptr, col, val = _sparse_rows(P)
-    _run(A, k, l, dense, P, rowptr, col, val, np.zeros((1, U)), np.zeros((1, U)), True,
-         draws, Cb, Tb, S1, S2, *common)
+    _run(allowed, A, k, l, dense, P, rowptr, col, val, np.zeros((1, U)), np.zeros((1, U)),
+         True, draws, Cb, Tb, S1, S2, *common)
     rng.bit_generator.state = state
     grid.draw_blocks(rng, int(n_iter.max()))
 

@@ -50,6 +50,7 @@ from ..ranks.spearman import (
     soft_spearman,
     standardize,
 )
+from ..runtime import Runtime
 from ..stimuli.pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
 from . import quantise
 from .backends import BACKENDS, choose_backend
@@ -346,7 +347,7 @@ class _StepTargets:
 
 
 def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.float32,
-              setup=None):
+              setup=None, runtime=None):
     """Fit ``M`` MLEM models sharing stimuli and features.
 
     Parameters
@@ -366,6 +367,9 @@ def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.floa
         The model-independent setup of these stimuli, options and ``random_state``, when
         already computed (e.g. for another chunk of models of the same fold; the fit then
         continues its random stream and ``random_state`` is not used); ``None`` computes it.
+    runtime : Runtime | None
+        The analysis's :class:`~mlem_neuro.core.runtime.Runtime` (the compiled loop's
+        threads); ``None``: ``Runtime()``, one thread.
 
     Returns
     -------
@@ -378,7 +382,7 @@ def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.floa
     data = _StepTargets(enc, targets, fit_kw, rng, dev, dtype, setup)
     logger.debug("fit_stack: %d models, %d stimuli, %d features, %d terms, %s", data.M,
                  data.n, enc.n_features, len(data.k), data.describe())
-    return _train(data, enc.n_features, fit_kw, dev, dtype)
+    return _train(data, enc.n_features, fit_kw, dev, dtype, runtime=runtime)
 
 
 class GroupedTargets:
@@ -445,9 +449,11 @@ class GroupedTargets:
         self.t_active = self.t_active[keep]
 
 
-def fit_grouped(D_uniq, counts, target_sums, options=None, *, dtype=torch.float32):
+def fit_grouped(D_uniq, counts, target_sums, options=None, *, dtype=torch.float32,
+                runtime=None):
     """Fit ``M`` models on grouped full batches, each with its own groups (see
-    :class:`GroupedTargets`); the training of :func:`fit_stack` otherwise.
+    :class:`GroupedTargets`); the training of :func:`fit_stack` otherwise (``runtime``
+    as there).
 
     Returns
     -------
@@ -458,7 +464,8 @@ def fit_grouped(D_uniq, counts, target_sums, options=None, *, dtype=torch.float3
     dev = check_device(opts.device)
     data = GroupedTargets(D_uniq.to(dev), counts.to(dev), target_sums.to(dev), fit_kw)
     logger.debug("fit_grouped: %d models, %s", data.M, data.describe())
-    return _train(data, D_uniq.shape[1], fit_kw, dev, dtype, history=False)
+    return _train(data, D_uniq.shape[1], fit_kw, dev, dtype, history=False,
+                  runtime=runtime)
 
 
 #: what each backend is, as results record it (``result.provenance["training"]``; the
@@ -482,11 +489,13 @@ def step_rule(data, fit_kw):
             "patience": patience if fit_kw["patience"] == "auto" else fit_kw["patience"]}
 
 
-def _train(data, m, fit_kw, dev, dtype, history=True):
+def _train(data, m, fit_kw, dev, dtype, history=True, runtime=None):
     """The training of :func:`fit_stack` and :func:`fit_grouped` on ``data`` (a
     :class:`_StepTargets` or :class:`GroupedTargets`) for models of ``m`` features: the
     step rule resolved (:func:`step_rule`), then the backend :func:`choose_backend` picks
-    trains; its :class:`StackFit` names the backend and the step rule."""
-    fit_kw = dict(fit_kw, **step_rule(data, fit_kw))
+    trains; its :class:`StackFit` names the backend and the step rule.  The backends read
+    the threads of ``runtime`` (``None``: ``Runtime()``) in ``fit_kw["threads"]``."""
+    runtime = Runtime() if runtime is None else runtime
+    fit_kw = dict(fit_kw, **step_rule(data, fit_kw), threads=runtime.compiled_threads)
     backend = choose_backend(data, m, dev, dtype, fit_kw.get("backend", "auto"))
     return backend.train(data, m, fit_kw, dev, dtype, history)
