@@ -105,6 +105,13 @@ class CVOutput:
     n_test_folds : int
         The folds the tests read, the first ones (:func:`tested_folds`): their observed
         statistics are means over these folds, as their null statistics are.
+    n_feature_test_folds : int
+        With the staged feature test, the folds the features' importance reads where the
+        gate opened (every fold when their null models can be built alike in every fold,
+        else :attr:`n_test_folds`); 0 without staging.
+    gated_null : (models (K,), null (folds, K, n_features, n_null)) | None
+        The staged test's features' null statistics per fold in the ``K`` models where
+        the gate opened.
     tests : dict
         ``name -> (observed (M,), null (n_null, M))`` fold-mean statistics of every test
         (empty when ``n_null = 0``); :meth:`pvalues` turns them into p-values, and one
@@ -165,6 +172,8 @@ class CVOutput:
     feature_test: str = "importance"
     gate_open: np.ndarray = None
     n_test_folds: int = 0
+    n_feature_test_folds: int = 0
+    gated_null: tuple = None
 
     def pvalues(self):
         """``(names, pvalues, pvalues_fwe)`` of :attr:`tests`, or ``(None, None, None)``
@@ -828,6 +837,14 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
     first = None if null is None else np.arange(1 if staging else null.shape[0])
     null_plans = _null_plans(plans[:n_test], table, opts, null) + [None] * (len(plans)
                                                                             - n_test)
+    # staged: the features' null models, fitted only where the gate opens, read every
+    # fold (their importance is what finds an XOR code: measured, the first 20 folds
+    # found it less often) when every fold's null models can be built alike
+    feature_folds = n_test
+    if staging and 0 < n_test < len(plans):
+        every = _null_plans(plans, table, opts, null)
+        if (every[0] is None) == (null_plans[0] is None):
+            null_plans, feature_folds = every, len(plans)
     for plan, null_plan, cols in zip(plans, null_plans, held):
         plan.null, plan.held = null_plan, cols
         tested = null is not None and plan.index < n_test
@@ -900,6 +917,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
                                                held, runtime.memory_bytes)
     out.feature_test = "importance" if main_null is None else main_null[0]
     if staging:
+        out.n_feature_test_folds = feature_folds
         out.gate_open = np.asarray(stage(out), bool).reshape(M)
         _fit_gated_features(out, source, plans, opts, null, runtime, desc, Parallel)
     with _COLUMNS_LOCK:                  # the nulls' pair columns are not needed any more
@@ -937,7 +955,7 @@ def _fit_gated_features(out, source, plans, opts, null, runtime, desc, Parallel)
     if not len(models):
         return
     tests = np.arange(1, null.shape[0])
-    plans = plans[:out.n_test_folds]                # the folds the tests read
+    plans = plans[:out.n_feature_test_folds]        # the folds the features' tests read
     for plan in plans:
         plan.chunks = _chunk_slices(len(models), len(plan.train), opts.chunk_size,
                                     opts.n_jobs, _null_rows(null[tests], plan.null,
@@ -950,9 +968,13 @@ def _fit_gated_features(out, source, plans, opts, null, runtime, desc, Parallel)
     jobs = _chunk_jobs(source, plans, opts, null, tests, runtime, models)
     results = _run_jobs(Parallel, jobs, n_chunks, opts.n_jobs, desc, estimate=True)
     chunks = [(plan.index, sl) for plan in plans for sl in plan.chunks]
+    gated = np.full((len(plans), len(models), len(tests), out.fold_null.shape[-1]), np.nan)
     for (f, sl), r in zip(chunks, results):
-        out.fold_null[f, models[sl][:, None], tests[None, :]] = r["null"]
+        gated[f, sl] = r["null"]
+        if f < out.n_test_folds:
+            out.fold_null[f, models[sl][:, None], tests[None, :]] = r["null"]
         out.training.update(r["training"])
+    out.gated_null = (models, gated)
 
 
 def _main_effects_fit(n, budget):
@@ -1218,6 +1240,13 @@ def _add_tests(out, main_null=None):
     k = out.n_test_folds                                    # the first folds
     out.tests["score"] = (out.score[:k].mean(axis=0), null[:, 0].T)
     importance = out.importance[:k].mean(axis=0)
+    if out.gated_null is not None and out.n_feature_test_folds > k:
+        # staged: the features' null models where the gate opened, on every fold
+        models, gated = out.gated_null
+        null = null.copy()
+        null[:, 1:] = np.nan
+        null[models, 1:] = gated.mean(axis=0)
+        importance = out.importance[:out.n_feature_test_folds].mean(axis=0)
     for f, name in enumerate(out.feature_names):
         col = out.terms.index(name)
         part = (importance[:, col], null[:, 1 + f].T)
@@ -1325,6 +1354,9 @@ def result_settings(options, out, groups=None, **extra):
         settings["n_repeats_used"] = len(out.folds) // int(options.cv)
     if out.tests:                       # the first folds, whose statistics the tests read
         settings["n_test_folds"] = int(out.n_test_folds)
+        if out.n_feature_test_folds > out.n_test_folds:
+            # staged: the features' tests where the gate opened read every fold
+            settings["n_feature_test_folds"] = int(out.n_feature_test_folds)
         # the null datasets each test read: n_null, or more for a feature's main effect
         # alone (MAIN_EFFECT_NULLS)
         settings["n_null_used"] = {name: int(np.shape(t[1])[0])
