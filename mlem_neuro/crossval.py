@@ -33,7 +33,6 @@ import torch
 from joblib import effective_n_jobs
 
 from . import _projection
-from ._jobs import run_jobs as _run_jobs
 from .core.checks import check
 from .core.constants import (  # noqa: F401  (tuning constants, defined there once)
     AUTO_FOLDS,
@@ -54,6 +53,7 @@ from .core.constants import (
 from .core.constants import (
     NULL_COLUMNS_BYTES as _COLUMNS_BYTES,
 )
+from .core.jobs import run_jobs as _run_jobs
 from .core.memory import memory_budget
 from .core.options import MLEMOptions, cv_description, jsonable
 from .core.ranks.spearman import SubsetRanks, constant_rows, rankdata

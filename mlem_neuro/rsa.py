@@ -398,8 +398,8 @@ def _run_rsa(source, table, *, n_null, partial, groups, rng, n_jobs, desc):
     ``rho (M, K)``, ``tests``, ``pvalues``, ``pvalues_fwe``, ``untestable``, ``mode``."""
     from joblib import Parallel, delayed
 
-    from ._jobs import run_jobs
     from .core.constants import CHUNK_BYTES, NULL_COLUMNS_BYTES
+    from .core.jobs import run_jobs
     from .core.scoring.nulls import permutation_pvalues
 
     names = list(table.columns)

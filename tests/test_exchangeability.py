@@ -241,7 +241,7 @@ def test_analyses_with_tests_project_their_run_time_from_the_first_chunk(monkeyp
     table, run = _block_design()
     data = np.random.default_rng(0).standard_normal((len(table), 6, 3))
     kw = dict(groups=run, cv=2, n_repeats=1, max_steps=10, chunk_size=1, random_state=0)
-    monkeypatch.setattr(mlem_neuro._jobs, "LONG_RUN_SECONDS", 0.0)
+    monkeypatch.setattr(mlem_neuro.core.jobs, "LONG_RUN_SECONDS", 0.0)
     with pytest.warns(UserWarning, match=r"the first of 6 chunks took .* about .* min"):
         tested = mlem_neuro.mlem_array(data, table[["cond"]], n_null=3, **kw)
     with warnings.catch_warnings():

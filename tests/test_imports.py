@@ -151,8 +151,9 @@ def test_core_is_in_sub_packages_that_say_what_they_hold():
     flat = sorted(m for m in mods if m.startswith("mlem_neuro.core.") and m.count(".") == 2
                   and mods[m].name != "__init__.py")
     assert flat == ["mlem_neuro.core.checks", "mlem_neuro.core.constants",
-                    "mlem_neuro.core.memory", "mlem_neuro.core.options",
-                    "mlem_neuro.core.runtime"]
+                    "mlem_neuro.core.jobs", "mlem_neuro.core.memory",
+                    "mlem_neuro.core.options", "mlem_neuro.core.runtime",
+                    "mlem_neuro.core.utils"]
     packages = {m.split(".")[2] for m in mods if m.count(".") >= 3
                 and m.startswith("mlem_neuro.core.")}
     assert packages == {"kernels", "training", "ranks", "scoring", "rdms", "stimuli"}

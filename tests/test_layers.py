@@ -41,12 +41,10 @@ def room_graph():
 #: into training and the options stopped building a FeatureSpace)
 KNOWN_CIRCLES = []
 
-#: core's arrows to the package's top level that remain (issue 40; the thread policy,
-#: ``_threads``, moved down into ``core.runtime``)
-CORE_REACHES_UP = {
-    "mlem_neuro.utils",          # logger, warnings, devices, random states
-    "mlem_neuro._jobs",          # the fast nulls' chunks run through the job runner
-}
+#: core's arrows to the package's top level that remain: none (issue 40; the thread
+#: policy moved into ``core.runtime``, the logging and random-state helpers into
+#: ``core.utils``, the job runner into ``core.jobs``)
+CORE_REACHES_UP = set()
 
 
 def test_the_rooms_form_no_new_circle():

@@ -125,7 +125,7 @@ def test_projection_scales_with_n_null(epochs_data, monkeypatch):
 
 def test_long_projection_warns_once(epochs_data, monkeypatch):
     monkeypatch.setattr(_projection, "LONG_RUN_SECONDS", 0)
-    from mlem_neuro import _jobs
+    from mlem_neuro.core import jobs as _jobs
     monkeypatch.setattr(_jobs, "LONG_RUN_SECONDS", 0)
     messages, warned = _run(epochs_data, monkeypatch, n_null=9)
     assert len(warned) == 1                     # before the chunks, not again after one
@@ -158,7 +158,7 @@ def test_the_refined_projection_weighs_the_chunks_without_null_models(caplog):
     counts them at their share, not at the first chunk's cost."""
     import time
 
-    from mlem_neuro._jobs import timed
+    from mlem_neuro.core.jobs import timed
 
     def results():
         time.sleep(0.3)

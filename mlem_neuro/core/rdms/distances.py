@@ -225,7 +225,7 @@ _RENAMED = {"NeuralMetric": "NeuralDistance", "register_metric": "register_dista
 
 def __getattr__(name):
     if name in _RENAMED:
-        from ...utils import warn_user
+        from ..utils import warn_user
 
         warn_user(f"mlem_neuro.core.rdms.distances.{name} is renamed {_RENAMED[name]} (a neural "
                   f"distance is a distance; 'metric' means W); {name} will be removed in a "

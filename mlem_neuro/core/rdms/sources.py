@@ -69,9 +69,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ...utils import renamed
 from ..constants import SPHERE_BLOCK_BYTES as BLOCK_BYTES  # noqa: F401  (tuning constants, defined there once)
 from ..stimuli.pairs import pair_indices
+from ..utils import renamed
 from .distances import get_distance
 from .neural import rdm_all_pairs
 
@@ -120,7 +120,7 @@ class _MetricAlias:
 
     @property
     def metric(self):
-        from ...utils import warn_user
+        from ..utils import warn_user
 
         warn_user(f"{type(self).__name__}.metric is renamed .distance ('metric' means W); "
                   ".metric will be removed in a future release.", FutureWarning)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ...utils import renamed
+from ..utils import renamed
 from .sources import SphereRDMSource
 
 __all__ = ["SpaceTimeRDMSource"]

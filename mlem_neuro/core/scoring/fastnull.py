@@ -598,7 +598,7 @@ def interaction_scores(source, table, options, folds, constraints, progress=None
     shared = (groups, D_all, present, counts_tr, counts_te, n_te, (kk, ll), options,
               constraints, runtime)
     blocks = [np.arange(lo, min(lo + outer, N)) for lo in range(0, N, outer)]
-    from ..._jobs import run_jobs as _run_jobs
+    from ..jobs import run_jobs as _run_jobs
 
     # a progress bar at INFO when there are several blocks (e.g. the spheres of a brain)
     results = _run_jobs(Parallel, (delayed(run_with)(

@@ -31,7 +31,6 @@ import math
 import numpy as np
 import torch
 
-from ...utils import warn_user
 from .. import kernels
 from ..constants import MIN_BLOCK_PAIRS  # noqa: F401  (tuning constants, defined there once)
 from ..memory import check_memory, memory_budget
@@ -41,6 +40,7 @@ from ..rdms.neural import CHUNK_BYTES
 from ..stimuli.pairs import linear_to_pair
 from ..stimuli.pairs import n_pairs as count_pairs
 from ..training.metric import term_index, term_weights
+from ..utils import warn_user
 
 
 def warn_unidentifiable_terms(enc, interactions):

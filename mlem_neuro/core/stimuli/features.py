@@ -33,10 +33,10 @@ from numbers import Number
 import numpy as np
 import pandas as pd
 
-from ...utils import check_real, warn_user
 from ..checks import FEATURE_KINDS as KINDS
 from ..checks import is_int
 from ..constants import DISTANCE_GRID
+from ..utils import check_real, warn_user
 
 
 def check_row_order(table, name="features"):

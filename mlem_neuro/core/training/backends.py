@@ -26,8 +26,8 @@ from types import ModuleType
 
 import torch
 
-from ...utils import logger
 from ..checks import BACKENDS as _NAMES
+from ..utils import logger
 from . import compiled, reference, torch_loop
 
 

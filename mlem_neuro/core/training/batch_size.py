@@ -13,7 +13,6 @@ import warnings
 
 import torch
 
-from ...utils import logger
 from ..constants import BATCH_CAP as CAP  # noqa: F401  (tuning constants, defined there once)
 from ..constants import BATCH_DRAWS as N_BATCHES
 from ..constants import BATCH_GROWTH as GROWTH
@@ -21,6 +20,7 @@ from ..constants import BATCH_START as START
 from ..constants import BATCH_THRESHOLD as THRESHOLD
 from ..ranks.spearman import standardize
 from ..stimuli.pairs import n_pairs, sample_pairs
+from ..utils import logger
 
 
 def _grouped_correlation(rows, counts):

@@ -32,7 +32,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...utils import check_device, check_random_state, logger
 from ..constants import (
     FULL_BATCH_PAIRS,
     GROUPED_STEP_RULE,
@@ -52,6 +51,7 @@ from ..ranks.spearman import (
 )
 from ..runtime import Runtime
 from ..stimuli.pairs import linear_to_pair, n_pairs, pair_indices, sample_pairs
+from ..utils import check_device, check_random_state, logger
 from . import quantise
 from .backends import BACKENDS, choose_backend
 from .batch_size import select_batch_size

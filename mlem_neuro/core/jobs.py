@@ -1,14 +1,14 @@
 """Running the chunks of an analysis: joblib jobs in order, a progress bar, and a
 projection of the total time after the first chunk (warned past
-:data:`LONG_RUN_SECONDS`).  Used by the fold loop (:mod:`mlem_neuro.crossval`) and the
-fast nulls (:mod:`mlem_neuro.core.scoring.fastnull`)."""
+:data:`LONG_RUN_SECONDS`).  Used by the fold loop (:mod:`mlem_neuro.crossval`), the
+fast nulls (:mod:`mlem_neuro.core.scoring.fastnull`) and the RSA tests."""
 from __future__ import annotations
 
 import warnings
 
 from joblib import effective_n_jobs
 
-from .core.constants import (  # noqa: F401  (tuning constants, defined there once)
+from .constants import (  # noqa: F401  (tuning constants, defined there once)
     LONG_RUN_SECONDS,
 )
 from .utils import logger
