@@ -137,7 +137,8 @@ def renamed(**old_to_new):
     return decorate
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+#: the package's folder (this module lives in its ``core``)
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def warn_user(message, category=UserWarning):
