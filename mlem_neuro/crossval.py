@@ -837,14 +837,6 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
     first = None if null is None else np.arange(1 if staging else null.shape[0])
     null_plans = _null_plans(plans[:n_test], table, opts, null) + [None] * (len(plans)
                                                                             - n_test)
-    # staged: the features' null models, fitted only where the gate opens, read every
-    # fold (their importance is what finds an XOR code: measured, the first 20 folds
-    # found it less often) when every fold's null models can be built alike
-    feature_folds = n_test
-    if staging and 0 < n_test < len(plans):
-        every = _null_plans(plans, table, opts, null)
-        if (every[0] is None) == (null_plans[0] is None):
-            null_plans, feature_folds = every, len(plans)
     for plan, null_plan, cols in zip(plans, null_plans, held):
         plan.null, plan.held = null_plan, cols
         tested = null is not None and plan.index < n_test
@@ -917,9 +909,10 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
                                                held, runtime.memory_bytes)
     out.feature_test = "importance" if main_null is None else main_null[0]
     if staging:
-        out.n_feature_test_folds = feature_folds
+        out.n_feature_test_folds = n_test
         out.gate_open = np.asarray(stage(out), bool).reshape(M)
-        _fit_gated_features(out, source, plans, opts, null, runtime, desc, Parallel)
+        _fit_gated_features(out, source, plans, opts, null, runtime, desc, Parallel,
+                            table)
     with _COLUMNS_LOCK:                  # the nulls' pair columns are not needed any more
         _COLUMNS.clear()
     if null is not None:
@@ -948,13 +941,23 @@ def _chunk_jobs(source, plans, opts, null, tests, runtime, models=None, n_test=N
                                 tests if tested else None, runtime)
 
 
-def _fit_gated_features(out, source, plans, opts, null, runtime, desc, Parallel):
+def _fit_gated_features(out, source, plans, opts, null, runtime, desc, Parallel, table):
     """The features' null models of the models where ``out.gate_open`` (the staged
     test, :func:`run_cv`'s ``stage``), into ``out.fold_null`` (NaN elsewhere)."""
     models = np.flatnonzero(out.gate_open)
     if not len(models):
         return
     tests = np.arange(1, null.shape[0])
+    n_test = out.n_test_folds
+    if 0 < n_test < len(plans):
+        # the features' null models read every fold (their importance is what finds an
+        # XOR code: measured, the first 20 folds found it less often) when the later
+        # folds' null models are built as the first ones' (built here, once a gate opens)
+        later = _null_plans(plans[n_test:], table, opts, null)
+        if (later[0] is None) == (plans[0].null is None):
+            for plan, null_plan in zip(plans[n_test:], later):
+                plan.null = null_plan
+            out.n_feature_test_folds = len(plans)
     plans = plans[:out.n_feature_test_folds]        # the folds the features' tests read
     for plan in plans:
         plan.chunks = _chunk_slices(len(models), len(plan.train), opts.chunk_size,
