@@ -183,15 +183,18 @@ def run_main_only(design, seed, n_null=N_NULL):
     return list(table.columns), p, p_fwe
 
 
-def main_only(n_datasets, designs=("smooth", "unbalanced", "levels"), n_null=N_NULL):
+def main_only(n_datasets, designs=("smooth", "unbalanced", "levels"), n_null=N_NULL,
+              first_seed=0):
     """Rates of the main-effect part alone (``--main-only``; ``--n-null 999``: as the
     default test reads it where the gate is shut, ``MAIN_EFFECT_NULLS``)."""
     for design in designs:
-        runs = [run_main_only(design, seed, n_null) for seed in range(n_datasets)]
+        runs = [run_main_only(design, seed, n_null)
+                for seed in range(first_seed, first_seed + n_datasets)]
         names = runs[0][0]
         p = np.stack([r[1] for r in runs])
         p_fwe = np.stack([r[2] for r in runs])
-        print(f"\n{design}: the main effect alone, {n_datasets} datasets, {n_null} "
+        print(f"\n{design}: the main effect alone, {n_datasets} datasets (seeds "
+              f"{first_seed}-{first_seed + n_datasets - 1}), {n_null} "
               "relabellings")
         for j, name in enumerate(names):
             r = rates(p[:, :, j], p_fwe[:, :, j])
@@ -222,8 +225,9 @@ def save(file, rows):
     os.replace(tmp, file)
 
 
-def collect(design, n_datasets, out, amplitude=0.0):
-    """Run datasets until ``n_datasets`` are saved (resuming what is there)."""
+def collect(design, n_datasets, out, amplitude=0.0, first_seed=0):
+    """Run datasets until ``n_datasets`` are saved (resuming what is there), seeds from
+    ``first_seed`` on."""
     file = path(out, design, amplitude)
     old = load(file)
     rows = []
@@ -231,7 +235,7 @@ def collect(design, n_datasets, out, amplitude=0.0):
         rows = [dict({k: old[k][i] for k in KEYS}, tests=list(old["tests"]))
                 for i in range(len(old["p"]))]
     while len(rows) < n_datasets:
-        rows.append(run_one(design, len(rows), amplitude))
+        rows.append(run_one(design, first_seed + len(rows), amplitude))
         save(file, rows)
         if len(rows) % 20 == 0:
             print(f"{os.path.basename(file)}: {len(rows)} datasets, "
@@ -348,10 +352,14 @@ def main():
     parser.add_argument("--n-null", type=int, default=N_NULL,
                         help="relabellings of --main-only (999: as the default reads the "
                              "main effect alone)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="datasets' seeds from this one on (fresh datasets beside a "
+                             "saved run: give another --out)")
     args = parser.parse_args()
     if args.main_only:
         main_only(args.datasets, (args.only,) if args.only else ("smooth", "unbalanced",
-                                                                  "levels"), args.n_null)
+                                                                  "levels"), args.n_null,
+                  args.first_seed)
         return
     os.makedirs(args.out, exist_ok=True)
     if args.report:
@@ -362,7 +370,7 @@ def main():
     for design in DESIGNS if args.only is None else (args.only,):
         for amp in args.amplitudes if design == "power" else (0.0,):
             n = args.power_datasets if design == "power" else args.datasets
-            collect(design, n, args.out, amp)
+            collect(design, n, args.out, amp, args.first_seed)
     print(f"CPU {time.process_time() - t0:.0f} s")
 
 
