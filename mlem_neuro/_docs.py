@@ -105,6 +105,13 @@ chunk_size : int | None
     measured, float32 rounding may differ).
 """
 
+docdict["compiled"] = """
+compiled : bool | None
+    Whether the analysis ran the compiled kernels (its runtime's switch,
+    :attr:`mlem_neuro.crossval.CVOutput.compiled`); recorded in :attr:`provenance`
+    (``"compiled_training"``).  ``None``: whether numba is installed.
+"""
+
 docdict["constraint"] = """
 constraint : {"spd", "diagonal", "none"}
     Form of the metric ``W``: ``"spd"`` symmetric positive definite (MLEM),

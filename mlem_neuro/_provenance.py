@@ -42,15 +42,18 @@ def _installed_version(name):
         return None
 
 
-def collect(device=None, training=None):
+def collect(device=None, training=None, compiled=None):
     """The provenance of a result computed now on ``device`` (a dict of JSON values).
 
     Keys: ``versions`` (each of :data:`PACKAGES`), ``python``, ``platform``, ``machine``,
     ``device`` (as the analysis was asked to run), ``torch_cuda`` (the CUDA version torch
     was built with, ``None`` for a CPU build), ``compiled_training`` (whether the
-    package's compiled kernels, numba, were switched on; ``MLEM_NEURO_NO_COMPILED``
-    switches them off), ``training`` (the backends that actually trained the analysis's
-    models, its tests' included, e.g. ``["compiled loop (numba)", "torch (cpu)"]``) and
+    package's compiled kernels, numba, were switched on: ``compiled``, the analysis's
+    :attr:`~mlem_neuro.core.runtime.Runtime.compiled`, which ``MLEM_NEURO_NO_COMPILED``
+    set when the analysis started switches off; ``None``: whether numba is installed, the
+    default of a call outside an analysis), ``training`` (the backends that actually
+    trained the analysis's models, its tests' included, e.g.
+    ``["compiled loop (numba)", "torch (cpu)"]``) and
     ``step_rules`` (the step rules they trained with, ``lr="auto"`` and
     ``patience="auto"`` resolved, e.g. ``[{"lr": 0.1, "patience": 20}]``); both ``None``
     when not recorded.
@@ -62,6 +65,8 @@ def collect(device=None, training=None):
         What trained the models: ``(backend, lr, patience)`` of each fit
         (:meth:`~mlem_neuro.core.training.stackfit.StackFit.trained_with`), repeats
         allowed; ``None``: not recorded.
+    compiled : bool | None
+        Whether the compiled kernels were on (the runtime's); ``None``: numba installed.
     """
     from .core import kernels
 
@@ -74,7 +79,8 @@ def collect(device=None, training=None):
                 python=platform.python_version(), platform=platform.platform(),
                 machine=platform.machine(),
                 device=None if device is None else str(device), torch_cuda=torch_cuda,
-                compiled_training=bool(kernels.built()),
+                compiled_training=bool(kernels.built() if compiled is None
+                                       else compiled and kernels.built()),
                 training=None if used is None else sorted({b for b, _, _ in used}),
                 step_rules=None if used is None else [
                     dict(lr=lr, patience=p) for lr, p in sorted({u[1:] for u in used})])

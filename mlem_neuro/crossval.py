@@ -54,11 +54,15 @@ from .core.constants import (
     NULL_COLUMNS_BYTES as _COLUMNS_BYTES,
 )
 from .core.jobs import run_jobs as _run_jobs
-from .core.memory import memory_budget
 from .core.options import MLEMOptions, cv_description, jsonable
 from .core.ranks.spearman import SubsetRanks, constant_rows, rankdata
 from .core.rdms.neural import NeuralTargets
-from .core.rdms.sources import DenseRDMSource, RDMSource, SphereRDMSource  # noqa: F401
+from .core.rdms.sources import (  # noqa: F401
+    DenseRDMSource,
+    RDMSource,
+    SphereRDMSource,
+    with_runtime,
+)
 from .core.runtime import Runtime, available_cores, run_with
 from .core.scoring import fastnull
 from .core.scoring.importance import (
@@ -128,6 +132,9 @@ class CVOutput:
         (:meth:`~mlem_neuro.core.training.stackfit.StackFit.trained_with`), gathered from
         what the chunks return; a result records it in its provenance
         (:func:`result_tests`, :mod:`mlem_neuro._provenance`).
+    compiled : bool | None
+        Whether the compiled kernels were on (the runtime's
+        :attr:`~mlem_neuro.core.runtime.Runtime.compiled`), which the result records.
     interaction_seed : int | None
         With tests of a model with interactions, the seed of the test of interactions
         that :func:`mlem_neuro.inference.run_analysis` adds to :attr:`tests`.
@@ -165,6 +172,7 @@ class CVOutput:
     untestable: dict = field(default_factory=dict)
     held_out_pairs: str = "all"
     training: set = field(default_factory=set)
+    compiled: bool = None
     interaction_seed: int = None
     n_repeats_capped: str = None
     main_effect: np.ndarray = None
@@ -535,12 +543,12 @@ def _fold_space(options, table, train, k, n_folds):
         ) from None
 
 
-def _fold_setup(enc_train, options, seed):
+def _fold_setup(enc_train, options, seed, memory_bytes):
     """The training setup of a fold that does not depend on the models (term groups, batch
     size; :class:`~mlem_neuro.core.training.engine.PairSetup`), from the fold's training stream."""
     train_seq, _ = np.random.SeedSequence(seed).spawn(2)
     return PairSetup(enc_train, options.fit_kwargs(), np.random.default_rng(train_seq),
-                     check_device(options.device), torch.float32)
+                     check_device(options.device), torch.float32, memory_bytes=memory_bytes)
 
 
 def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=None,
@@ -557,10 +565,12 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
     held-out pairs, :func:`held_out_columns`) scores the fold on those pairs only.
     ``tests``: which tests the rows of ``null`` are (``0`` the score, ``1 + f`` feature
     ``f``; ``None``: all, in order).  ``runtime``: the run's
-    :class:`~mlem_neuro.core.runtime.Runtime` (the compiled loop's threads; ``None``:
-    ``Runtime()``).  The returned dict's ``"training"`` says what trained its models
-    (:attr:`CVOutput.training`; returned, since chunks may run in other processes).
+    :class:`~mlem_neuro.core.runtime.Runtime` (the compiled kernels on or off, the
+    compiled loop's threads, the memory budget; ``None``: ``Runtime()``).  The returned
+    dict's ``"training"`` says what trained its models (:attr:`CVOutput.training`;
+    returned, since chunks may run in other processes).
     """
+    runtime = Runtime() if runtime is None else runtime
     # separate streams: training draws as many batches as its slowest model needs
     train_seq, perm_seq = np.random.SeedSequence(seed).spawn(2)
     rng = np.random.default_rng(perm_seq)
@@ -570,7 +580,8 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
     relabel_data = null is not None and plan is None
     if relabel_data:
         everything = source.rdm(np.arange(source.n_stimuli), dev)
-        target_train = _with_nulls(target_train, everything, null, train, source.n_stimuli)
+        target_train = _with_nulls(target_train, everything, null, train, source.n_stimuli,
+                                   runtime.compiled)
     # null rows relabelling the data come ranked (_with_nulls), as do ranked sources
     ranked = relabel_data or getattr(source, "ranked", False)
     targets = NeuralTargets.from_rdm(target_train, len(train), dev, ranked=ranked)
@@ -588,7 +599,7 @@ def _fit_chunk(source, enc_train, enc_test, train, test, options, seed, null=Non
     if held is not None:
         target_test, i, j = target_test[:, torch.as_tensor(held, device=dev)], i[held], j[held]
     flat = constant_rows(target_test)
-    stat = _importance_fn(options, enc_t, enc_test.n_features, i, j)
+    stat = _importance_fn(options, enc_t, enc_test.n_features, i, j, runtime)
     drops, base = stat(W if not relabel_data else W[:, 0], target_test, n_permutations, rng,
                        None)
     drops = drops.cpu().numpy()
@@ -649,7 +660,7 @@ def _null_columns(null, stimuli, n, device):
     return lin
 
 
-def _with_nulls(observed, everything, null, train, n):
+def _with_nulls(observed, everything, null, train, n, compiled):
     """Ranked training targets ``(M * (1 + R), P)``: each model's observed row then its
     ``R`` null rows (relabellings ``null`` of the ``n`` stimuli, flattened test by test),
     each row holding the average ranks of its distances (training only ranks them).
@@ -657,24 +668,25 @@ def _with_nulls(observed, everything, null, train, n):
     A null row is a subset of the pairs of all stimuli: its ranks come from one sort of
     each model's RDM of all stimuli (:class:`~mlem_neuro.core.ranks.spearman.SubsetRanks`), not
     from a sort per null row; they are the ranks :func:`~mlem_neuro.core.ranks.spearman.rankdata`
-    gives (exact)."""
+    gives (exact); ``compiled``: the runtime's switch of the compiled kernels)."""
     M, P = observed.shape
     lin = _null_columns(null, train, n, everything.device)
     out = torch.empty(M, 1 + lin.shape[0], P, dtype=torch.float64, device=observed.device)
     out[:, 0] = rankdata(observed)
-    SubsetRanks(everything).ranks_of_subsets(lin, out=out[:, 1:])
+    SubsetRanks(everything, compiled=compiled).ranks_of_subsets(lin, out=out[:, 1:])
     return out.reshape(M * (1 + lin.shape[0]), P)
 
 
-def _importance_fn(options, enc_t, m, i, j):
-    """``stat(W, target, K, rng, select) -> (drops, base)`` at the analysis's level."""
+def _importance_fn(options, enc_t, m, i, j, runtime):
+    """``stat(W, target, K, rng, select) -> (drops, base)`` at the analysis's level, on
+    ``runtime`` (its memory budget and compiled kernels)."""
     if options.level == "term":
         k, l = term_index(m, options.model_interactions)
         D = enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
         return lambda W, target, K, rng, select: term_importance(W, D, target, k, l, K, rng,
-                                                                 select)
+                                                                 select, runtime)
     return lambda W, target, K, rng, select: feature_importance(W, enc_t, i, j, target, K,
-                                                                rng, select)
+                                                                rng, select, runtime)
 
 
 def _null_statistics(W, everything, null, test, options, stat, perm_seq, n_test, n_pairs,
@@ -714,12 +726,11 @@ def _null_statistics(W, everything, null, test, options, stat, perm_seq, n_test,
     return out
 
 
-def _chunk_slices(M, n_train, chunk_size, n_jobs, rows_per_model=1, budget=None):
+def _chunk_slices(M, n_train, chunk_size, n_jobs, rows_per_model, budget):
     """Slices of the ``M`` models, one per chunk: ``chunk_size`` models, or (``None``) as
-    many as a sixteenth of the memory ``budget`` (bytes; ``None``: :func:`memory_budget`)
-    holds, at most :data:`CHUNK_BYTES`, at least one chunk per worker."""
+    many as a sixteenth of the memory ``budget`` (bytes: the runtime's) holds, at most
+    :data:`CHUNK_BYTES`, at least one chunk per worker."""
     if chunk_size is None:
-        budget = memory_budget() if budget is None else budget
         per_chunk = min(CHUNK_BYTES, budget // 16)
         chunk_size = max(1, int(per_chunk // (8 * rows_per_model * max(n_pairs(n_train), 1))))
         chunk_size = min(chunk_size, MAX_CHUNK_MODELS)
@@ -739,6 +750,8 @@ def _policy_threads(function):
         if runtime is None:
             opts = MLEMOptions() if options is None else options
             runtime = Runtime.resolve(effective_n_jobs(opts.n_jobs), opts.device)
+        # the source reads its distances with the runtime's compiled kernels (on or off)
+        source = with_runtime(source, runtime)
         with runtime.torch_threads():
             return function(source, features, options, runtime=runtime, **kwargs)
 
@@ -835,8 +848,8 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
                and opts.model_interactions and len(names) >= 2
                and _main_effects_fit(n, runtime.memory_bytes))
     first = None if null is None else np.arange(1 if staging else null.shape[0])
-    null_plans = _null_plans(plans[:n_test], table, opts, null) + [None] * (len(plans)
-                                                                            - n_test)
+    null_plans = _null_plans(plans[:n_test], table, opts, null, runtime.memory_bytes) \
+        + [None] * (len(plans) - n_test)
     for plan, null_plan, cols in zip(plans, null_plans, held):
         plan.null, plan.held = null_plan, cols
         tested = null is not None and plan.index < n_test
@@ -884,6 +897,7 @@ def run_cv(source, features, options=None, *, groups=None, desc="models", stage=
     out = _collect(plans, results, folds, terms, names, M,
                    None if null is None else (null.shape[0], first), n_test)
     _warn_undefined(out, desc)
+    out.compiled = runtime.compiled
     out.untestable = untestable
     out.n_repeats_capped = notes.get("n_repeats_capped")
     out.held_out_pairs = "all" if held[0] is None else "between_groups"
@@ -932,7 +946,7 @@ def _chunk_jobs(source, plans, opts, null, tests, runtime, models=None, n_test=N
     from joblib import delayed
 
     sub = None if null is None else null[tests]
-    for p, sl, setup in _shared_setups(plans, opts):
+    for p, sl, setup in _shared_setups(plans, opts, runtime.memory_bytes):
         part = sl if models is None else models[sl]
         tested = n_test is None or p.index < n_test
         yield delayed(run_with)(runtime, _fit_chunk, source.subset(part), p.enc_train,
@@ -953,7 +967,7 @@ def _fit_gated_features(out, source, plans, opts, null, runtime, desc, Parallel,
         # the features' null models read every fold (their importance is what finds an
         # XOR code: measured, the first 20 folds found it less often) when the later
         # folds' null models are built as the first ones' (built here, once a gate opens)
-        later = _null_plans(plans[n_test:], table, opts, null)
+        later = _null_plans(plans[n_test:], table, opts, null, runtime.memory_bytes)
         if (later[0] is None) == (plans[0].null is None):
             for plan, null_plan in zip(plans[n_test:], later):
                 plan.null = null_plan
@@ -1058,15 +1072,15 @@ class FoldPlan:
     chunks: list = field(default_factory=list)
 
 
-def _shared_setups(plans, opts):
+def _shared_setups(plans, opts, memory_bytes):
     """``(plan, models, setup)`` for every chunk of every fold: the fold's training setup
     computed once (lazily, only the current fold's is held) when the fold is split into
-    several chunks, else ``None`` (the chunk computes it)."""
+    several chunks, else ``None`` (the chunk computes it); ``memory_bytes``: the budget."""
     for plan in plans:
         if plan.null is not None:            # the fast null plan holds the fold's setup
             setup = plan.null.setup
         elif len(plan.chunks) > 1:
-            setup = _fold_setup(plan.enc_train, opts, plan.seed)
+            setup = _fold_setup(plan.enc_train, opts, plan.seed, memory_bytes)
         else:
             setup = None
         for models in plan.chunks:
@@ -1084,7 +1098,7 @@ class _NullPlan:
     scales: object = None
 
 
-def _null_plans(folds, table, opts, null):
+def _null_plans(folds, table, opts, null, memory_bytes):
     """Per fold (:class:`FoldPlan`), a :class:`_NullPlan` when its null models can relabel
     the features, else ``None`` (no nulls, or null models that relabel the data).
 
@@ -1097,13 +1111,13 @@ def _null_plans(folds, table, opts, null):
     (:meth:`~mlem_neuro.core.stimuli.features.FeatureSpace.refit_scales`).  All folds or
     none: a test's null statistic is a mean over folds, and relabelling the features by
     ``perm`` gives another dataset than relabelling the data by it, so every fold of null
-    model ``r`` must see the same null dataset."""
+    model ``r`` must see the same null dataset.  ``memory_bytes``: the runtime's budget."""
     plans = [None] * len(folds)
     if null is None or opts.level != "feature":
         return plans
     relabellings = null.reshape(-1, null.shape[-1])
     for f, fold in enumerate(folds):
-        setup = _fold_setup(fold.enc_train, opts, fold.seed)
+        setup = _fold_setup(fold.enc_train, opts, fold.seed, memory_bytes)
         if (setup.groups is None or setup.levels is not None
                 or setup.b < n_pairs(len(fold.train))):
             return [None] * len(folds)
@@ -1113,7 +1127,7 @@ def _null_plans(folds, table, opts, null):
             return [None] * len(folds)
         scales = space.refit_scales(table, relabellings[:, fold.train])
         if scales is None or not fastnull.grouped_like_observed(
-                universe, relabellings, fold.train, opts.numeric_levels):
+                universe, relabellings, fold.train, opts.numeric_levels, memory_bytes):
             return [None] * len(folds)
         plans[f] = _NullPlan(universe, setup, scales)
     return plans
@@ -1375,11 +1389,11 @@ def result_settings(options, out, groups=None, **extra):
 def result_tests(out):
     """The ``tests``, ``pvalues`` and ``pvalues_fwe`` a result takes from ``out`` (all
     ``None`` when no null was computed), its ``main_effect`` (``None`` when not
-    computed) and its ``training`` (:attr:`CVOutput.training`, which the result records
-    in its provenance)."""
+    computed), its ``training`` (:attr:`CVOutput.training`) and ``compiled``
+    (:attr:`CVOutput.compiled`), which the result records in its provenance)."""
     names, p, p_fwe = out.pvalues()
     return dict(tests=names, pvalues=p, pvalues_fwe=p_fwe, main_effect=out.main_effect,
-                training=sorted(out.training))
+                training=sorted(out.training), compiled=out.compiled)
 
 
 def cv_settings(cv, folds):

@@ -15,7 +15,7 @@ from ._provenance import collect as collect_provenance
 from ._threads import limit_threads
 from .core.checks import check
 from .core.constants import MIN_BLOCK_PAIRS, PRECOMPUTED_PAIR_BYTES, TRAIN_PAIR_BYTES
-from .core.memory import check_memory, memory_budget
+from .core.memory import check_memory
 from .core.options import MLEMOptions
 from .core.ranks.spearman import constant_rows
 from .core.rdms.distances import get_distance
@@ -149,7 +149,13 @@ class MLEM(BaseEstimator):
         kw = {name: getattr(self, name) for name in _OPTION_PARAMS}
         return MLEMOptions(allow_precomputed=True, cv=None, **kw)
 
-    def _check_X(self, X, n_rows=None):
+    def _runtime(self):
+        """The :class:`~mlem_neuro.core.runtime.Runtime` of one public call (``fit``,
+        ``transform``, ``score``...): the environment read once, at its entry, as an
+        analysis reads it (its memory budget and compiled kernels then travel down)."""
+        return Runtime.resolve(1, self.device)
+
+    def _check_X(self, X, n_rows=None, budget=None):
         if isinstance(X, (pd.DataFrame, pd.Series)):
             X = X.to_numpy()
         check_real(X, "X")
@@ -176,7 +182,8 @@ class MLEM(BaseEstimator):
                          f"checking and condensing the precomputed {n:,} x {n:,} "
                          "dissimilarity matrix (its pair indices and both triangles)",
                          "pass fewer stimuli, or the neural data with a distance such as "
-                         "'euclidean' (whose pairs are computed a batch at a time)")
+                         "'euclidean' (whose pairs are computed a batch at a time)",
+                         budget=budget)
             iu = np.triu_indices(n, k=1)
             up, low = X[iu], X.T[iu]
             if not np.isfinite(up).all() or not np.isfinite(low).all():
@@ -194,16 +201,16 @@ class MLEM(BaseEstimator):
                              "rows; they must match one-to-one.")
         return X
 
-    def _check_Xy(self, X, y):
+    def _check_Xy(self, X, y, budget=None):
         _check_same_index(X, y)
         table = as_feature_table(y)
-        return self._check_X(X, n_rows=len(table)), table
+        return self._check_X(X, n_rows=len(table), budget=budget), table
 
-    def _targets(self, X, dev):
+    def _targets(self, X, dev, runtime):
         if self.distance == "precomputed":
             n = X.shape[0]
             return NeuralTargets.from_rdm(X[np.triu_indices(n, k=1)], n, dev)
-        return NeuralTargets.from_data(X[None], self.distance, dev)
+        return NeuralTargets.from_data(X[None], self.distance, dev, runtime)
 
     def _check_is_fitted(self):
         check_is_fitted(self, "W_", msg="This %(name)s instance is not fitted yet; call "
@@ -264,15 +271,15 @@ class MLEM(BaseEstimator):
     def _fit(self, X, y, opts, runtime):
         """:meth:`fit` with its options and :class:`~mlem_neuro.core.runtime.Runtime`."""
         dev = check_device(opts.device)
-        X, table = self._check_Xy(X, y)
+        X, table = self._check_Xy(X, y, runtime.memory_bytes)
         _check_not_constant(X, self.distance)
-        _check_batch_memory(X.shape[0], opts.batch_size)
+        _check_batch_memory(X.shape[0], opts.batch_size, runtime.memory_bytes)
         space = feature_space(opts).fit(table)
         # the analyses' design diagnostics, with what they do to the importance
         for finding in diagnose_design(table, space):
             warn_user(design_message(finding, 0))
         enc = space.transform(table)
-        res = fit_stack(enc, self._targets(X, dev), opts,
+        res = fit_stack(enc, self._targets(X, dev, runtime), opts,
                         random_state=opts.random_state, runtime=runtime)
         self.feature_space_ = space
         self.feature_names_in_ = np.array(space.feature_names_, dtype=object)
@@ -283,24 +290,26 @@ class MLEM(BaseEstimator):
         self.history_ = res.history[0, : self.n_iter_]
         self.train_score_ = float(res.best_score[0])
         self.batch_size_ = res.batch_size
-        self.provenance_ = collect_provenance(opts.device, [res.trained_with()])
+        self.provenance_ = collect_provenance(opts.device, [res.trained_with()],
+                                              runtime.compiled)
         logger.info("MLEM fit: %d stimuli, %d features, %d steps (%s), training soft "
                     "Spearman %.3f", X.shape[0], len(self.terms_), self.n_iter_,
                     "early-stopped" if self.converged_ else "max_steps reached",
                     self.train_score_)
         return self
 
-    def _undefined_predictions(self, pairs, what):
+    def _undefined_predictions(self, pairs, what, memory_bytes):
         """Whether every pair of ``pairs`` (:class:`PairFeatures`) gets the same predicted
         distance (Spearman undefined: stimuli identical in every feature, or all equally far
         apart in what ``W_`` weighs): then a warning says the ``what`` is NaN.  Equal means
         equal up to the rounding that :func:`constant_rows` allows neural distances.  The
         first :data:`MIN_BLOCK_PAIRS` pairs are looked at first, then the others a block
-        at a time, until two predictions differ."""
+        at a time (of the budget ``memory_bytes``), until two predictions differ."""
         W = torch.as_tensor(self.W_, dtype=torch.float64, device=pairs.device)
         P, f = pairs.n_pairs, min(pairs.n_pairs, MIN_BLOCK_PAIRS)
         blocks = [slice(0, f)] + [slice(f + sl.start, f + sl.stop) for sl in
-                                  pair_blocks(P - f, 8 * (4 * len(self.W_) + 4))]
+                                  pair_blocks(P - f, 8 * (4 * len(self.W_) + 4),
+                                              memory_bytes)]
         lo, hi = math.inf, -math.inf
         for sl in blocks:
             D = pairs.distances(sl)
@@ -318,14 +327,15 @@ class MLEM(BaseEstimator):
     def _interaction_terms(self):
         return bool(self.interactions) and self.constraint != "diagonal"
 
-    def _eval_data(self, X, y):
+    def _eval_data(self, X, y, runtime):
         """Encoded features, every pair's feature distances (computed per block, on
-        demand) and neural distances ``(1, n_pairs)`` of the stimuli in ``(X, y)``."""
+        demand) and neural distances ``(1, n_pairs)`` of the stimuli in ``(X, y)``, on
+        the call's ``runtime``."""
         self._check_is_fitted()
         dev = check_device(self.device)
-        X, table = self._check_Xy(X, y)
+        X, table = self._check_Xy(X, y, runtime.memory_bytes)
         enc_t = self.feature_space_.transform(table).to_torch(dev, torch.float64)
-        target = torch.as_tensor(self.transform(X), device=dev)[None]
+        target = torch.as_tensor(self._transform(X, runtime), device=dev)[None]
         return enc_t, PairFeatures(enc_t), target
 
     # ------------------------------------------------------------- evaluation
@@ -344,12 +354,13 @@ class MLEM(BaseEstimator):
             when it would exceed the memory budget (``MLEM_NEURO_MEMORY``).
         """
         self._check_is_fitted()
+        budget = self._runtime().memory_bytes
         enc = self.feature_space_.transform(as_feature_table(y))
         n = enc.n_stimuli
         check_memory(8 * n * n, f"the predicted dissimilarity matrix ({n:,} x {n:,} stimuli)",
-                     "predict fewer stimuli at a time")
+                     "predict fewer stimuli at a time", budget=budget)
         out = np.zeros((n, n))
-        for sl in pair_blocks(n_pairs(n), 8 * (4 * len(self.W_) + 4)):
+        for sl in pair_blocks(n_pairs(n), 8 * (4 * len(self.W_) + 4), budget):
             i, j = linear_to_pair(np.arange(sl.start, sl.stop), n)
             D = enc.pair_distances(i, j)
             q = np.einsum("pa,ab,pb->p", D, self.W_, D)
@@ -376,7 +387,12 @@ class MLEM(BaseEstimator):
         distances : ndarray (n_stimuli * (n_stimuli - 1) / 2,)
             The neural distance of each pair.
         """
-        X = self._check_X(X)
+        return self._transform(X, self._runtime())
+
+    def _transform(self, X, runtime):
+        """:meth:`transform` on ``runtime`` (its memory budget and compiled kernels)."""
+        budget = runtime.memory_bytes
+        X = self._check_X(X, budget=budget)
         if (self.distance != "precomputed" and hasattr(self, "n_features_in_")
                 and X.shape[1] != self.n_features_in_):
             raise ValueError(f"X has {X.shape[1]} features, but MLEM is expecting "
@@ -385,24 +401,24 @@ class MLEM(BaseEstimator):
         dev = check_device(self.device)
         n = X.shape[0]
         P = n_pairs(n)
-        if 8 * (n * n + 8 * P) <= memory_budget() // 4:     # Gram + a few pair vectors
+        if 8 * (n * n + 8 * P) <= budget // 4:     # Gram + a few pair vectors
             i, j = pair_indices(n)
-            return self._targets(X, dev).take(np.arange(P), i, j)[0].cpu().numpy()
+            return self._targets(X, dev, runtime).take(np.arange(P), i, j)[0].cpu().numpy()
         # too many pairs to build at once: one block of pairs at a time
         check_memory(8 * P, f"the neural distances of {P:,} stimulus pairs",
-                     "pass fewer stimuli")
+                     "pass fewer stimuli", budget=budget)
         out = np.empty(P)
         if self.distance == "precomputed":
-            for sl in pair_blocks(P, 32):
+            for sl in pair_blocks(P, 32, budget):
                 out[sl] = X[linear_to_pair(np.arange(sl.start, sl.stop), n)]
             return out
         metric = get_distance(self.distance)
         Z = preprocess_rows(torch.as_tensor(X[None], device=dev), metric)
-        gram = 8 * n * n <= memory_budget() // 4      # same values as the all-pairs path
+        gram = 8 * n * n <= budget // 4      # same values as the all-pairs path
         if gram:
             G = Z @ Z.transpose(-1, -2)
             sq = G.diagonal(dim1=-2, dim2=-1)
-        for sl in pair_blocks(P, 8 * (3 * X.shape[1] + 6)):
+        for sl in pair_blocks(P, 8 * (3 * X.shape[1] + 6), budget):
             i, j = (torch.as_tensor(a, device=dev)
                     for a in linear_to_pair(np.arange(sl.start, sl.stop), n))
             if gram:
@@ -437,11 +453,13 @@ class MLEM(BaseEstimator):
             stimuli identical in every feature).
         """
         with use_log_level(self.verbose):
-            _, pairs, target = self._eval_data(X, y)
-            if _undefined(target, "score") or self._undefined_predictions(pairs, "score"):
+            runtime = self._runtime()
+            _, pairs, target = self._eval_data(X, y, runtime)
+            if _undefined(target, "score") or self._undefined_predictions(
+                    pairs, "score", runtime.memory_bytes):
                 return float("nan")
             k, l = term_index(len(self.feature_names_in_), True)
-            return float(baseline_scores(self.W_[None], pairs, target, k, l)[0])
+            return float(baseline_scores(self.W_[None], pairs, target, k, l, runtime)[0])
 
     @fill_doc
     @limit_threads
@@ -483,21 +501,23 @@ class MLEM(BaseEstimator):
             check("level", level)
             rng = check_random_state(self.random_state if random_state is None
                                      else random_state)
-            enc_t, pairs, target = self._eval_data(X, y)
+            runtime = self._runtime()
+            enc_t, pairs, target = self._eval_data(X, y, runtime)
             undefined = (_undefined(target, "permutation importance")
-                         or self._undefined_predictions(pairs, "permutation importance"))
+                         or self._undefined_predictions(pairs, "permutation importance",
+                                                        runtime.memory_bytes))
             names = list(self.feature_names_in_)
             if level == "term":
                 warn_unidentifiable_terms(self.feature_space_.transform(as_feature_table(y)),
                                           self._interaction_terms)
                 k, l = term_index(len(names), self._interaction_terms)
                 drops, base = term_importance(self.W_[None], pairs, target, k, l, n_perm,
-                                              rng)
+                                              rng, runtime=runtime)
                 index = term_names(names, self._interaction_terms)
                 kinds = ["feature" if a == b else "interaction" for a, b in zip(k, l)]
             else:
                 drops, base = feature_importance(self.W_[None], enc_t, None, None, target,
-                                                 n_perm, rng)
+                                                 n_perm, rng, runtime=runtime)
                 index, kinds = names, ["feature"] * len(names)
             d = drops[0].cpu().numpy()
             if undefined:
@@ -553,9 +573,10 @@ def _undefined(target, what):
     return True
 
 
-def _check_batch_memory(n, batch_size):
+def _check_batch_memory(n, batch_size, budget):
     """Refuse, before any work, a ``batch_size`` (``"full"`` or an int) whose training steps
-    would exceed the memory budget (``"auto"`` takes mini-batches of at most 2**18 pairs)."""
+    would exceed the memory budget ``budget`` (the fit's runtime's; ``"auto"`` takes
+    mini-batches of at most 2**18 pairs)."""
     if batch_size == "auto":
         return
     P = n_pairs(n)
@@ -564,7 +585,8 @@ def _check_batch_memory(n, batch_size):
                  f"training on {'all' if b == P else 'batches of ' + format(b, ',') + ' of'} "
                  f"the {P:,} pairs of {n:,} stimuli (batch_size={batch_size!r}, about "
                  f"{TRAIN_PAIR_BYTES} bytes a pair)",
-                 "use batch_size='auto' (mini-batches of pairs) or a smaller batch_size")
+                 "use batch_size='auto' (mini-batches of pairs) or a smaller batch_size",
+                 budget=budget)
 
 
 def _check_not_constant(X, distance):

@@ -57,7 +57,12 @@ from joblib import effective_n_jobs
 from .core.checks import check
 from .core.constants import NUMERIC_DEGREE  # noqa: F401  (tuning constants, defined there once)
 from .core.options import MLEMOptions, _is_int
-from .core.rdms.sources import DenseRDMSource, RankedRDMSource, SphereRDMSource
+from .core.rdms.sources import (
+    DenseRDMSource,
+    RankedRDMSource,
+    SphereRDMSource,
+    with_runtime,
+)
 from .core.runtime import Runtime
 from .core.scoring import fastnull
 from .core.scoring.nulls import exchange_units
@@ -238,7 +243,8 @@ def _scores_by_blocks(null_source, table, options, common, constraints, groups,
     training = set()
     for lo in range(0, N, block):
         models = np.arange(lo, min(lo + block, N))
-        rdms = RankedRDMSource(null_source.subset(models).rdm(np.arange(n)).numpy())
+        rdms = RankedRDMSource(null_source.subset(models).rdm(np.arange(n)).numpy(),
+                               compiled=runtime.compiled)
         for c, constraint in enumerate(constraints):
             opts = dataclasses.replace(options, constraint=constraint,
                                        interactions=constraint != "diagonal", **common)
@@ -256,7 +262,8 @@ def _patterns(source):
 def _replicate(base, fitted, Qb, Z, models):
     """The source of ``models`` of ``base`` with patterns ``fitted + Qb Z``."""
     if isinstance(base, DenseRDMSource):
-        return DenseRDMSource(fitted[models] + Qb @ Z[models], base.distance)
+        return DenseRDMSource(fitted[models] + Qb @ Z[models], base.distance,
+                              compiled=base.compiled)
     return SphereRDMSource(fitted + Qb @ Z, base.A, base.distance).subset(models)
 
 
@@ -387,6 +394,10 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     perms = np.stack([np.arange(basis.shape[1])]
                      + [rng.permutation(basis.shape[1]) for _ in range(n_null)])
     logger.info("interaction test: %d model(s) x %d null permutations", M, n_null)
+    # one runtime for every fit of the test (threads, memory, compiled kernels)
+    if runtime is None:
+        runtime = Runtime.resolve(effective_n_jobs(options.n_jobs), options.device)
+    source = with_runtime(source, runtime)    # its null datasets' distances on its kernels
     null_source = PatternNullSource(source, basis, perms)
     # the same folds for both fits (cv=None: both in-sample, on all stimuli)
     common = dict(cv=None if options.cv is None else folds, n_repeats=1, random_state=seed,
@@ -394,9 +405,6 @@ def interaction_test(source, features, options, *, groups=None, n_null, random_s
     constraints = (options.constraint, "diagonal")
     # categorical designs on full batches: each null dataset's RDM, ranks and row sums
     # once for both fits (the numbers of run_cv up to rounding)
-    # one runtime for every fit of the test (threads, memory, compiled loop)
-    if runtime is None:
-        runtime = Runtime.resolve(effective_n_jobs(options.n_jobs), options.device)
     fitted = fastnull.interaction_scores(null_source, table, options, folds, constraints,
                                          progress=progress, runtime=runtime)
     if fitted is None:

@@ -132,7 +132,7 @@ def test_auto_picks_the_compiled_loop_where_it_applies():
 
 
 def test_auto_uses_torch_when_the_compiled_kernels_are_off(monkeypatch):
-    monkeypatch.setattr(_numba, "USE_COMPILED", False)
+    monkeypatch.setenv(_numba.NO_COMPILED_VAR, "1")       # read when the analysis starts
     res = mlem_neuro.mlem_array(*_data(), **KW)
     assert res.provenance["training"] == ["torch (cpu)"]
 

@@ -8,12 +8,14 @@ import pandas as pd
 import pytest
 import torch
 
+import mlem_neuro
 from mlem_neuro.core import kernels
 from mlem_neuro.core.kernels import _numba
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.ranks.grouped import grouped_soft_spearman
 from mlem_neuro.core.rdms.neural import NeuralTargets
 from mlem_neuro.core.rdms.sources import DenseRDMSource
+from mlem_neuro.core.runtime import Runtime
 from mlem_neuro.core.stimuli.features import FeatureSpace
 from mlem_neuro.core.training import compiled
 from mlem_neuro.core.training.engine import fit_grouped, fit_stack
@@ -38,14 +40,14 @@ def _design(n=60, seed=0):
 
 
 def _loops(monkeypatch, run):
-    """``run()`` with the compiled loop, then with torch's (and which loop ran)."""
+    """``run(runtime)`` with the compiled loop, then with torch's (``Runtime(compiled=
+    False)``), and which loop ran."""
     ran = []
     train = compiled.train
     monkeypatch.setattr(compiled, "train", lambda *a, **k: ran.append("compiled")
                         or train(*a, **k))
-    fast = run()
-    monkeypatch.setattr(_numba, "USE_COMPILED", False)
-    slow = run()
+    fast = run(Runtime())
+    slow = run(Runtime(compiled=False))
     return fast, slow, ran
 
 
@@ -88,8 +90,8 @@ def test_compiled_loop_fits_as_the_torch_loop(monkeypatch, constraint, interacti
     enc, targets = _design()
     opts = MLEMOptions(constraint=constraint, interactions=interactions, max_steps=60,
                        patience=1000, tol=0.0, lr=0.03)
-    fast, slow, ran = _loops(monkeypatch, lambda: fit_stack(enc, targets, opts,
-                                                            random_state=0))
+    fast, slow, ran = _loops(monkeypatch, lambda rt: fit_stack(enc, targets, opts,
+                                                               random_state=0, runtime=rt))
     assert ran == ["compiled"] and fast.full_batch
     np.testing.assert_array_equal(fast.n_iter, slow.n_iter)
     np.testing.assert_allclose(fast.W, slow.W, atol=2e-5)
@@ -103,8 +105,8 @@ def test_early_stopping_matches(monkeypatch):
     NaN after a model's stop, as the stack's do."""
     enc, targets = _design(seed=2)
     opts = MLEMOptions(max_steps=400)
-    fast, slow, ran = _loops(monkeypatch, lambda: fit_stack(enc, targets, opts,
-                                                            random_state=0))
+    fast, slow, ran = _loops(monkeypatch, lambda rt: fit_stack(enc, targets, opts,
+                                                               random_state=0, runtime=rt))
     assert ran == ["compiled"]
     assert fast.converged.all() and fast.n_iter.max() < 400
     assert len(set(fast.n_iter)) > 1                      # models stop at different steps
@@ -122,7 +124,8 @@ def test_per_model_counts(monkeypatch):
     counts[2, 1] = 0.0                                   # a row a model lacks
     sums = torch.as_tensor(rng.standard_normal((7, 4))) * 0.1
     opts = MLEMOptions(max_steps=50, patience=1000, tol=0.0)
-    fast, slow, ran = _loops(monkeypatch, lambda: fit_grouped(D, counts, sums, opts))
+    fast, slow, ran = _loops(monkeypatch, lambda rt: fit_grouped(D, counts, sums, opts,
+                                                                       runtime=rt))
     assert ran == ["compiled"]
     np.testing.assert_allclose(fast.W, slow.W, atol=1e-5)
     np.testing.assert_allclose(fast.best_score, slow.best_score, atol=1e-6)
@@ -137,16 +140,15 @@ def test_no_models():
 
 @pytest.mark.parametrize("case", ["mini-batch", "float64", "switched off"])
 def test_used_only_where_it_applies(monkeypatch, case):
-    """Mini-batches of pairs, float64 training and ``USE_COMPILED = False`` train with
+    """Mini-batches of pairs, float64 training and ``Runtime(compiled=False)`` train with
     torch."""
     enc, targets = _design()
     opts = MLEMOptions(max_steps=5, batch_size=300 if case == "mini-batch" else "auto")
     dtype = torch.float64 if case == "float64" else torch.float32
-    if case == "switched off":
-        monkeypatch.setattr(_numba, "USE_COMPILED", False)
+    runtime = Runtime(compiled=case != "switched off")
     ran = []
     monkeypatch.setattr(compiled, "train", lambda *a, **k: ran.append("compiled"))
-    fit = fit_stack(enc, targets, opts, random_state=0, dtype=dtype)
+    fit = fit_stack(enc, targets, opts, random_state=0, dtype=dtype, runtime=runtime)
     assert ran == [] and fit.W.shape == (5, 3, 3)
 
 
@@ -182,9 +184,9 @@ def test_grid_mini_batches_fit_as_the_torch_loop(monkeypatch, stopping):
             else MLEMOptions())
     rngs = []
 
-    def run():
+    def run(rt):
         rngs.append(np.random.default_rng(5))
-        return fit_stack(enc, targets, opts, random_state=rngs[-1])
+        return fit_stack(enc, targets, opts, random_state=rngs[-1], runtime=rt)
 
     fast, slow, ran = _loops(monkeypatch, run)
     assert ran == ["compiled"] and not fast.full_batch and not slow.full_batch
@@ -213,8 +215,7 @@ def test_grid_block_tables_are_the_torch_sums(monkeypatch):
     blocks = GridBlocks(uid, cells, np.random.default_rng(0))
     values = torch.as_tensor(np.round(rng.random((6, P)), 2))        # tied ranks too
     fast = blocks.targets(values, np.random.default_rng(1))
-    monkeypatch.setattr(_numba, "USE_COMPILED", False)
-    slow = blocks.targets(values, np.random.default_rng(1))
+    slow = blocks.targets(values, np.random.default_rng(1), compiled=False)
     assert fast.T.shape == slow.T.shape == (6, cells, 32)
     for name in ("T", "S1", "S2"):
         assert torch.equal(getattr(fast, name), getattr(slow, name)), name
@@ -302,19 +303,61 @@ def test_no_compiled_refuses_other_words():
         kernels.env_flag(kernels.NO_COMPILED_VAR, {kernels.NO_COMPILED_VAR: "maybe"})
 
 
-def test_no_compiled_false_at_import():
-    """The flag as the package reads it at import, in a fresh process."""
-    import os
-    import subprocess
-    import sys
-    code = ("from mlem_neuro.core.kernels import _numba; "
-            "print(_numba.USE_COMPILED)")
-    out = {}
-    for text in ("false", "true"):
-        env = dict(os.environ, MLEM_NEURO_NO_COMPILED=text)
-        out[text] = subprocess.run([sys.executable, "-c", code], env=env, text=True,
-                                   capture_output=True, check=True).stdout.strip()
-    assert out == {"false": str(compiled.numba is not None), "true": "False"}
+def test_no_compiled_is_read_by_the_runtime_not_at_import():
+    """The flag is read when a runtime is resolved (once per analysis), from the
+    environment of that moment; ``Runtime()`` reads none (the kernels on where numba is
+    installed), and a bad word is refused there."""
+    on = compiled.numba is not None
+    assert Runtime().compiled is on
+    assert Runtime.resolve(environ={kernels.NO_COMPILED_VAR: "false"}).compiled is on
+    assert Runtime.resolve(environ={kernels.NO_COMPILED_VAR: "true"}).compiled is False
+    assert Runtime.resolve(environ={}).compiled is on
+    with pytest.raises(ValueError, match="MLEM_NEURO_NO_COMPILED='maybe'"):
+        Runtime.resolve(environ={kernels.NO_COMPILED_VAR: "maybe"})
+    assert not hasattr(_numba, "USE_COMPILED")
+
+
+#: the compiled kernels themselves (numba functions), which no analysis whose runtime
+#: has them off may call
+_KERNELS = [("mlem_neuro.core.kernels.grid", "_block_tables_kernel"),
+            ("mlem_neuro.core.kernels.distances", "_condensed_kernel"),
+            ("mlem_neuro.core.kernels.ranks", "_subset_ranks_kernel"),
+            ("mlem_neuro.core.kernels.sorted_keys", "_packed_keys_kernel"),
+            ("mlem_neuro.core.kernels.sorted_keys", "_feature_keys_kernel"),
+            ("mlem_neuro.core.kernels.sorted_keys", "_rank_walk_kernel"),
+            ("mlem_neuro.core.training.compiled", "train")]
+
+
+@pytest.mark.skipif(compiled.numba is None, reason="numba not installed")
+@pytest.mark.parametrize("feature", ["categorical", "numeric"])
+def test_no_compiled_set_before_an_analysis_runs_no_kernel(monkeypatch, feature):
+    """``MLEM_NEURO_NO_COMPILED=1`` set in the environment before an analysis (no
+    re-import) runs every step of that analysis (training, scores, rank sums, the test of
+    interactions) without the compiled kernels, and its provenance says so; unset, the
+    next analysis uses them again."""
+    import importlib
+
+    rng = np.random.default_rng(0)
+    n = 30
+    table = pd.DataFrame({"a": rng.integers(0, 2, n) > 0, "b": rng.integers(0, 2, n) > 0,
+                          "c": rng.integers(0, 3, n).astype(float) + (
+                              rng.random(n) if feature == "numeric" else 0.0)})
+    X = rng.standard_normal((n, 4, 2))
+    kw = dict(cv=2, n_repeats=2, n_null=3, max_steps=5, random_state=0, verbose="ERROR")
+    called = []
+    for module, name in _KERNELS:
+        mod = importlib.import_module(module)
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _real=real, _name=name, **k:
+                            called.append(_name) or _real(*a, **k))
+    monkeypatch.setenv(kernels.NO_COMPILED_VAR, "1")
+    res = mlem_neuro.mlem_array(X, table, **kw)
+    assert called == []
+    assert res.provenance["compiled_training"] is False
+    assert res.provenance["training"] == ["torch (cpu)"]
+    monkeypatch.delenv(kernels.NO_COMPILED_VAR)
+    res = mlem_neuro.mlem_array(X, table, **kw)
+    assert called and res.provenance["compiled_training"] is True
 
 
 def test_no_writable_place_for_the_cache_says_so_and_keeps_mne_off_numba(monkeypatch):

@@ -15,6 +15,7 @@ from mlem_neuro.core.ranks.spearman import (
     standardize,
 )
 from mlem_neuro.core.rdms.neural import NeuralTargets, rdm_from_rows
+from mlem_neuro.core.runtime import Runtime
 from mlem_neuro.core.scoring.importance import term_importance
 from mlem_neuro.core.stimuli.features import FeatureSpace
 from mlem_neuro.core.stimuli.pairs import (
@@ -119,16 +120,16 @@ def test_importance_score_equals_scipy_spearman_with_and_without_ties(watch_comp
     q[0, 1] = np.round(q[0, 1], 1)                            # a row with ties
     q[1, 2, 1::2] = np.nextafter(q[1, 2, ::2], -np.inf)       # values 1 ulp apart
     tz = standardize(rankdata(torch.as_tensor(target)))
-    rho = _score(torch.as_tensor(q), tz[:, None, :]).numpy()
+    rho = _score(torch.as_tensor(q), tz[:, None, :], compiled).numpy()
     ref = np.array([[spearmanr(q[a, b], target[a])[0] for b in range(5)] for a in range(3)])
     np.testing.assert_allclose(rho, ref, atol=1e-12)
-    np.testing.assert_allclose(_score(torch.as_tensor(q[0, 1]), tz[0]).numpy(), ref[0, 1],
+    np.testing.assert_allclose(_score(torch.as_tensor(q[0, 1]), tz[0], compiled).numpy(), ref[0, 1],
                                atol=1e-12)
-    np.testing.assert_allclose(_score(torch.as_tensor(q[2]), tz[2]).numpy(), ref[2],
+    np.testing.assert_allclose(_score(torch.as_tensor(q[2]), tz[2], compiled).numpy(), ref[2],
                                atol=1e-12)
     assert all((out is not None) is compiled for out in calls) and len(calls) == 3
     q[2, 0, 3] = np.inf                                       # not finite: the other path
-    rho = _score(torch.as_tensor(q), tz[:, None, :]).numpy()
+    rho = _score(torch.as_tensor(q), tz[:, None, :], compiled).numpy()
     np.testing.assert_allclose(rho[:2], ref[:2], atol=1e-12)
 
 
@@ -498,10 +499,10 @@ def test_per_pair_feature_importance_compiled_and_not_equal_explicit_permutation
     used = watch_compiled("feature_scores")
     out = {}
     for compiled in ([True, False] if kernels.built() else [False]):
-        monkeypatch.setattr(kernels._numba, "USE_COMPILED", compiled)
         used.clear()
         out[compiled] = importance.feature_importance(W, enc_t, i, j, target, K,
-                                                      np.random.default_rng(7))
+                                                      np.random.default_rng(7),
+                                                      runtime=Runtime(compiled=compiled))
         assert len(used) == 3 and all((u is not None) is compiled for u in used)
     drops, base = out[False]
     if True in out:

@@ -5,6 +5,7 @@ from sklearn.model_selection import KFold
 
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.rdms.sources import DenseRDMSource
+from mlem_neuro.core.runtime import Runtime
 from mlem_neuro.crossval import run_cv as _run_cv
 from mlem_neuro.results import _base
 from mlem_neuro.results._base import BaseResult, read_result
@@ -140,11 +141,12 @@ def test_default_chunks_hold_at_most_max_chunk_models(monkeypatch):
     memory rule or the workers ask for it); an explicit chunk_size is kept."""
     from mlem_neuro import crossval
     sizes = lambda sl: [s.stop - s.start for s in sl]              # noqa: E731
-    assert sizes(crossval._chunk_slices(2500, 77, None, None)) == [1000, 1000, 500]
-    assert sizes(crossval._chunk_slices(2500, 77, 2500, None)) == [2500]
+    budget = Runtime().memory_bytes                                # the default budget
+    assert sizes(crossval._chunk_slices(2500, 77, None, None, 1, budget)) == [1000, 1000, 500]
+    assert sizes(crossval._chunk_slices(2500, 77, 2500, None, 1, budget)) == [2500]
     monkeypatch.setattr(crossval, "MAX_CHUNK_MODELS", 10**6)
-    assert sizes(crossval._chunk_slices(2500, 77, None, None)) == [2500]
-    assert sizes(crossval._chunk_slices(2500, 77, None, 2)) == [1250, 1250]
+    assert sizes(crossval._chunk_slices(2500, 77, None, None, 1, budget)) == [2500]
+    assert sizes(crossval._chunk_slices(2500, 77, None, 2, 1, budget)) == [1250, 1250]
 
 
 def test_random_splits_with_an_unusable_fold_are_drawn_again():

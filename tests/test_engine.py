@@ -443,13 +443,12 @@ def test_ranks_of_many_subsets_equal_rankdata(compiled, monkeypatch):
     from mlem_neuro.core.ranks.spearman import SubsetRanks
     if compiled and not kernels.built():
         pytest.skip("the compiled library is not built")
-    monkeypatch.setattr(kernels._numba, "USE_COMPILED", compiled)
     g = torch.Generator().manual_seed(5)
     for ties in (False, True):
         v = torch.rand(6, 500, dtype=torch.float64, generator=g)
         if ties:
             v = torch.round(v * 9)
-        sr = SubsetRanks(v)
+        sr = SubsetRanks(v, compiled=compiled)
         assert (sr._compiled() is not None) == compiled
         cols = torch.stack([torch.randperm(500, generator=g)[:120] for _ in range(7)])
         out = sr.ranks_of_subsets(cols)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from mlem_neuro import crossval
+from mlem_neuro.core.constants import MEMORY_BYTES
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.ranks import grouped
 from mlem_neuro.core.rdms.sources import DenseRDMSource
@@ -85,7 +86,7 @@ def test_rank_sums_are_sums_of_standardised_ranks(monkeypatch, watch_compiled, c
             for k in (150, 120, 30, 2)]
     sets = [(lin, torch.as_tensor(rng.integers(0, 4, len(lin)))) for lin, _ in sets]
     sets[1] = (sets[1][0], torch.full((120,), 2))        # rows with no pairs in a set
-    out = fastnull.rank_sums(D, sets, 4)
+    out = fastnull.rank_sums(D, sets, 4, compiled)
     for (lin, g), got in zip(sets, out):
         expected = torch.zeros(8, 4, dtype=torch.float64).index_add_(
             1, g, standardize(rankdata(D[:, lin])))
@@ -116,7 +117,7 @@ def test_compiled_rank_walk_sums_ranks_within_each_set(U):
             for lin in lins]
     labels, J, where = fastnull._walk_plan(sets, 500, U)
     assert where == [(0, 0), (0, 1), (1, 0)] and J == 2 and labels.shape == (2, 500)
-    acc, redo = kernels.rank_walk(D, labels, J, U)
+    acc, redo = kernels.rank_walk(D, labels, J, U, compiled=True)
     np.testing.assert_array_equal(redo, [False, True, False, True, False])
     for (lin, g), (c, j) in zip(sets, where):
         expected = torch.zeros(5, U, dtype=torch.float64).index_add_(
@@ -152,8 +153,7 @@ def test_rank_sums_on_random_designs(monkeypatch):
             sets.append((torch.as_tensor(lin), torch.as_tensor(rng.integers(0, U, len(lin)))))
         monkeypatch.setattr(fastnull, "RANK_WALK_ELEMENTS", int(rng.integers(1, 4)) * P)
         for compiled in ([True, False] if kernels.built() else [False]):
-            monkeypatch.setattr(kernels._numba, "USE_COMPILED", compiled)
-            for (lin, g), got in zip(sets, fastnull.rank_sums(D, sets, U)):
+            for (lin, g), got in zip(sets, fastnull.rank_sums(D, sets, U, compiled)):
                 expected = torch.zeros(M, U, dtype=torch.float64).index_add_(
                     1, g, standardize(rankdata(D[:, lin])))
                 np.testing.assert_allclose(got, expected, atol=1e-10)
@@ -239,7 +239,7 @@ def test_the_fast_path_is_used_only_where_it_applies():
             space = feature_space(opts).fit(tab.iloc[train])
             rows.append(crossval.FoldPlan(f, train, test, space.transform(tab.iloc[train]),
                                           space.transform(tab.iloc[test]), 1 + f))
-        plans = crossval._null_plans(rows, tab, opts, null)
+        plans = crossval._null_plans(rows, tab, opts, null, MEMORY_BYTES)
         layout.append((name, [p is not None for p in plans]))
     assert layout == [("categorical", [True] * 3), ("term", [False] * 3),
                       ("numeric", [False] * 3)]

@@ -12,6 +12,7 @@ from scipy import stats
 from mlem_neuro.core.constants import MAIN_EFFECT_NULLS, STAGED_GATE
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.rdms.sources import DenseRDMSource
+from mlem_neuro.core.runtime import Runtime
 from mlem_neuro.core.scoring.main_effect import (
     MainEffects,
     combine,
@@ -271,7 +272,9 @@ def test_main_effects_that_do_not_fit_in_memory_leave_the_importance_said(caplog
 
     rng = np.random.default_rng(10)
     X, table = _simulate(16, 0.5, rng)
-    tiny = dataclasses.replace(Runtime.resolve(1), memory_bytes=1000)   # set, not patched
+    # set, not patched: too small for the RDM of all 16 stimuli (11,520 B for 120 pairs
+    # x 3 x 8 B in a quarter of it), enough for every step's own pieces, which read it too
+    tiny = dataclasses.replace(Runtime.resolve(1), memory_bytes=8000)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with caplog.at_level("WARNING", logger="mlem_neuro"):
@@ -568,7 +571,7 @@ def test_the_main_effect_alone_reads_more_relabellings_than_the_trained_tests(mo
     assert out.tests["a"][1].shape == (MAIN_EFFECT_NULLS, 1)
     np.testing.assert_array_equal(out.tests["a"][1][:19], out.parts["a"]["main_effect"][1])
     # a share of the budget too small for 1 model x 2 features x MAIN_EFFECT_NULLS
-    budget = crossval.memory_budget()
+    budget = Runtime.resolve().memory_bytes
     monkeypatch.setattr(crossval, "MAIN_EFFECT_NULLS_SHARE",
                         budget // (8 * 2 * MAIN_EFFECT_NULLS) + 1)
     with warnings.catch_warnings():

@@ -106,9 +106,9 @@ def test_rdm_of_all_pairs_equals_the_gathered_rdm(metric, compiled, monkeypatch,
     Y = torch.as_tensor(np.random.default_rng(3).standard_normal((5, 47, 9)))
     i, j = pair_indices(47)
     ref = neural.rdm_from_rows(Y, i, j, metric)
-    assert torch.equal(neural.rdm_all_pairs(Y, metric), ref)
+    assert torch.equal(neural.rdm_all_pairs(Y, metric, compiled), ref)
     monkeypatch.setattr(neural, "CHUNK_BYTES", 8 * 47 * 47 * 2)    # 2 models, 1 row a block
-    assert torch.equal(neural.rdm_all_pairs(Y, metric), ref)
+    assert torch.equal(neural.rdm_all_pairs(Y, metric, compiled), ref)
     assert len(seen) == 4 and all((d is not None) is compiled for d in seen)
 
 
@@ -213,7 +213,8 @@ def test_fold_setup_once_per_fold_gives_the_same_results(monkeypatch):
 def test_permuted_feature_keys_from_codes_equal_computed_distances(design, monkeypatch):
     """Block-wise feature importance (tiny memory budget): the permuted pairs' groups read
     from a table of stimulus codes give the drops of computing every permuted distance."""
-    from mlem_neuro.core.memory import ENV_VAR
+    from mlem_neuro.core.memory import parse_size
+    from mlem_neuro.core.runtime import Runtime
     from mlem_neuro.core.scoring import importance
     from mlem_neuro.core.training.metric import make_W
     table, space = _designs()[design]
@@ -223,7 +224,7 @@ def test_permuted_feature_keys_from_codes_equal_computed_distances(design, monke
     rng = np.random.default_rng(7)
     W = make_W(torch.as_tensor(rng.standard_normal((2, m, m))), "spd")
     target = torch.as_tensor(rng.random((2, len(i))))
-    monkeypatch.setenv(ENV_VAR, "400KB")                          # the block-wise path
+    runtime = Runtime(memory_bytes=parse_size("400KB"))          # the block-wise path
     used = []
     real = importance.PairFeatures.value_index
     monkeypatch.setattr(importance.PairFeatures, "value_index",
@@ -231,7 +232,8 @@ def test_permuted_feature_keys_from_codes_equal_computed_distances(design, monke
 
     def run():
         return importance.feature_importance(W, enc.to_torch("cpu", torch.float64), i, j,
-                                             target, 3, np.random.default_rng(8))
+                                             target, 3, np.random.default_rng(8),
+                                             runtime=runtime)
 
     fast = run()
     assert used == list(range(m))

@@ -17,7 +17,8 @@ from scipy.spatial.distance import pdist, squareform
 from scipy.stats import spearmanr
 
 from mlem_neuro import MLEM
-from mlem_neuro.core.memory import ENV_VAR
+from mlem_neuro.core.memory import ENV_VAR, parse_size
+from mlem_neuro.core.runtime import Runtime
 from mlem_neuro.core.scoring import importance
 from mlem_neuro.core.scoring.importance import (
     PairFeatures,
@@ -75,6 +76,12 @@ def _dedup_q(rows, w):
     return (uniq @ w)[inv.ravel()]
 
 
+def _budget(size):
+    """The runtime of an analysis whose memory budget is ``size`` (as the environment
+    variable would set it when the analysis starts)."""
+    return Runtime(memory_bytes=parse_size(size))
+
+
 # ------------------------------------------------------- block-wise == in memory
 @pytest.mark.parametrize("budget", [TINY, NO_CACHE])
 @pytest.mark.parametrize("design", ["categorical", "numeric", "mixed"])
@@ -85,9 +92,9 @@ def test_blockwise_term_importance_equals_in_memory(design, budget, monkeypatch)
     lean = _Spy(monkeypatch, "_blockwise_term")
     ref = term_importance(W, D, target, k, l, 3, np.random.default_rng(1))
     assert lean.calls == 0
-    monkeypatch.setenv(ENV_VAR, budget)
     for pairs in (D, PairFeatures(enc_t)):        # a ready tensor, or per-block distances
-        got = term_importance(W, pairs, target, k, l, 3, np.random.default_rng(1))
+        got = term_importance(W, pairs, target, k, l, 3, np.random.default_rng(1),
+                              runtime=_budget(budget))
         np.testing.assert_allclose(got[0], ref[0], rtol=0, atol=1e-12)
         np.testing.assert_allclose(got[1], ref[1], rtol=0, atol=1e-12)
     assert lean.calls == 2
@@ -99,9 +106,9 @@ def test_blockwise_feature_importance_equals_in_memory(design, budget, monkeypat
     enc_t, i, j, W, target = _problem(design)
     lean = _Spy(monkeypatch, "_blockwise_feature")
     ref = feature_importance(W, enc_t, i, j, target, 3, np.random.default_rng(2))
-    monkeypatch.setenv(ENV_VAR, budget)
     for pairs in ((i, j), (None, None)):          # explicit pairs, or all pairs generated
-        got = feature_importance(W, enc_t, *pairs, target, 3, np.random.default_rng(2))
+        got = feature_importance(W, enc_t, *pairs, target, 3, np.random.default_rng(2),
+                                 runtime=_budget(budget))
         np.testing.assert_allclose(got[0], ref[0], rtol=0, atol=1e-12)
         np.testing.assert_allclose(got[1], ref[1], rtol=0, atol=1e-12)
     assert lean.calls == 2
@@ -116,9 +123,8 @@ def test_blockwise_baseline_matches_scipy(design, monkeypatch):
     expected = [spearmanr(_dedup_q(Pt, W[m, k, l].numpy()), target[m].numpy())[0]
                 for m in range(2)]
     np.testing.assert_allclose(baseline_scores(W, D, target, k, l), expected, atol=1e-12)
-    monkeypatch.setenv(ENV_VAR, TINY)
     lean = _Spy(monkeypatch, "_blockwise_base")
-    got = baseline_scores(W, PairFeatures(enc_t), target, k, l)
+    got = baseline_scores(W, PairFeatures(enc_t), target, k, l, _budget(TINY))
     assert lean.calls == 1
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
 
@@ -128,12 +134,11 @@ def test_blockwise_baseline_matches_scipy(design, monkeypatch):
 def test_term_importance_matches_explicit_permutations_with_ties(budget, monkeypatch):
     """Categorical design (many tied pairs): same drops as permuting the term column and
     rescoring with scipy, for the in-memory and the block-wise paths."""
-    if budget:
-        monkeypatch.setenv(ENV_VAR, budget)
+    runtime = _budget(budget) if budget else None
     enc_t, i, j, W, target = _problem("categorical", M=1)
     k, l = term_index(3)
     drops, base = term_importance(W, PairFeatures(enc_t), target, k, l, 2,
-                                  np.random.default_rng(7))
+                                  np.random.default_rng(7), runtime=runtime)
     D = enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
     Pt, w, t_np = term_matrix(D, k, l).numpy(), W[0, k, l].numpy(), target[0].numpy()
     assert base[0].item() == pytest.approx(spearmanr(_dedup_q(Pt, w), t_np)[0], abs=1e-12)
@@ -148,13 +153,12 @@ def test_term_importance_matches_explicit_permutations_with_ties(budget, monkeyp
 
 @pytest.mark.parametrize("budget", [None, TINY])
 def test_feature_importance_matches_explicit_relabelling_with_ties(budget, monkeypatch):
-    if budget:
-        monkeypatch.setenv(ENV_VAR, budget)
+    runtime = _budget(budget) if budget else None
     enc_t, i, j, W, target = _problem("categorical", M=1)
     n = enc_t.values.shape[0]
     k, l = term_index(3)
     drops, base = feature_importance(W, enc_t, None, None, target, 2,
-                                     np.random.default_rng(3))
+                                     np.random.default_rng(3), runtime=runtime)
     w, t_np = W[0, k, l].numpy(), target[0].numpy()
     codes = enc_t.values.numpy()                  # one column per categorical feature
     rng = np.random.default_rng(3)
@@ -177,20 +181,19 @@ def test_per_pair_path_keeps_exact_ties_like_grouped_path(level, monkeypatch):
     k, l = term_index(3)
     D = enc_t.pair_distances(torch.as_tensor(i), torch.as_tensor(j))
 
-    def run():
+    def run(runtime=None):
         rng = np.random.default_rng(4)
         if level == "term":
-            return term_importance(W, D, target, k, l, 4, rng)
-        return feature_importance(W, enc_t, i, j, target, 4, rng)
+            return term_importance(W, D, target, k, l, 4, rng, runtime=runtime)
+        return feature_importance(W, enc_t, i, j, target, 4, rng, runtime=runtime)
 
     grouped = run()
     monkeypatch.setattr(importance, "distinct_rows", lambda *rows: None)
     per_pair = run()
     np.testing.assert_allclose(per_pair[0], grouped[0], rtol=0, atol=1e-13)
     np.testing.assert_allclose(per_pair[1], grouped[1], rtol=0, atol=1e-13)
-    monkeypatch.setenv(ENV_VAR, TINY)
-    monkeypatch.setattr(importance, "_blockwise_groups", lambda pairs, blocks: None)
-    lean_per_pair = run()
+    monkeypatch.setattr(importance, "_blockwise_groups", lambda pairs, blocks, budget: None)
+    lean_per_pair = run(_budget(TINY))
     np.testing.assert_allclose(lean_per_pair[0], grouped[0], rtol=0, atol=1e-13)
 
 
@@ -311,13 +314,13 @@ def test_code_tables_beyond_the_budget_are_skipped(monkeypatch):
 
     values = torch.arange(3000, dtype=torch.float64)[:, None]
     codes = grouped.PairCodes.from_values(values, torch.zeros(3000, 1, dtype=torch.bool),
-                                       rows_of=lambda a, b: (values[a] - values[b]).abs())
+                                          rows_of=lambda a, b: (values[a] - values[b]).abs(),
+                                          memory_bytes=parse_size("64MiB"))
     asked = []
     real_zeros = torch.zeros
     monkeypatch.setattr(grouped.torch, "zeros",
                         lambda *a, **k: asked.append(a) or real_zeros(*a, **k))
-    monkeypatch.setenv(ENV_VAR, "64MiB")                  # 3,000^2 x 16 bytes > 16 MiB
-    assert codes.distinct_rows() is None
+    assert codes.distinct_rows() is None                  # 3,000^2 x 16 bytes > 16 MiB
     assert asked == []
     rng = np.random.default_rng(0)
     y = pd.DataFrame({"x": rng.uniform(0, 1, 300), "a": rng.integers(0, 2, 300) > 0})

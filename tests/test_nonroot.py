@@ -60,7 +60,7 @@ _CHILD = textwrap.dedent("""
         "mne_numba": mne_numba,
         "file": mlem_neuro.__file__,
         "plan": _numba._CACHE_PLAN,
-        "compiled": _numba.USE_COMPILED,
+        "compiled": est.provenance_["compiled_training"],
         "score": float(est.score(X, y)),
         "pvalues": (int(np.isfinite(res.pvalues).sum()) if sys.argv[3] == "analysis"
                     else None),

@@ -93,7 +93,7 @@ def test_null_rows_are_ranked_from_one_sort(decimals):
     null = np.stack([rng.permutation(n) for _ in range(6)]).reshape(2, 3, n)
     lin = permuted_pairs(null.reshape(-1, n), train, n)
     observed = everything[:, permuted_pairs(np.arange(n)[None], train, n)[0]]
-    out = _with_nulls(observed, everything, null, train, n).reshape(3, 7, -1)
+    out = _with_nulls(observed, everything, null, train, n, True).reshape(3, 7, -1)
     np.testing.assert_array_equal(out[:, 0], rankdata(observed))
     for r in range(6):
         np.testing.assert_array_equal(out[:, 1 + r], rankdata(everything[:, lin[r]]))

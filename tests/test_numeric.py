@@ -6,6 +6,7 @@ import torch
 from scipy.stats import spearmanr
 
 from mlem_neuro import MLEM
+from mlem_neuro.core.memory import parse_size
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.ranks.spearman import (
     _rank_scale,
@@ -15,6 +16,7 @@ from mlem_neuro.core.ranks.spearman import (
     standardize,
 )
 from mlem_neuro.core.rdms.neural import NeuralTargets
+from mlem_neuro.core.runtime import Runtime
 from mlem_neuro.core.stimuli.features import FeatureSpace
 from mlem_neuro.core.stimuli.pairs import pair_indices
 from mlem_neuro.core.training import quantise
@@ -327,9 +329,9 @@ def test_grid_block_tables_beyond_the_memory_budget_fall_back_to_pair_batches(mo
     enc = FeatureSpace().fit_transform(y)
     # the grid's term rows fit (19,900 x 6 x 32 B), its tables (20 x 216 x 32 x 8 B: 1.1 MB,
     # above an eighth of the budget) not
-    monkeypatch.setenv("MLEM_NEURO_MEMORY", "8MB")
     st = _StepTargets(enc, targets, MLEMOptions().fit_kwargs(), np.random.default_rng(0),
-                      torch.device("cpu"), torch.float32)
+                      torch.device("cpu"), torch.float32,
+                      runtime=Runtime(memory_bytes=parse_size("8MB")))
     assert st.levels == 6 and st.blocks is None and not st.full
     st.next_batch(torch.arange(20))
     assert int(st.counts.sum()) == st.b

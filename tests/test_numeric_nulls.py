@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from mlem_neuro.core.constants import MEMORY_BYTES
 from mlem_neuro.core.scoring import fastnull
 from mlem_neuro.core.stimuli.features import feature_space
 
@@ -243,7 +244,8 @@ def _plans(table, opts, folds, null):
         space = feature_space(opts).fit(table.iloc[train])
         rows.append(crossval.FoldPlan(f, train, test, space.transform(table.iloc[train]),
                                       space.transform(table.iloc[test]), 1 + f))
-    return [p is not None for p in crossval._null_plans(rows, table, opts, null)]
+    return [p is not None for p in crossval._null_plans(rows, table, opts, null,
+                                                         MEMORY_BYTES)]
 
 
 def test_numeric_null_models_relabel_features_only_where_their_tables_train_grouped():

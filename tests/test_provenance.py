@@ -109,9 +109,10 @@ def test_results_record_the_training_paths_that_trained_them(monkeypatch):
     assert res.provenance["versions"]["numba"] == compiled.numba.__version__
     assert "trained by compiled loop (numba) (lr 0.1, patience 20)" in \
         _provenance.describe(res.provenance)
-    monkeypatch.setattr(_numba, "USE_COMPILED", False)
+    monkeypatch.setenv(_numba.NO_COMPILED_VAR, "1")   # set before the analysis, no re-import
     res = mlem_neuro.mlem_array(rng.standard_normal((20, 3, 2)), table, **kw)
     assert res.provenance["training"] == ["torch (cpu)"]
+    assert res.provenance["compiled_training"] is False
 
 
 def test_the_record_comes_from_return_values_not_a_context_variable():

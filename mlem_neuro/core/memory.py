@@ -68,7 +68,7 @@ def format_bytes(nbytes):
     return f"{value:.1f} TiB"  # pragma: no cover
 
 
-def check_memory(nbytes, what, fix):
+def check_memory(nbytes, what, fix, budget=None):
     """Raise a MemoryError when one allocation of ``nbytes`` would exceed the budget.
 
     Parameters
@@ -79,8 +79,12 @@ def check_memory(nbytes, what, fix):
         What it holds, e.g. ``"the sphere membership (38,000 spheres x 2,000 voxels)"``.
     fix : str
         What the user can change, e.g. ``"use a smaller radius"``.
+    budget : int | None
+        The budget in bytes: an analysis's, read once at its entry point
+        (:attr:`~mlem_neuro.core.runtime.Runtime.memory_bytes`); ``None`` reads it now
+        (:func:`memory_budget`: a check at a public entry point, outside an analysis).
     """
-    budget = memory_budget()
+    budget = memory_budget() if budget is None else int(budget)
     if nbytes > budget:
         raise MemoryError(
             f"{what} would need {format_bytes(nbytes)}, more than the memory budget of "

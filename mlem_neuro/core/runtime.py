@@ -8,7 +8,9 @@ the work as an argument: in every chunk job (joblib workers are processes of the
 and set their threads from it), down to the fits
 (:func:`~mlem_neuro.core.training.engine.fit_stack`,
 :func:`~mlem_neuro.core.training.engine.fit_grouped`), whose compiled training loop takes its
-threads from it; the run's own sizes (chunks of models, blocks) read its memory budget.
+threads from it, and its batches, scores and null statistics, whose compiled kernels
+(``compiled``) and sizes (``memory_bytes``: chunks of models, blocks of pairs) are the
+runtime's.
 Changing an environment variable while an analysis runs changes nothing in that
 analysis.  A test sets one explicitly (``Runtime(compiled_threads=2)``) instead of the
 environment.
@@ -37,15 +39,18 @@ on 2 cores, 2 threads took 38 s against 59-61 s for one (1.6x), at the memory of
 process (``n_jobs=2``: 35 s, twice the memory).
 
 Memory: ``MLEM_NEURO_MEMORY`` (:func:`mlem_neuro.core.memory.memory_budget`, default 4
-GiB).  Compiled kernels: on where numba is installed and ``MLEM_NEURO_NO_COMPILED`` is not
-a true word (:data:`mlem_neuro.core.kernels._numba.USE_COMPILED`).
+GiB).  Compiled kernels: on where numba is installed
+(:data:`mlem_neuro.core.kernels._numba.AVAILABLE`) and ``MLEM_NEURO_NO_COMPILED`` is not
+a true word; each kernel's wrapper takes the switch as ``compiled=``
+(:mod:`mlem_neuro.core.kernels`), so ``Runtime(compiled=False)`` runs an analysis on the
+torch and numpy paths.
 """
 from __future__ import annotations
 
 import contextlib
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .constants import (  # noqa: F401  (tuning constants, defined there once)
     DEFAULT_THREADS,
@@ -172,6 +177,15 @@ def torch_threads(n):
             torch.set_num_threads(old)
 
 
+def _numba_installed():
+    """Whether numba is installed (:data:`mlem_neuro.core.kernels._numba.AVAILABLE`,
+    known once the kernels' module is imported): the default of
+    :attr:`Runtime.compiled`."""
+    from .kernels import _numba
+
+    return _numba.AVAILABLE
+
+
 @dataclass(frozen=True)
 class Runtime:
     """Where and how an analysis runs, resolved once at its entry point
@@ -179,7 +193,8 @@ class Runtime:
 
     The defaults (``Runtime()``) are those of a call outside an analysis: one torch
     thread, one thread of the compiled loop, the default memory budget, the compiled
-    kernels on, the CPU; they read no environment variable.
+    kernels on where numba is installed (:func:`_numba_installed`), the CPU; they read no
+    environment variable.
 
     Attributes
     ----------
@@ -193,7 +208,7 @@ class Runtime:
         The memory budget (``MLEM_NEURO_MEMORY``).
     compiled : bool
         Whether the compiled kernels are on (numba installed, ``MLEM_NEURO_NO_COMPILED``
-        not a true word).
+        not a true word); every kernel wrapper takes it as ``compiled=``.
     device : str
         The torch device of the work (the ``device`` option).
     n_workers : int
@@ -205,7 +220,7 @@ class Runtime:
     threads: int | None = DEFAULT_THREADS
     compiled_threads: int = 1
     memory_bytes: int = MEMORY_BYTES
-    compiled: bool = True
+    compiled: bool = field(default_factory=_numba_installed)
     device: str = "cpu"
     n_workers: int = 1
     cores: int | None = None
@@ -215,17 +230,17 @@ class Runtime:
         """The runtime of work split between ``n_workers`` workers on ``device``: the
         environment variables (``environ``, default ``os.environ``) and the cores read
         now, once.  A bad value raises the ValueError naming its variable."""
-        from .kernels import _numba
+        from .kernels._numba import NO_COMPILED_VAR, env_flag
         from .memory import memory_budget
 
         budget = memory_budget() if environ is None else memory_budget(environ)
         environ = os.environ if environ is None else environ
+        compiled = _numba_installed() and not env_flag(NO_COMPILED_VAR, environ)
         n_workers = max(1, int(n_workers))
         cores = available_cores()
         return cls(threads=worker_threads(n_workers, environ, cores),
                    compiled_threads=max(1, worker_cores(n_workers, environ, cores)),
-                   memory_bytes=budget,
-                   compiled=bool(_numba.USE_COMPILED), device=str(device),
+                   memory_bytes=budget, compiled=compiled, device=str(device),
                    n_workers=n_workers, cores=cores)
 
     def torch_threads(self):

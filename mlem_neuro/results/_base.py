@@ -68,6 +68,7 @@ class BaseResult:
     %(pvalues_fwe)s
     %(main_effect)s
     %(training)s
+    %(compiled)s
 
     Attributes
     ----------
@@ -79,7 +80,8 @@ class BaseResult:
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, tests=None, pvalues=None,
-                 pvalues_fwe=None, main_effect=None, training=None):
+                 pvalues_fwe=None, main_effect=None, training=None,
+                 compiled=None):
         for name, values in (("fold_importance", fold_importance),
                              ("fold_score", fold_score), ("fold_weights", fold_weights),
                              ("pvalues", pvalues), ("pvalues_fwe", pvalues_fwe),
@@ -119,7 +121,8 @@ class BaseResult:
                                  f"{self.feature_names}; got {self.main_effect.shape}")
         #: what the result was computed with (versions, platform, device): collected now,
         #: or read back from the file (:mod:`mlem_neuro._provenance`)
-        self.provenance = collect_provenance(self.settings.get("device"), training)
+        self.provenance = collect_provenance(self.settings.get("device"), training,
+                                             compiled)
 
     def _set_tests(self, tests, pvalues, pvalues_fwe, M):
         given = [x is not None for x in (tests, pvalues, pvalues_fwe)]
@@ -528,17 +531,19 @@ _MAX_ENTRY_BYTES = 2**31
 
 class _ArchiveArrays(Mapping):
     """The arrays of an open result archive, each read only when asked for (an entry a
-    result does not use is never decompressed), after its unpacked size is checked."""
+    result does not use is never decompressed), after its unpacked size is checked
+    against ``budget`` (the memory budget read when the file was opened)."""
 
-    def __init__(self, archive, fname):
+    def __init__(self, archive, fname, budget):
         self._archive, self._fname, self._read = archive, fname, {}
+        self._budget = budget
         self._names = [k[len("array__"):] for k in archive.files if k.startswith("array__")]
 
     def __getitem__(self, key):
         if key not in self._read:
             if key not in self._names:
                 raise KeyError(key)
-            _check_entry(self._archive, f"array__{key}", self._fname)
+            _check_entry(self._archive, f"array__{key}", self._fname, self._budget)
             values = self._archive[f"array__{key}"]
             if values.dtype.kind == "c":     # read as floats, the imaginary part would go
                 raise _damaged(self._fname, "complex array",
@@ -554,9 +559,9 @@ class _ArchiveArrays(Mapping):
         return len(self._names)
 
 
-def _check_entry(archive, name, fname):
+def _check_entry(archive, name, fname, budget):
     size = archive.zip.getinfo(f"{name}.npy").file_size
-    if size > min(_MAX_ENTRY_BYTES, memory_budget()):
+    if size > min(_MAX_ENTRY_BYTES, budget):
         raise _damaged(fname, "oversized entry",
                        f"the entry {name!r} unpacks into {size} bytes, more than a result "
                        "holds (or than the memory budget, MLEM_NEURO_MEMORY)")
@@ -569,8 +574,10 @@ _ARCHIVE_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError, 
 @contextlib.contextmanager
 def _open_archive(fname):
     """``(header dict, arrays mapping)`` of a result file, the arrays read on demand while
-    the archive is open; ValueError when it is damaged or not a result file."""
-    memory_budget()     # a bad MLEM_NEURO_MEMORY says so, not that the file is damaged
+    the archive is open; ValueError when it is damaged or not a result file.  The memory
+    budget (``MLEM_NEURO_MEMORY``) is read once, here, for every entry of the file."""
+    # read first: a bad MLEM_NEURO_MEMORY says so, not that the file is damaged
+    budget = memory_budget()
     if not stat.S_ISREG(fname.stat().st_mode):
         raise _damaged(fname, "not a regular file",
                        "result files are .npz files written by .save() (a pipe, socket or "
@@ -593,7 +600,7 @@ def _open_archive(fname):
                            "the archive has no '__header__' entry, so it is not an "
                            f"mlem_neuro result written by .save() (entries: {names[:8]})")
         try:
-            _check_entry(archive, "__header__", fname)
+            _check_entry(archive, "__header__", fname, budget)
             text = str(archive["__header__"])
         except _ARCHIVE_ERRORS as err:
             if isinstance(err, ValueError) and READABLE_MARK in str(err):
@@ -607,7 +614,7 @@ def _open_archive(fname):
                            f"the header is not valid JSON ({err})") from None
         if not isinstance(header, dict):
             raise _damaged(fname, "bad header", "the header is not a JSON object")
-        yield header, _ArchiveArrays(archive, fname)
+        yield header, _ArchiveArrays(archive, fname, budget)
 
 
 def _result_class(fname, header):

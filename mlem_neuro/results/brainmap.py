@@ -59,6 +59,7 @@ class BrainMapResult(BaseResult):
     %(pvalues_fwe)s
     %(main_effect)s
     %(training)s
+    %(compiled)s
 
     Attributes
     ----------
@@ -83,10 +84,12 @@ class BrainMapResult(BaseResult):
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, affine, shape, voxel_indices,
                  voxel_model=None, kind="searchlight", region_labels=None, background=None,
-                 tests=None, pvalues=None, pvalues_fwe=None, main_effect=None, training=None):
+                 tests=None, pvalues=None, pvalues_fwe=None, main_effect=None, training=None,
+                 compiled=None):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, tests=tests, pvalues=pvalues,
-                         pvalues_fwe=pvalues_fwe, main_effect=main_effect, training=training)
+                         pvalues_fwe=pvalues_fwe, main_effect=main_effect, training=training,
+                         compiled=compiled)
         self.affine = np.asarray(affine, dtype=float)
         self.shape = tuple(int(s) for s in np.asarray(shape).ravel())
         self.voxel_indices = np.asarray(voxel_indices, dtype=np.int64).reshape(-1, 3)

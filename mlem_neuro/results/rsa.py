@@ -59,6 +59,8 @@ class RSATimeCourseResult(TimeCourseResult):
         Unused by RSA (its statistic is already each feature's RDM correlation).
     training : None
         Unused by RSA (nothing is trained).
+    compiled : None
+        Unused by RSA (recorded as whether numba is installed).
 
     Attributes
     ----------
@@ -152,6 +154,8 @@ class RSABrainMapResult(BrainMapResult):
         Unused by RSA (its statistic is already each feature's RDM correlation).
     training : None
         Unused by RSA (nothing is trained).
+    compiled : None
+        Unused by RSA (recorded as whether numba is installed).
 
     Attributes
     ----------

@@ -27,10 +27,12 @@ class _SpaceTimeResult(BaseResult):
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, times, n_locations, tests=None,
-                 pvalues=None, pvalues_fwe=None, main_effect=None, training=None):
+                 pvalues=None, pvalues_fwe=None, main_effect=None, training=None,
+                 compiled=None):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, tests=tests, pvalues=pvalues,
-                         pvalues_fwe=pvalues_fwe, main_effect=main_effect, training=training)
+                         pvalues_fwe=pvalues_fwe, main_effect=main_effect, training=training,
+                         compiled=compiled)
         self.times = np.asarray(times, dtype=float).ravel()
         self._n_locations = int(n_locations)
         M = self.fold_score.shape[1]
@@ -171,6 +173,7 @@ class SourceMapResult(_SpaceTimeResult):
     %(pvalues_fwe)s
     %(main_effect)s
     %(training)s
+    %(compiled)s
 
     Attributes
     ----------
@@ -188,7 +191,8 @@ class SourceMapResult(_SpaceTimeResult):
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, times, vertices, n_locations=None,
                  vertex_model=None, kind="surface", subject=None, label_names=None,
-                 tests=None, pvalues=None, pvalues_fwe=None, main_effect=None, training=None):
+                 tests=None, pvalues=None, pvalues_fwe=None, main_effect=None, training=None,
+                 compiled=None):
         self.vertices = [np.asarray(v, dtype=np.int64).ravel() for v in vertices]
         n_vertices = sum(len(v) for v in self.vertices)
         if n_locations is None:
@@ -196,7 +200,8 @@ class SourceMapResult(_SpaceTimeResult):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, times=times, n_locations=n_locations,
                          tests=tests, pvalues=pvalues, pvalues_fwe=pvalues_fwe,
-                         main_effect=main_effect, training=training)
+                         main_effect=main_effect, training=training,
+                         compiled=compiled)
         if kind not in ("surface", "volume"):
             raise ValueError(f"kind must be 'surface' or 'volume'; got {kind!r}")
         self.kind = kind
@@ -347,6 +352,7 @@ class SensorMapResult(_SpaceTimeResult):
     %(pvalues_fwe)s
     %(main_effect)s
     %(training)s
+    %(compiled)s
 
     Attributes
     ----------
@@ -361,7 +367,8 @@ class SensorMapResult(_SpaceTimeResult):
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, times, info, tests=None, pvalues=None,
-                 pvalues_fwe=None, main_effect=None, training=None):
+                 pvalues_fwe=None, main_effect=None, training=None,
+                 compiled=None):
         import mne
 
         if not isinstance(info, mne.Info):
@@ -370,7 +377,8 @@ class SensorMapResult(_SpaceTimeResult):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, times=times, n_locations=info["nchan"],
                          tests=tests, pvalues=pvalues, pvalues_fwe=pvalues_fwe,
-                         main_effect=main_effect, training=training)
+                         main_effect=main_effect, training=training,
+                         compiled=compiled)
 
     @property
     def ch_names(self):

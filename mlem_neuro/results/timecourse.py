@@ -43,6 +43,7 @@ class TimeCourseResult(BaseResult):
     %(pvalues_fwe)s
     %(main_effect)s
     %(training)s
+    %(compiled)s
 
     Attributes
     ----------
@@ -68,10 +69,12 @@ class TimeCourseResult(BaseResult):
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, times=None, ch_names=None,
                  fold_importance_perm_std=None, converged=None, tests=None, pvalues=None,
-                 pvalues_fwe=None, *, main_effect=None, training=None):
+                 pvalues_fwe=None, *, main_effect=None, training=None,
+                 compiled=None):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, tests=tests, pvalues=pvalues,
-                         pvalues_fwe=pvalues_fwe, main_effect=main_effect, training=training)
+                         pvalues_fwe=pvalues_fwe, main_effect=main_effect, training=training,
+                         compiled=compiled)
         F, M, T = self.fold_importance.shape
         times = np.arange(M, dtype=float) if times is None else np.asarray(times, dtype=float)
         if times.shape != (M,):

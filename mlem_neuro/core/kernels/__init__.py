@@ -15,11 +15,16 @@ stimuli, scoring, training) call them.  By what they compute:
   (:func:`condensed`);
 * :mod:`~mlem_neuro.core.kernels.grid`: the grid's per-block target tables
   (:func:`block_tables`);
-* :mod:`~mlem_neuro.core.kernels._numba`: numba itself: the import, the switch
-  ``MLEM_NEURO_NO_COMPILED`` (:func:`built`) and the disk cache.
+* :mod:`~mlem_neuro.core.kernels._numba`: numba itself: the import, whether it is
+  installed (:func:`built`), the name of the switch ``MLEM_NEURO_NO_COMPILED`` and the
+  disk cache.
 
-The wrappers here return ``None`` (``False`` for :func:`subset_ranks`) when the kernels
-are off, and the caller computes the same numbers in torch or numpy.  Call them through
+Each wrapper here takes ``compiled=``, the switch of the analysis that calls it
+(:attr:`mlem_neuro.core.runtime.Runtime.compiled`, which
+:meth:`~mlem_neuro.core.runtime.Runtime.resolve` reads from ``MLEM_NEURO_NO_COMPILED``
+once per analysis), and returns
+``None`` (``False`` for :func:`subset_ranks`) when it is off or numba is not installed:
+the caller then computes the same numbers in torch or numpy.  Call them through
 this package (``kernels.sorted_scores(...)``): a test that watches one replaces it here.
 """
 from ._numba import NO_COMPILED_VAR, built, env_flag, fallback_cache_dir, numba_version

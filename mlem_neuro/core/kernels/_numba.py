@@ -1,5 +1,6 @@
-"""numba for the kernels: the import (and its stand-in without numba), the switch
-``MLEM_NEURO_NO_COMPILED`` and where the compiled kernels are cached on disk.
+"""numba for the kernels: the import (and its stand-in without numba), whether it is
+installed (:data:`AVAILABLE`), the name of the switch ``MLEM_NEURO_NO_COMPILED`` and where
+the compiled kernels are cached on disk.
 
 Part of the bottom layer (:mod:`mlem_neuro.core.kernels`): it imports nothing of the
 package.  The kernels are compiled by numba on first use and cached on disk: the first
@@ -11,9 +12,14 @@ of the user's in the temporary directory (:func:`fallback_cache_dir`, quietly: a
 message at INFO), else to a folder of the process's (the kernels then compile in every
 process), else nowhere; these last two say so once, with a :class:`RuntimeWarning` at
 import.  The fallback folder is numba's cache folder for the whole process, so that other
-packages' cached kernels (MNE's) run there too.  Set ``MLEM_NEURO_NO_COMPILED`` to a true
-word (``1``, ``true``, ``yes``, ``on``; :data:`USE_COMPILED` to ``False``) to train with
-torch and score in numpy instead.
+packages' cached kernels (MNE's) run there too.
+
+Whether an analysis runs the compiled kernels is its runtime's
+(:attr:`mlem_neuro.core.runtime.Runtime.compiled`, resolved once at its entry point: on
+where numba is installed, off where ``MLEM_NEURO_NO_COMPILED`` is a true word, ``1``,
+``true``, ``yes``, ``on``), passed down to each kernel's wrapper as ``compiled=``; off,
+the callers train with torch and score in numpy instead.  Nothing here reads the variable
+when the kernels run: this module only names it and parses it (:func:`env_flag`).
 
 numba does not see a change of another file than the kernel's own when it loads a cached
 kernel: a kernel and the helpers it inlines or calls live in one module.
@@ -64,16 +70,21 @@ def env_flag(name, environ=None):
                      f"(off), or unset it.")
 
 
-#: whether the CPU uses the compiled kernels (training, scores, rank sums): numba is
-#: installed and ``MLEM_NEURO_NO_COMPILED`` is not a true word.  Read at each call (set
-#: it on this module: ``mlem_neuro.core.kernels._numba.USE_COMPILED``).
-USE_COMPILED = numba is not None and not env_flag(NO_COMPILED_VAR)
+#: whether numba is installed: a fact of the install, not a switch (whether an analysis
+#: runs the compiled kernels is its runtime's, :attr:`~mlem_neuro.core.runtime.Runtime.compiled`)
+AVAILABLE = numba is not None
 
 
 def built():
-    """Whether the compiled kernels are in use: numba is installed and
-    :data:`USE_COMPILED` is on."""
-    return USE_COMPILED
+    """Whether the compiled kernels can run: numba is installed (:data:`AVAILABLE`)."""
+    return AVAILABLE
+
+
+def on(compiled):
+    """Whether a kernel asked to run compiled (``compiled``: the runtime's
+    :attr:`~mlem_neuro.core.runtime.Runtime.compiled`) runs compiled: asked, and numba
+    installed."""
+    return bool(compiled) and AVAILABLE
 
 
 def numba_version():

@@ -32,13 +32,13 @@ def _condensed_kernel(G, out):
             p += n - 1 - i
 
 
-def condensed(G):
+def condensed(G, *, compiled):
     """Squared distances ``(M, n (n - 1) / 2)`` of every pair ``i < j`` (pair order of
     :func:`~mlem_neuro.core.stimuli.pairs.pair_indices`) from Gram matrices ``G (M, n, n)``
     (float64, C-contiguous numpy): ``(G_ii + G_jj) - 2 G_ij``, bit for bit as
     :func:`~mlem_neuro.core.rdms.neural.rdm_all_pairs` computes it; ``None`` when
-    the kernels are off."""
-    if not _numba.USE_COMPILED:
+    the kernels are off (``compiled``: the runtime's switch, :func:`~._numba.on`)."""
+    if not _numba.on(compiled):
         return None
     M, n, _ = G.shape
     out = np.empty((M, n * (n - 1) // 2))

@@ -23,13 +23,13 @@ def _block_tables_kernel(key, block, ranks, T, S1, S2):
             S2[m, block[p]] += v * v
 
 
-def block_tables(key, block, ranks, n_keys, K):
+def block_tables(key, block, ranks, n_keys, K, *, compiled):
     """The grid's per-block target tables of ``ranks (M, P)`` (float64 numpy): ``T (M,
     n_keys)``, ``S1`` and ``S2 (M, K)``, the sums of the ranks per key (cell and block)
     and of the ranks and squared ranks per block, added pair by pair in order as
     :class:`~mlem_neuro.core.training.quantise._BlockTargets` does in torch; ``None`` when
-    the kernels are off."""
-    if not _numba.USE_COMPILED:
+    the kernels are off (``compiled``: the runtime's switch, :func:`~._numba.on`)."""
+    if not _numba.on(compiled):
         return None
     M, P = ranks.shape
     key, block = (np.ascontiguousarray(a, dtype=np.int64) for a in (key, block))

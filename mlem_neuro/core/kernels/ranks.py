@@ -40,13 +40,13 @@ def _subset_ranks_kernel(pos, first, last, ties, cols, out):
                     out[m, r, p] = np.float64(before) + np.float64(upto - before + 1) / 2
 
 
-def subset_ranks(pos, first, last, cols, out):
+def subset_ranks(pos, first, last, cols, out, *, compiled):
     """Average ranks of the column subsets ``cols (R, P)`` (int64) of every row, from the
     rows' sorted positions ``pos (M, N)`` and tie groups ``first``, ``last`` (int32, or
     ``None`` without ties; :class:`~mlem_neuro.core.ranks.spearman.SubsetRanks`), written into
     ``out (M, R, P)`` (a float64 numpy array or view); ``False`` when
-    the kernels are off."""
-    if not _numba.USE_COMPILED:
+    the kernels are off (``compiled``: the runtime's switch, :func:`~._numba.on`)."""
+    if not _numba.on(compiled):
         return False
     M, N = pos.shape
     assert out.shape == (M, cols.shape[0], cols.shape[1])

@@ -10,7 +10,9 @@ flagged for the caller to rank another way.
 
 Part of the bottom layer (:mod:`mlem_neuro.core.kernels`): numpy arrays in and out, no
 import of the package but its constants.  Each wrapper returns ``None`` when the compiled
-kernels are off (:data:`~mlem_neuro.core.kernels._numba.USE_COMPILED`).
+kernels are off: its ``compiled`` argument (the runtime's switch,
+:attr:`~mlem_neuro.core.runtime.Runtime.compiled`) is false or numba is not installed
+(:func:`~mlem_neuro.core.kernels._numba.on`).
 """
 from __future__ import annotations
 
@@ -114,7 +116,7 @@ def _packed_keys(x):
     return keys, bits
 
 
-def sorted_scores(q, tz, tz_div):
+def sorted_scores(q, tz, tz_div, *, compiled):
     """Spearman of the rows of ``q (R, n)`` (float64, C-contiguous numpy) against the
     standardised target ranks ``tz (R // tz_div, n)`` (row ``r`` against ``tz[r //
     tz_div]``), for rows without ties; ``None`` when the kernels are off or ``q``
@@ -125,20 +127,20 @@ def sorted_scores(q, tz, tz_div):
     packed keys).  The sort is numpy's, of integer keys that pack each value's order with
     its index.
     """
-    packed = _packed_keys(q) if _numba.USE_COMPILED else None
+    packed = _packed_keys(q) if _numba.on(compiled) else None
     if packed is None:
         return None
     return _finish(q, *packed, tz, tz_div)
 
 
-def feature_scores(A, B, Wff, d):
+def feature_scores(A, B, Wff, d, *, compiled):
     """Predictions of feature importance and their packed keys, computed together:
     ``q[m, r] = A[m] + d[r] * (2 B[m] + Wff[m] d[r])`` for ``A, B (M, n)``, ``Wff (M,)``
     and the permuted distances ``d (R, n)`` (float64, C-contiguous numpy).  Returns the
     function that scores them (``tz (M, n)`` → ``(rho (M * R,), redo)``, as
     :func:`sorted_scores`) and ``q (M * R, n)``, or ``None`` (the kernels off,
     or a value not finite)."""
-    if not _numba.USE_COMPILED:
+    if not _numba.on(compiled):
         return None
     (M, n), R = A.shape, d.shape[0]
     bits = max(int(n - 1).bit_length(), 1)
@@ -206,7 +208,7 @@ def _rank_walk_kernel(x, keys, bits, J, U, labels, rsum, flags):
         flags[r] = flag
 
 
-def rank_walk(D, labels, J, U):
+def rank_walk(D, labels, J, U, *, compiled):
     """Rank sums of sets of pairs within each set, from one sort of each row of ``D (R,
     P)`` (float64, C-contiguous numpy) for all sets.  The sets come in ``C`` channels of
     up to ``J`` sets that share no pair: ``labels (C, P)`` holds ``j * U + g`` for a pair of
@@ -221,7 +223,7 @@ def rank_walk(D, labels, J, U):
     too close for the packed keys) is the caller's to rank another way.  ``None`` when
     the kernels are off or ``D`` holds a value that is not finite.
     """
-    packed = _packed_keys(D) if _numba.USE_COMPILED else None
+    packed = _packed_keys(D) if _numba.on(compiled) else None
     if packed is None:
         return None
     keys, bits = packed

@@ -32,9 +32,8 @@ import math
 import numpy as np
 import torch
 
-from ..constants import MAX_GROUPS, MAX_TABLE_ELEMENTS, PAV_ROWS
+from ..constants import MAX_GROUPS, MAX_TABLE_ELEMENTS, MEMORY_BYTES, PAV_ROWS
 from ..constants import NORM_EPS as _EPS
-from ..memory import memory_budget
 from .spearman import inverse_order, sort_order
 
 
@@ -96,19 +95,24 @@ class PairCodes:
     i, j : tensor of int | None
         The pairs; ``None``: every pair ``i < j`` of the ``n`` stimuli in
         :func:`~mlem_neuro.core.stimuli.pairs.pair_indices` order (never stored).
+    memory_bytes : int | None
+        The memory budget that :meth:`distinct_rows`'s tables must fit (the runtime's,
+        :attr:`~mlem_neuro.core.runtime.Runtime.memory_bytes`; ``None``: the default,
+        :data:`~mlem_neuro.core.constants.MEMORY_BYTES`).
     """
 
     #: pairs (or n² table cells) handled at once when reading the table.
     BLOCK = 2**22
 
-    def __init__(self, codes, first, rows_of, i=None, j=None):
+    def __init__(self, codes, first, rows_of, i=None, j=None, memory_bytes=None):
         self.codes, self.first, self.rows_of = codes, first, rows_of
         self.i, self.j = i, j
+        self.memory_bytes = MEMORY_BYTES if memory_bytes is None else int(memory_bytes)
         n = codes.shape[0]
         self.n_rows = n * (n - 1) // 2 if i is None else i.shape[0]
 
     @classmethod
-    def from_values(cls, values, missing, rows_of, i=None, j=None):
+    def from_values(cls, values, missing, rows_of, i=None, j=None, memory_bytes=None):
         """Codes from the encoded features ``values (n, dims)`` and ``missing (n, m)``."""
         rows = torch.cat([values, missing.to(values.dtype)], dim=1)
         _, codes = torch.unique(rows, dim=0, return_inverse=True)
@@ -116,7 +120,7 @@ class PairCodes:
         order = torch.arange(codes.shape[0], device=codes.device)
         first = torch.full((S,), codes.shape[0], dtype=torch.long, device=codes.device)
         first.scatter_reduce_(0, codes, order, reduce="amin")
-        return cls(codes, first, rows_of, i, j)
+        return cls(codes, first, rows_of, i, j, memory_bytes)
 
     @property
     def n_codes(self):
@@ -151,11 +155,11 @@ class PairCodes:
         if self.n_rows < 4 * 2:
             return None
         S, dev = self.n_codes, self.codes.device
-        if 2 * 8 * S * S > memory_budget() // 4:
+        if 2 * 8 * S * S > self.memory_bytes // 4:
             # the S x S tables would not fit: train pair by pair (e.g. tens of thousands of
             # distinct stimuli, whose pairs could not be held together anyway)
             return None
-        if 8 * self.n_rows > memory_budget() // 4:
+        if 8 * self.n_rows > self.memory_bytes // 4:
             # the group index of every pair (int64) would not fit: train pair by pair on
             # mini-batches (40,000 stimuli: 6.4 GB for 800 million pairs)
             return None

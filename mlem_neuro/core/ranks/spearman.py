@@ -248,9 +248,13 @@ class SubsetRanks:
         All values of each row (every pair's neural distance of each model).
     groups : tensor of int (P,) | None
         Group of each column, for :meth:`group_sums`.
+    compiled : bool
+        Whether :meth:`ranks_of_subsets` may run the compiled kernel (the runtime's
+        :attr:`~mlem_neuro.core.runtime.Runtime.compiled`; on the CPU where numba is
+        installed).
     """
 
-    def __init__(self, values, groups=None):
+    def __init__(self, values, groups=None, *, compiled=True):
         M, P = values.shape
         order = sort_order(values)
         s = values.gather(-1, order)
@@ -260,6 +264,7 @@ class SubsetRanks:
         self.pos = torch.empty_like(order).scatter_(
             1, order, torch.arange(P, device=values.device).expand(M, P))
         self._pos_t = self._c = None                         # built when first needed
+        self.compiled = bool(compiled)
         self.group_sorted = None if groups is None else groups[order]
         new = torch.ones_like(s, dtype=torch.bool)
         new[:, 1:] = s[:, 1:] != s[:, :-1]
@@ -319,8 +324,8 @@ class SubsetRanks:
 
     def _compiled(self):
         """The rows as the compiled loop reads them (int32 numpy), or ``None`` (not on
-        the CPU, or the library is not built)."""
-        if self.pos.device.type != "cpu" or not kernels.built():
+        the CPU, or the compiled kernels off: :attr:`compiled`, numba not installed)."""
+        if self.pos.device.type != "cpu" or not (self.compiled and kernels.built()):
             return None
         if self._c is None:
             def i32(t):
@@ -340,7 +345,7 @@ class SubsetRanks:
         c = self._compiled()
         if c is not None and out.stride(2) == 1 and R > 0 and P > 0:
             kernels.subset_ranks(*c, np.ascontiguousarray(cols.numpy(), np.int64),
-                                 out.numpy())
+                                 out.numpy(), compiled=True)
             return out
         for r in range(R):
             out[:, r] = self.ranks(cols[r])

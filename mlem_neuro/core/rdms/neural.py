@@ -17,7 +17,7 @@ import torch
 from .. import kernels
 from ..constants import MAX_FULL_ELEMENTS  # noqa: F401  (tuning constants, defined there once)
 from ..constants import NEURAL_CHUNK_BYTES as CHUNK_BYTES
-from ..memory import memory_budget
+from ..runtime import Runtime
 from .distances import METRICS, get_distance
 
 __all__ = ["CHUNK_BYTES", "MAX_FULL_ELEMENTS", "METRICS", "NeuralTargets", "preprocess_rows",
@@ -50,7 +50,7 @@ def rdm_from_rows(Y, i, j, metric):
     return torch.cat(out, dim=0)
 
 
-def rdm_all_pairs(Y, metric):
+def rdm_all_pairs(Y, metric, compiled=True):
     """:func:`rdm_from_rows` for every pair ``i < j`` in
     :func:`~mlem_neuro.core.stimuli.pairs.pair_indices` order, bit for bit.
 
@@ -61,7 +61,7 @@ def rdm_all_pairs(Y, metric):
     of 2,560 stimuli; no index arrays are held).  On the CPU, with the compiled kernels on,
     one compiled pass reads the pairs off the Gram matrices
     (:func:`~mlem_neuro.core.kernels.condensed`: the same operations in the same
-    order).
+    order; ``compiled``: the runtime's switch of the compiled kernels).
     """
     M, n, _ = Y.shape
     metric = _metric(metric)
@@ -75,7 +75,7 @@ def rdm_all_pairs(Y, metric):
         G = z @ z.transpose(-1, -2)
         if G.device.type == "cpu":
             # the same operations in one compiled pass (None: the library is not built)
-            d2 = kernels.condensed(np.ascontiguousarray(G.numpy()))
+            d2 = kernels.condensed(np.ascontiguousarray(G.numpy()), compiled=compiled)
             if d2 is not None:
                 out[s:s + step] = torch.from_numpy(d2)
                 del G
@@ -138,13 +138,18 @@ class NeuralTargets:
         return (self.full if self.full is not None else self.rows).shape[0]
 
     @classmethod
-    def from_data(cls, Y, metric, device):
+    def from_data(cls, Y, metric, device, runtime=None):
+        """The targets of data ``Y (M, n, units)``: every pair's distance when they fit a
+        32nd of the memory budget, else the rows (``runtime``: the
+        :class:`~mlem_neuro.core.runtime.Runtime`, its budget and compiled kernels;
+        ``None``: ``Runtime()``)."""
+        runtime = Runtime() if runtime is None else runtime
         Y = _read_only_tensor(Y, device)
         M, n, _ = Y.shape
         n_p = n * (n - 1) // 2
         # float64 (M, n_pairs) blocks: a few copies live at once during training
-        if M * n_p <= min(MAX_FULL_ELEMENTS, memory_budget() // 32):
-            return cls(n, full=rdm_all_pairs(Y, metric), metric=metric)
+        if M * n_p <= min(MAX_FULL_ELEMENTS, runtime.memory_bytes // 32):
+            return cls(n, full=rdm_all_pairs(Y, metric, runtime.compiled), metric=metric)
         return cls(n, rows=preprocess_rows(Y, metric), metric=metric)
 
     @classmethod

@@ -138,16 +138,21 @@ class DenseRDMSource(_MetricAlias):
         Neural distance, a name of :data:`mlem_neuro.core.rdms.distances.REGISTRY`.
     metric : str | None
         Former name of ``distance`` (deprecated; a FutureWarning; both names: a TypeError).
+    compiled : bool
+        Whether its distances may be read off the Gram matrices by the compiled kernel
+        (the runtime's :attr:`~mlem_neuro.core.runtime.Runtime.compiled`, which
+        :meth:`with_runtime` sets; the same numbers either way).
     """
 
     #: it holds the response patterns, whose residuals the test of interactions permutes
     supports_interaction_test = True
 
     @renamed(metric="distance")
-    def __init__(self, Y, distance="euclidean", *, metric=None):
+    def __init__(self, Y, distance="euclidean", *, metric=None, compiled=True):
         get_distance(distance)
         self.Y = Y
         self.distance = distance
+        self.compiled = bool(compiled)
 
     @property
     def n_models(self):
@@ -159,12 +164,18 @@ class DenseRDMSource(_MetricAlias):
 
     def subset(self, models):
         """The source of ``models`` only."""
-        return DenseRDMSource(self.Y[models], self.distance)
+        return DenseRDMSource(self.Y[models], self.distance, compiled=self.compiled)
+
+    def with_runtime(self, runtime):
+        """This source with the compiled kernels of ``runtime`` (a
+        :class:`~mlem_neuro.core.runtime.Runtime`): what :func:`~mlem_neuro.crossval.run_cv`
+        runs (a source may offer this method; the others are used as they are)."""
+        return DenseRDMSource(self.Y, self.distance, compiled=runtime.compiled)
 
     def rdm(self, stimuli, device="cpu"):
         """Distances ``(n_models, n_pairs)`` between ``stimuli`` (see :class:`RDMSource`)."""
         Y = torch.as_tensor(np.ascontiguousarray(self.Y[:, stimuli]), device=device)
-        return rdm_all_pairs(Y, self.distance)
+        return rdm_all_pairs(Y, self.distance, self.compiled)
 
 
 class SphereRDMSource(_MetricAlias):
@@ -306,6 +317,14 @@ class CondensedRDMSource:
         return torch.as_tensor(self.d[:, _condensed_columns(stimuli, self._n)], device=device)
 
 
+def with_runtime(source, runtime):
+    """``source`` as an analysis on ``runtime`` (a :class:`~mlem_neuro.core.runtime.Runtime`)
+    reads it: its ``with_runtime(runtime)`` when it has one (the compiled kernels of its
+    distances on or off), else itself."""
+    method = getattr(source, "with_runtime", None)
+    return source if method is None else method(runtime)
+
+
 def _condensed_columns(stimuli, n):
     """Columns of a condensed RDM of ``n`` stimuli holding the pairs of ``stimuli`` (in
     :func:`~mlem_neuro.core.stimuli.pairs.pair_indices` order)."""
@@ -332,16 +351,19 @@ class RankedRDMSource:
     ----------
     d : ndarray, shape (n_models, n_pairs)
         As :class:`CondensedRDMSource`.
+    compiled : bool
+        Whether the ranks are read by the compiled kernel (the runtime's
+        :attr:`~mlem_neuro.core.runtime.Runtime.compiled`).
     """
 
     ranked = True
 
-    def __init__(self, d, _ranker=None):
+    def __init__(self, d, _ranker=None, *, compiled=True):
         from ..ranks.spearman import SubsetRanks
 
         if _ranker is None:
             d = CondensedRDMSource(d).d
-            _ranker = SubsetRanks(torch.as_tensor(d))
+            _ranker = SubsetRanks(torch.as_tensor(d), compiled=compiled)
             _ranker._compiled()            # its subsets share the compiled loop's arrays
         self._ranker = _ranker
         P = _ranker.n_columns

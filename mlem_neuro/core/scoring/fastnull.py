@@ -54,9 +54,9 @@ from ..constants import (
     RANK_WALK_ELEMENTS,
     STACK_ARRAYS,
 )
-from ..memory import memory_budget
 from ..ranks.grouped import MAX_GROUPS, few_rows, grouped_spearman
 from ..ranks.spearman import _EPS, rankdata, sort_with_ties, standardize
+from ..rdms.sources import with_runtime
 from ..runtime import Runtime, run_with
 from ..stimuli.features import feature_space
 from ..stimuli.pairs import n_pairs, pair_indices
@@ -166,7 +166,7 @@ def code_universe(enc):
                         table, D_uniq, ext_enc, rep)
 
 
-def grouped_like_observed(universe, relabellings, train, numeric_levels):
+def grouped_like_observed(universe, relabellings, train, numeric_levels, memory_bytes):
     """Whether the analysis of every relabelled table trains this fold as the null
     models here train: grouped on the exact distance rows of its own training pairs.
 
@@ -178,14 +178,15 @@ def grouped_like_observed(universe, relabellings, train, numeric_levels):
     (:func:`~mlem_neuro.core.training.quantise.prefers_grid`; counted as a change
     whenever the universe's distances could make a grid).  ``relabellings (R, n)``:
     under row ``r`` stimulus ``s`` takes the features of stimulus ``relabellings[r,
-    s]``; ``numeric_levels``: the option."""
+    s]``; ``numeric_levels``: the option; ``memory_bytes``: the runtime's memory budget
+    (a sixteenth of it holds the relabellings' rows looked at together)."""
     i, j = (torch.as_tensor(x) for x in pair_indices(len(train)))
     P, U = len(i), universe.n_rows
     ct = torch.as_tensor(universe.codes[np.asarray(relabellings)[:, train]])
     grid = _grid_possible(universe, numeric_levels)
     if few_rows(U, P) and not (grid and quantise.prefers_grid(U, numeric_levels)):
         return True                  # each relabelling's rows are among the universe's
-    step = max(1, memory_budget() // 16 // (8 * max(P, U)))  # relabellings at a time
+    step = max(1, memory_bytes // 16 // (8 * max(P, U)))  # relabellings at a time
     S = universe.pair_row.shape[0]
     for r0 in range(0, ct.shape[0], step):
         c = ct[r0:r0 + step]
@@ -414,7 +415,7 @@ def _fit_null_models(D_sets, which, counts, sums, options, runtime=None):
     return W, training
 
 
-def rank_sums(D, sets, U):
+def rank_sums(D, sets, U, compiled=True):
     """Sums over distance rows of the standardised ranks of subsets of ``D``'s pairs.
 
     ``D (M, P)``: distances of every pair; ``sets``: ``(lin, g)`` pairs of a subset's
@@ -429,6 +430,7 @@ def rank_sums(D, sets, U):
     one label per pair.  In torch (the library not built, or a distance not finite) only
     the sets larger than a quarter of the pairs (training folds) are walked, the others
     ranked as usual.  Rows of ``D`` with tied distances are ranked as usual either way.
+    ``compiled``: the runtime's switch of the compiled kernels.
     """
     M, P = D.shape
     stats = [(torch.bincount(g, minlength=U).double() * ((len(lin) + 1) / 2.0),
@@ -437,13 +439,13 @@ def rank_sums(D, sets, U):
              for lin, g in sets]
     out = [torch.empty(M, U, dtype=torch.float64) for _ in sets]
     plan = (_walk_plan(sets, P, U) if D.device.type == "cpu" and D.dtype == torch.float64
-            and kernels.built() else None)
+            and compiled and kernels.built() else None)
     step = max(1, RANK_WALK_ELEMENTS // max(P, 1))
     labels = {}                        # the torch walk's labels, made once when needed
     for r0 in range(0, M if sets else 0, step):
         Db = D[r0:r0 + step]
         walked = None if plan is None else kernels.rank_walk(
-            np.ascontiguousarray(Db.numpy()), plan[0], plan[1], U)
+            np.ascontiguousarray(Db.numpy()), plan[0], plan[1], U, compiled=compiled)
         if walked is None:
             blocks = _torch_walk(Db, sets, stats, U, labels)
         else:
@@ -592,6 +594,7 @@ def interaction_scores(source, table, options, folds, constraints, progress=None
     workers = effective_n_jobs(options.n_jobs)
     if runtime is None:
         runtime = Runtime.resolve(workers, options.device)
+    source = with_runtime(source, runtime)      # its distances on the runtime's kernels
     outer = max(1, runtime.memory_bytes // (4 * 8 * STACK_ARRAYS) // (F * U))
     if workers > 1:                      # at least one block of models per worker
         outer = min(outer, -(-N // workers))
@@ -616,7 +619,8 @@ def _interaction_block(source, groups, D_all, present, counts_tr, counts_te, n_t
                        options, constraints, runtime=None):
     """:func:`interaction_scores` of the models of ``source`` (one block): ``(len(
     constraints), n_models)`` and what trained them (a set of ``(backend, lr,
-    patience)``), the fits on ``runtime``."""
+    patience)``), the fits and the rank sums on ``runtime`` (``None``: ``Runtime()``)."""
+    runtime = Runtime() if runtime is None else runtime
     n, N = source.n_stimuli, source.n_models
     F, U = len(groups), D_all.shape[0]
     rdm_rows = max(1, INTERACTION_BLOCK_BYTES // (8 * n_pairs(n)))
@@ -627,7 +631,8 @@ def _interaction_block(source, groups, D_all, present, counts_tr, counts_te, n_t
         sub = np.arange(s0, min(s0 + rdm_rows, N))
         D = source.subset(sub).rdm(np.arange(n)).double().cpu()
         sums = rank_sums(D, [(lin, g) for g_tr, lin_tr, g_te, lin_te in groups
-                             for lin, g in ((lin_tr, g_tr), (lin_te, g_te))], U)
+                             for lin, g in ((lin_tr, g_tr), (lin_te, g_te))], U,
+                          runtime.compiled)
         for f in range(F):
             sums_tr[f, s0:s0 + len(sub)], sums_te[f, s0:s0 + len(sub)] = sums[2 * f:2 * f + 2]
         del D

@@ -33,10 +33,11 @@ import torch
 
 from .. import kernels
 from ..constants import MIN_BLOCK_PAIRS  # noqa: F401  (tuning constants, defined there once)
-from ..memory import check_memory, memory_budget
+from ..memory import check_memory
 from ..ranks.grouped import MAX_GROUPS, PairCodes, distinct_rows, grouped_spearman
 from ..ranks.spearman import rankdata, sort_with_ties, standardize
 from ..rdms.neural import CHUNK_BYTES
+from ..runtime import Runtime
 from ..stimuli.pairs import linear_to_pair
 from ..stimuli.pairs import n_pairs as count_pairs
 from ..training.metric import term_index, term_weights
@@ -140,11 +141,12 @@ class PairFeatures:
         idx = torch.searchsorted(vals, d).clamp_(max=len(vals) - 1)
         return codes, torch.where(vals[idx] == d, idx, -1)
 
-    def codes(self):
+    def codes(self, memory_bytes=None):
         """The pairs' distance rows as a function of stimulus codes
-        (:class:`~mlem_neuro.core.ranks.grouped.PairCodes`, for :func:`distinct_rows`)."""
+        (:class:`~mlem_neuro.core.ranks.grouped.PairCodes`, for :func:`distinct_rows`;
+        ``memory_bytes``: the budget its tables must fit, ``None``: the default)."""
         return PairCodes.from_values(self.enc.values, self.enc.missing, self._at, self.i,
-                                     self.j)
+                                     self.j, memory_bytes=memory_bytes)
 
 
 class _TensorPairs:
@@ -164,33 +166,36 @@ def _as_pairs(D):
     return D if isinstance(D, PairFeatures) else _TensorPairs(torch.as_tensor(D))
 
 
-def pair_blocks(n, bytes_per_pair):
-    """Slices covering ``range(n)`` (pairs) in blocks of about 1/32 of the memory budget.
+def pair_blocks(n, bytes_per_pair, memory_bytes):
+    """Slices covering ``range(n)`` (pairs) in blocks of about 1/32 of the memory budget
+    ``memory_bytes`` (the runtime's, :attr:`~mlem_neuro.core.runtime.Runtime.memory_bytes`).
 
     ``bytes_per_pair`` is what the caller holds per pair of a block (at least
     :data:`MIN_BLOCK_PAIRS` pairs per block).
     """
-    step = max(MIN_BLOCK_PAIRS, int(memory_budget() // 32 // max(int(bytes_per_pair), 1)))
+    step = max(MIN_BLOCK_PAIRS, int(memory_bytes // 32 // max(int(bytes_per_pair), 1)))
     return [slice(s, min(s + step, n)) for s in range(0, n, step)]
 
 
-def _in_memory(P, M, m, T, K):
-    """Whether the batched path (all pairs' term rows, K permuted copies) fits the budget.
+def _in_memory(P, M, m, T, K, memory_bytes):
+    """Whether the batched path (all pairs' term rows, K permuted copies) fits the budget
+    ``memory_bytes``.
 
     The estimate counts the main arrays only; sorts and ``torch.unique`` over the term rows
     about double it (measured: 2.3 GiB peak for 4.5 million pairs estimated at 1.5 GiB),
     hence the margin.
     """
     per_pair = 8 * (T + m + 3 * M + 2 * K) + 80 * K
-    return P * per_pair <= memory_budget() // 8
+    return P * per_pair <= memory_bytes // 8
 
 
-def _check_blockwise(P, M):
-    """Refuse up front when the per-pair vectors of the block-wise path exceed the budget."""
+def _check_blockwise(P, M, memory_bytes):
+    """Refuse up front when the per-pair vectors of the block-wise path exceed the budget
+    ``memory_bytes``."""
     check_memory(8 * P * (2 * M + 5),
                  f"exact Spearman over {P:,} stimulus pairs ({M} model(s): target ranks, "
                  "predictions, a permutation and a sort, one value per pair each)",
-                 "evaluate on fewer stimuli (a random subset of them)")
+                 "evaluate on fewer stimuli (a random subset of them)", budget=memory_bytes)
 
 
 # ------------------------------------------------------------------------- predictions
@@ -254,9 +259,9 @@ def _feature_terms(k, l, f):
 
 
 # ----------------------------------------------------------- batched (in-memory) path
-def _score(q, tz):
+def _score(q, tz, compiled):
     """Exact Spearman of ``q (..., P)`` against standardised target ranks ``tz``
-    (broadcast to ``q``).
+    (broadcast to ``q``); ``compiled``: the runtime's switch of the compiled kernels.
 
     A row of ``q`` without ties has the ranks ``1..P`` in its sorted order, so its
     standardised ranks are one fixed vector ``c`` in that order and its Spearman is
@@ -267,7 +272,7 @@ def _score(q, tz):
     shape = torch.broadcast_shapes(q.shape, tz.shape)
     flat = q.expand(shape).reshape(-1, P)
     if flat.device.type == "cpu" and flat.dtype == tz.dtype == torch.float64 and P > 1:
-        fast = _compiled_score(flat, tz, shape)
+        fast = _compiled_score(flat, tz, shape, compiled)
         if fast is not None:
             return fast.reshape(shape[:-1])
     tzf = tz.expand(shape).reshape(-1, P)
@@ -280,7 +285,7 @@ def _score(q, tz):
     return rho.reshape(shape[:-1])
 
 
-def _compiled_score(flat, tz, shape):
+def _compiled_score(flat, tz, shape, compiled):
     """:func:`_score` of the rows ``flat (R, P)`` by the compiled keys and scores
     (:func:`mlem_neuro.core.kernels.sorted_scores`; rows with ties, or too close values,
     recomputed here); ``None`` when it does not apply."""
@@ -294,7 +299,7 @@ def _compiled_score(flat, tz, shape):
     else:
         tzr, div = tz.expand(shape).reshape(-1, P), 1
     out = kernels.sorted_scores(np.ascontiguousarray(flat.numpy()),
-                              np.ascontiguousarray(tzr.numpy()), div)
+                                np.ascontiguousarray(tzr.numpy()), div, compiled=compiled)
     if out is None:
         return None
     rho, redo = torch.from_numpy(out[0]), torch.from_numpy(out[1])
@@ -305,13 +310,13 @@ def _compiled_score(flat, tz, shape):
     return rho
 
 
-def _model_chunks(M, per_model_elems):
-    chunk = min(CHUNK_BYTES, memory_budget() // 16)
+def _model_chunks(M, per_model_elems, memory_bytes):
+    chunk = min(CHUNK_BYTES, memory_bytes // 16)
     step = max(1, int(chunk // (8 * max(per_model_elems, 1))))
     return [slice(s, s + step) for s in range(0, M, step)]
 
 
-def _grouped_drops(base, q_groups, key, counts, tz, P):
+def _grouped_drops(base, q_groups, key, counts, tz, P, memory_bytes):
     """Score drops ``(M, K)`` for predictions given per group of pairs.
 
     ``q_groups (M, G)``: prediction of each group; ``key (K, P)``: group of each pair under
@@ -320,7 +325,7 @@ def _grouped_drops(base, q_groups, key, counts, tz, P):
     M, G = q_groups.shape
     K = key.shape[0]
     drops = torch.empty(M, K, dtype=torch.float64, device=tz.device)
-    for c in _model_chunks(M, K * P * 2):
+    for c in _model_chunks(M, K * P * 2, memory_bytes):
         Mc = tz[c].shape[0]
         sums = torch.zeros(Mc, K, G, dtype=torch.float64, device=tz.device).scatter_add_(
             2, key.expand(Mc, K, P), tz[c, None, :].expand(Mc, K, P))
@@ -385,38 +390,43 @@ def _base(q_rows, rows, tz):
     return grouped_spearman(q_rows, counts, sums, P)
 
 
-def baseline_scores(W, D, target, k, l):
+def baseline_scores(W, D, target, k, l, runtime=None):
     """Exact Spearman ``(M,)`` of each model on pairs with feature distances ``D``.
 
     ``D`` is a ``(P, m)`` tensor or a :class:`PairFeatures` (then the pairs are walked in
-    blocks when all of them would not fit in the memory budget).
+    blocks when all of them would not fit in the memory budget).  ``runtime``: the
+    :class:`~mlem_neuro.core.runtime.Runtime` (memory budget, compiled kernels;
+    ``None``: ``Runtime()``).
     """
+    runtime = Runtime() if runtime is None else runtime
+    budget = runtime.memory_bytes
     pairs = _as_pairs(D)
     W = torch.as_tensor(W, dtype=torch.float64, device=pairs.device)
     w = term_weights(W, k, l)
     target = torch.as_tensor(target, device=pairs.device)
     P, M = pairs.n_pairs, W.shape[0]
-    if not _in_memory(P, M, pairs.n_features, len(k), 1):
-        _check_blockwise(P, M)
-        blocks = pair_blocks(P, 8 * (3 * pairs.n_features + 2 * len(k) + 4))
-        return _blockwise_base(w, pairs, _blockwise_target_ranks(target), k, l, blocks, None)
+    if not _in_memory(P, M, pairs.n_features, len(k), 1, budget):
+        _check_blockwise(P, M, budget)
+        blocks = pair_blocks(P, 8 * (3 * pairs.n_features + 2 * len(k) + 4), budget)
+        return _blockwise_base(w, pairs, _blockwise_target_ranks(target, budget), k, l,
+                               blocks, None, budget)
     D = pairs.distances(slice(0, P))
     q = _fold(w, D, terms=(k, l))
-    return _score(q, standardize(rankdata(target.double())))
+    return _score(q, standardize(rankdata(target.double())), runtime.compiled)
 
 
-def _term_drops_per_pair(w, rest, t, new, base, tz):
+def _term_drops_per_pair(w, rest, t, new, base, tz, runtime):
     """Score drops ``(M, K)`` when term ``t`` takes the permuted values ``new (K, P)``."""
     M, P = rest.shape
     K = new.shape[0]
     drops = torch.empty(M, K, dtype=torch.float64, device=tz.device)
-    for c in _model_chunks(M, K * P * 3):
+    for c in _model_chunks(M, K * P * 3, runtime.memory_bytes):
         qp = _term_q(w[c], rest[c, None, :], t, new[None])
-        drops[c] = base[c, None] - _score(qp, tz[c, None, :])
+        drops[c] = base[c, None] - _score(qp, tz[c, None, :], runtime.compiled)
     return drops
 
 
-def _term_importance_batched(w, D, target, k, l, K, rng, select=None):
+def _term_importance_batched(w, D, target, k, l, K, rng, select, runtime):
     """:func:`term_importance` with every pair's term row in memory (models batched)."""
     dev = D.device
     Pt = _term_rows(D.double(), k, l)
@@ -425,7 +435,7 @@ def _term_importance_batched(w, D, target, k, l, K, rng, select=None):
     if rows is not None:
         base = _base(_fold(w, rows[0]), rows, tz)
     else:
-        base = _score(_fold(w, Pt), tz)
+        base = _score(_fold(w, Pt), tz, runtime.compiled)
     M, T = w.shape
     P = Pt.shape[0]
     select = range(T) if select is None else select
@@ -437,13 +447,15 @@ def _term_importance_batched(w, D, target, k, l, K, rng, select=None):
         if grouping is not None:
             canon, index, key, counts = grouping
             q_groups = _term_q(w, _fold(w, canon, {t}), t, canon[:, t])[:, index]
-            drops[:, c] = _grouped_drops(base, q_groups, key, counts, tz, P)
+            drops[:, c] = _grouped_drops(base, q_groups, key, counts, tz, P,
+                                         runtime.memory_bytes)
         else:
-            drops[:, c] = _term_drops_per_pair(w, _fold(w, Pt, {t}), t, new, base, tz)
+            drops[:, c] = _term_drops_per_pair(w, _fold(w, Pt, {t}), t, new, base, tz,
+                                               runtime)
     return drops, base
 
 
-def term_importance(W, D, target, k, l, n_permutations, rng, select=None):
+def term_importance(W, D, target, k, l, n_permutations, rng, select=None, runtime=None):
     """Score drops ``(M, n_terms, n_permutations)`` and baselines ``(M,)``.
 
     Parameters
@@ -462,42 +474,49 @@ def term_importance(W, D, target, k, l, n_permutations, rng, select=None):
     select : list of int | None
         Compute only these terms (the drops then have ``len(select)`` columns, in that
         order; e.g. a null model that needs one term's importance).
+    runtime : Runtime | None
+        The analysis's :class:`~mlem_neuro.core.runtime.Runtime`: its memory budget (the
+        batched or the block-wise path, the chunks of models) and whether the compiled
+        kernels score; ``None``: ``Runtime()``.
 
     When the term rows take few distinct values (categorical features), pairs are scored by
     group (:func:`~mlem_neuro.core.ranks.grouped.grouped_spearman`): same scores, no sort of every
     permuted pair.
     """
+    runtime = Runtime() if runtime is None else runtime
+    budget = runtime.memory_bytes
     pairs = _as_pairs(D)
     W = torch.as_tensor(W, dtype=torch.float64, device=pairs.device)
     w = term_weights(W, k, l)
     target = torch.as_tensor(target, device=pairs.device)
     P, M = pairs.n_pairs, W.shape[0]
-    if _in_memory(P, M, pairs.n_features, len(k), n_permutations):
+    if _in_memory(P, M, pairs.n_features, len(k), n_permutations, budget):
         return _term_importance_batched(w, pairs.distances(slice(0, P)), target, k, l,
-                                        n_permutations, rng, select)
-    _check_blockwise(P, M)
-    return _blockwise_term(w, pairs, target, k, l, n_permutations, rng, select)
+                                        n_permutations, rng, select, runtime)
+    _check_blockwise(P, M, budget)
+    return _blockwise_term(w, pairs, target, k, l, n_permutations, rng, select, budget)
 
 
-def _feature_drops_per_pair(W, w, D, k, l, f, skip, d_new, base, tz):
+def _feature_drops_per_pair(W, w, D, k, l, f, skip, d_new, base, tz, runtime):
     """Score drops ``(M, K)`` when feature ``f`` takes the distances ``d_new (K, P)``."""
     M, P = tz.shape
     K = d_new.shape[0]
     A, B = _feature_parts(W, w, D, k, l, f, skip)
     drops = torch.empty(M, K, dtype=torch.float64, device=tz.device)
-    for c in _model_chunks(M, K * P * 3):
+    for c in _model_chunks(M, K * P * 3, runtime.memory_bytes):
         fast = None
         if tz.device.type == "cpu" and tz.dtype == A.dtype == d_new.dtype == torch.float64:
-            fast = _compiled_feature_score(A[c], B[c], W[c, f, f], d_new, tz[c])
+            fast = _compiled_feature_score(A[c], B[c], W[c, f, f], d_new, tz[c],
+                                           runtime.compiled)
         if fast is not None:
             drops[c] = base[c, None] - fast
             continue
         qp = _feature_q(A[c, None], B[c, None], W[c, f, f, None, None], d_new[None])
-        drops[c] = base[c, None] - _score(qp, tz[c, None, :])
+        drops[c] = base[c, None] - _score(qp, tz[c, None, :], runtime.compiled)
     return drops
 
 
-def _compiled_feature_score(A, B, Wff, d_new, tz):
+def _compiled_feature_score(A, B, Wff, d_new, tz, compiled):
     """:func:`_score` of :func:`_feature_q` for the models ``A, B (Mc, P)``, ``Wff
     (Mc,)`` under the permuted distances ``d_new (K, P)``, the predictions computed with
     their packed keys in one compiled pass
@@ -506,7 +525,8 @@ def _compiled_feature_score(A, B, Wff, d_new, tz):
     Mc, K = A.shape[0], d_new.shape[0]
     if Mc == 0 or A.shape[-1] < 2:
         return None
-    out = kernels.feature_scores(*(np.ascontiguousarray(x.numpy()) for x in (A, B, Wff, d_new)))
+    out = kernels.feature_scores(*(np.ascontiguousarray(x.numpy()) for x in (A, B, Wff, d_new)),
+                                 compiled=compiled)
     if out is None:
         return None
     score, q = out
@@ -521,7 +541,7 @@ def _compiled_feature_score(A, B, Wff, d_new, tz):
     return rho.reshape(Mc, K)
 
 
-def _feature_importance_batched(W, pairs, target, K, rng, select=None):
+def _feature_importance_batched(W, pairs, target, K, rng, select, runtime):
     """:func:`feature_importance` with every pair's distances in memory (models batched)."""
     dev = pairs.device
     M, m = W.shape[0], W.shape[-1]
@@ -529,11 +549,11 @@ def _feature_importance_batched(W, pairs, target, K, rng, select=None):
     w = term_weights(W, k, l)
     D = pairs.distances(slice(0, pairs.n_pairs))
     tz = standardize(rankdata(target.to(dev).double()))
-    rows = distinct_rows(D, pairs.codes())
+    rows = distinct_rows(D, pairs.codes(runtime.memory_bytes))
     if rows is not None:
         base = _base(_fold(w, rows[0], terms=(k, l)), rows, tz)
     else:
-        base = _score(_fold(w, D, terms=(k, l)), tz)
+        base = _score(_fold(w, D, terms=(k, l)), tz, runtime.compiled)
     P, n = D.shape[0], pairs.n_stimuli
     select = range(m) if select is None else select
     drops = torch.empty(M, len(select), K, dtype=torch.float64, device=dev)
@@ -546,13 +566,16 @@ def _feature_importance_batched(W, pairs, target, K, rng, select=None):
             canon, index, key, counts = grouping
             A, B = _feature_parts(W, w, canon, k, l, f, skip)
             q_groups = _feature_q(A, B, W[:, f, f, None], canon[:, f])[:, index]
-            drops[:, c] = _grouped_drops(base, q_groups, key, counts, tz, P)
+            drops[:, c] = _grouped_drops(base, q_groups, key, counts, tz, P,
+                                         runtime.memory_bytes)
         else:
-            drops[:, c] = _feature_drops_per_pair(W, w, D, k, l, f, skip, d_new, base, tz)
+            drops[:, c] = _feature_drops_per_pair(W, w, D, k, l, f, skip, d_new, base, tz,
+                                                  runtime)
     return drops, base
 
 
-def feature_importance(W, enc_t, i, j, target, n_permutations, rng, select=None):
+def feature_importance(W, enc_t, i, j, target, n_permutations, rng, select=None,
+                       runtime=None):
     """Score drops ``(M, m, n_permutations)`` when one feature is permuted across stimuli.
 
     Parameters
@@ -570,15 +593,20 @@ def feature_importance(W, enc_t, i, j, target, n_permutations, rng, select=None)
     select : list of int | None
         Compute only these features (the drops then have ``len(select)`` columns, in that
         order).
+    runtime : Runtime | None
+        As for :func:`term_importance`.
     """
+    runtime = Runtime() if runtime is None else runtime
+    budget = runtime.memory_bytes
     pairs = PairFeatures(enc_t, i, j)
     W = torch.as_tensor(W, dtype=torch.float64, device=pairs.device)
     target = torch.as_tensor(target, device=pairs.device)
     P, M, m = pairs.n_pairs, W.shape[0], W.shape[-1]
-    if _in_memory(P, M, m, m * (m + 1) // 2 + m, n_permutations):
-        return _feature_importance_batched(W, pairs, target, n_permutations, rng, select)
-    _check_blockwise(P, M)
-    return _blockwise_feature(W, pairs, target, n_permutations, rng, select)
+    if _in_memory(P, M, m, m * (m + 1) // 2 + m, n_permutations, budget):
+        return _feature_importance_batched(W, pairs, target, n_permutations, rng, select,
+                                           runtime)
+    _check_blockwise(P, M, budget)
+    return _blockwise_feature(W, pairs, target, n_permutations, rng, select, budget)
 
 
 # ------------------------------------------------------------------ block-wise path
@@ -600,7 +628,7 @@ def _centred_ranks(starts, P, sl):
     return (starts[run] + nxt - 1).to(torch.float64) / 2.0 - (P - 1) / 2.0
 
 
-def _blockwise_ranks(x):
+def _blockwise_ranks(x, memory_bytes):
     """``standardize(rankdata(x))`` of a 1-D tensor with one sort and no full-size copies."""
     P = x.shape[0]
     s, order = torch.sort(x)
@@ -608,30 +636,30 @@ def _blockwise_ranks(x):
     del s
     out = torch.empty(P, dtype=torch.float64, device=x.device)
     sumsq = 0.0
-    for sl in pair_blocks(P, 48):
+    for sl in pair_blocks(P, 48, memory_bytes):
         r = _centred_ranks(starts, P, sl)
         out[order[sl]] = r
         sumsq += float((r * r).sum())
     return out.div_(max(math.sqrt(sumsq), 1e-12))
 
 
-def _blockwise_spearman(q, tz):
+def _blockwise_spearman(q, tz, memory_bytes):
     """Exact Spearman of ``q (P,)`` against standardised ranks ``tz (P,)``, one sort."""
     P = q.shape[0]
     s, order = torch.sort(q)
     starts = _sorted_runs(s)
     del s
     dot = sumsq = 0.0
-    for sl in pair_blocks(P, 48):
+    for sl in pair_blocks(P, 48, memory_bytes):
         r = _centred_ranks(starts, P, sl)
         dot += float((r * tz[order[sl]]).sum())
         sumsq += float((r * r).sum())
     return dot / math.sqrt(sumsq) if sumsq > 0 else 0.0
 
 
-def _blockwise_target_ranks(target):
+def _blockwise_target_ranks(target, memory_bytes):
     """Standardised exact ranks ``(M, P)`` of each model's target, one model at a time."""
-    return torch.stack([_blockwise_ranks(row.double()) for row in target])
+    return torch.stack([_blockwise_ranks(row.double(), memory_bytes) for row in target])
 
 
 def _column_values(pairs, blocks):
@@ -648,7 +676,7 @@ def _column_values(pairs, blocks):
     return vals
 
 
-def _blockwise_groups(pairs, blocks):
+def _blockwise_groups(pairs, blocks, memory_bytes):
     """``(uniq (U, m), uid (P,))``: the distinct feature-distance rows and each pair's row.
 
     ``None`` when there are more than :data:`~mlem_neuro.core.ranks.grouped.MAX_GROUPS`
@@ -657,7 +685,7 @@ def _blockwise_groups(pairs, blocks):
     (:class:`~mlem_neuro.core.ranks.grouped.PairCodes`, same result).
     """
     if isinstance(pairs, PairFeatures):
-        codes = pairs.codes()
+        codes = pairs.codes(memory_bytes)
         if codes.pays():
             return distinct_rows(None, codes)
     vals = _column_values(pairs, blocks)
@@ -700,34 +728,35 @@ def _grouped_pass(q_groups, keys_of, blocks, tz):
     return grouped_spearman(q_groups, counts, sums, P)
 
 
-def _per_pair_pass(fill, tz, blocks):
+def _per_pair_pass(fill, tz, blocks, memory_bytes):
     """Exact Spearman ``(M,)`` of predictions ``fill(block) -> (M, len)`` over all pairs."""
     M, P = tz.shape
     q = torch.empty(M, P, dtype=torch.float64, device=tz.device)
     for sl in blocks:
         q[:, sl] = fill(sl)
-    return torch.tensor([_blockwise_spearman(q[r], tz[r]) for r in range(M)],
+    return torch.tensor([_blockwise_spearman(q[r], tz[r], memory_bytes) for r in range(M)],
                         dtype=torch.float64, device=tz.device)
 
 
-def _blockwise_base(w, pairs, tz, k, l, blocks, groups):
+def _blockwise_base(w, pairs, tz, k, l, blocks, groups, memory_bytes):
     """Baseline scores ``(M,)`` block by block (grouped when ``groups`` is given)."""
     if groups is not None:
         uniq, uid = groups
         return _grouped_pass(_fold(w, uniq, terms=(k, l)), lambda sl: uid[sl], blocks,
                              tz)
     return _per_pair_pass(lambda sl: _fold(w, pairs.distances(sl), terms=(k, l)),
-                          tz, blocks)
+                          tz, blocks, memory_bytes)
 
 
-def _blockwise_term(w, pairs, target, k, l, K, rng, select=None):
-    """:func:`term_importance` walking the pairs in blocks (see the module notes)."""
+def _blockwise_term(w, pairs, target, k, l, K, rng, select, memory_bytes):
+    """:func:`term_importance` walking the pairs in blocks (see the module notes), within
+    the budget ``memory_bytes``."""
     M, T = w.shape
     P = pairs.n_pairs
-    blocks = pair_blocks(P, 8 * (4 * pairs.n_features + 3 * T + 6) * M)
-    tz = _blockwise_target_ranks(target)
-    groups = _blockwise_groups(pairs, blocks)
-    base = _blockwise_base(w, pairs, tz, k, l, blocks, groups)
+    blocks = pair_blocks(P, 8 * (4 * pairs.n_features + 3 * T + 6) * M, memory_bytes)
+    tz = _blockwise_target_ranks(target, memory_bytes)
+    groups = _blockwise_groups(pairs, blocks, memory_bytes)
+    base = _blockwise_base(w, pairs, tz, k, l, blocks, groups, memory_bytes)
     select = range(T) if select is None else select
     drops = torch.empty(M, len(select), K, dtype=torch.float64, device=tz.device)
     for c, t in enumerate(select):
@@ -735,7 +764,8 @@ def _blockwise_term(w, pairs, target, k, l, K, rng, select=None):
         rest = None
         if grouped is None and K > 1:           # the other terms' sum, reused K times
             rest = _cached_parts(lambda sl: (_fold(w, pairs.distances(sl), {t},
-                                                   terms=(k, l)),), blocks, M, P, tz.device)
+                                                   terms=(k, l)),), blocks, M, P, tz.device,
+                                 memory_bytes)
         for r in range(K):
             perm = torch.as_tensor(rng.permutation(P), device=tz.device)
             if grouped is not None:
@@ -745,16 +775,17 @@ def _blockwise_term(w, pairs, target, k, l, K, rng, select=None):
             else:
                 score = _per_pair_pass(
                     lambda sl: _blockwise_term_block(w, pairs, k, l, t, sl, perm[sl], rest), tz,
-                    blocks)
+                    blocks, memory_bytes)
             drops[:, c, r] = base - score
     return drops, base
 
 
-def _cached_parts(parts_of, blocks, M, P, device):
+def _cached_parts(parts_of, blocks, M, P, device, memory_bytes):
     """Per-pair arrays ``(M, P)`` filled block by block from ``parts_of(block)`` (a tuple
-    of ``(M, len)`` arrays), or ``None`` when holding them too would exceed the budget."""
+    of ``(M, len)`` arrays), or ``None`` when holding them too would exceed the budget
+    ``memory_bytes``."""
     n_parts = len(parts_of(blocks[0]))
-    if 8 * P * ((2 + n_parts) * M + 5) > memory_budget():
+    if 8 * P * ((2 + n_parts) * M + 5) > memory_bytes:
         return None
     out = [torch.empty(M, P, dtype=torch.float64, device=device) for _ in range(n_parts)]
     for sl in blocks:
@@ -791,16 +822,17 @@ def _blockwise_term_block(w, pairs, k, l, t, sl, src, rest=None):
     return _term_q(w, rest, t, _term_col(D, 0, 0 if a == b else 1))
 
 
-def _blockwise_feature(W, pairs, target, K, rng, select=None):
-    """:func:`feature_importance` walking the pairs in blocks (see the module notes)."""
+def _blockwise_feature(W, pairs, target, K, rng, select, memory_bytes):
+    """:func:`feature_importance` walking the pairs in blocks (see the module notes), within
+    the budget ``memory_bytes``."""
     M, m = W.shape[0], W.shape[-1]
     k, l = term_index(m, True)
     w = term_weights(W, k, l)
     P = pairs.n_pairs
-    blocks = pair_blocks(P, 8 * (5 * m + 3 * len(k) + 6) * M)
-    tz = _blockwise_target_ranks(target)
-    groups = _blockwise_groups(pairs, blocks)
-    base = _blockwise_base(w, pairs, tz, k, l, blocks, groups)
+    blocks = pair_blocks(P, 8 * (5 * m + 3 * len(k) + 6) * M, memory_bytes)
+    tz = _blockwise_target_ranks(target, memory_bytes)
+    groups = _blockwise_groups(pairs, blocks, memory_bytes)
+    base = _blockwise_base(w, pairs, tz, k, l, blocks, groups, memory_bytes)
     select = range(m) if select is None else select
     drops = torch.empty(M, len(select), K, dtype=torch.float64, device=tz.device)
     for c, f in enumerate(select):
@@ -818,9 +850,10 @@ def _blockwise_feature(W, pairs, target, K, rng, select=None):
                 if not tried and r < K - 1:       # A and B of every pair, reused
                     tried = True
                     parts = _cached_parts(lambda sl: _feature_parts(
-                        W, w, pairs.distances(sl), k, l, f, skip), blocks, M, P, tz.device)
+                        W, w, pairs.distances(sl), k, l, f, skip), blocks, M, P, tz.device,
+                        memory_bytes)
                 score = _per_pair_pass(lambda sl: _blockwise_feature_block(
-                    W, w, pairs, k, l, f, skip, sl, perm, parts), tz, blocks)
+                    W, w, pairs, k, l, f, skip, sl, perm, parts), tz, blocks, memory_bytes)
             drops[:, c, r] = base - score
     return drops, base
 

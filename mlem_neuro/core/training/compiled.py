@@ -15,8 +15,11 @@ stack its threads (:func:`threads_for`) and returns a
 it with torch's autograd, ``tests/test_backends.py`` with the reference backend.
 
 The kernels are compiled by numba on first use and cached on disk
-(:mod:`mlem_neuro.core.kernels._numba`); ``MLEM_NEURO_NO_COMPILED`` set to a true word
-(``1``, ``true``, ``yes``, ``on``) switches them off: torch trains instead.
+(:mod:`mlem_neuro.core.kernels._numba`).  An analysis whose runtime has them off
+(:attr:`~mlem_neuro.core.runtime.Runtime.compiled`: ``MLEM_NEURO_NO_COMPILED`` set to a true
+word, ``1``, ``true``, ``yes``, ``on``, when the analysis started, or
+``Runtime(compiled=False)``) trains with torch instead: the batch objects carry the switch
+(``data.compiled``).
 """
 from __future__ import annotations
 
@@ -49,14 +52,15 @@ PARALLEL_MODELS = COMPILED_PARALLEL_MODELS
 def available(data, m, dev, dtype):
     """Whether :func:`train` runs ``data``'s steps: grouped full batches, or the grid's
     mini-batches of blocks, on the CPU in float32, with 1 to :data:`MAX_FEATURES`
-    features and the compiled kernels on (:func:`mlem_neuro.core.kernels.built`; without
+    features and the compiled kernels on (``data.compiled``, the runtime's switch
+    :attr:`~mlem_neuro.core.runtime.Runtime.compiled`, and numba installed; without
     numba: a warning, once)."""
     applies = (dev.type == "cpu" and dtype == torch.float32 and data.grouped
                and (data.full or data.block_tables() is not None)
                and 1 <= m <= MAX_FEATURES)
     if applies and numba is None:
         _warn_no_numba()
-    return _numba.USE_COMPILED and applies
+    return _numba.on(data.compiled) and applies
 
 
 @functools.lru_cache(maxsize=None)

@@ -37,9 +37,9 @@ from ..constants import (
     GROUPED_STEP_RULE,
     MAX_RANKER_ELEMENTS,
     MAX_TERM_ELEMENTS,
+    MEMORY_BYTES,
     PER_PAIR_STEP_RULE,
 )
-from ..memory import memory_budget
 from ..options import MLEMOptions
 from ..ranks import grouped
 from ..ranks.spearman import (
@@ -68,10 +68,13 @@ class PairTerms:
     Built once for all pairs when it fits in memory (mini-batches then gather rows),
     otherwise computed per batch from the encoded features.  ``build=False`` defers it to
     :meth:`build` (the grouped path needs only the distinct rows, :meth:`codes`).
+    ``memory_bytes``: the memory budget (the runtime's; ``None``: the default,
+    :data:`~mlem_neuro.core.constants.MEMORY_BYTES`).
     """
 
-    def __init__(self, enc_t, n, k, l, build=True):
+    def __init__(self, enc_t, n, k, l, build=True, memory_bytes=None):
         self.enc_t, self.n, self.k, self.l = enc_t, n, k, l
+        self.memory_bytes = MEMORY_BYTES if memory_bytes is None else int(memory_bytes)
         self.all = self.distances = None
         if build:
             self.build()
@@ -80,7 +83,8 @@ class PairTerms:
         """Compute every pair's row when they fit in memory (else leave :attr:`all` None);
         ``keep_distances``: keep their feature distances too (:attr:`distances`)."""
         if self.all is None and \
-                n_pairs(self.n) * len(self.k) <= min(MAX_TERM_ELEMENTS, memory_budget() // 32):
+                n_pairs(self.n) * len(self.k) <= min(MAX_TERM_ELEMENTS,
+                                                     self.memory_bytes // 32):
             i, j = pair_indices(self.n)
             self.all = self._compute(i, j, keep=keep_distances)
 
@@ -93,7 +97,7 @@ class PairTerms:
     def codes(self):
         """The rows of all pairs as a function of stimulus codes (:class:`grouped.PairCodes`)."""
         return grouped.PairCodes.from_values(self.enc_t.values, self.enc_t.missing,
-                                          self._compute)
+                                             self._compute, memory_bytes=self.memory_bytes)
 
     def take(self, lin, i=None, j=None):
         """Rows for linear pair indices ``lin`` (``i, j`` computed when not given)."""
@@ -145,12 +149,16 @@ class PairSetup:
         Draws the batch-size selection (advanced by it).
     dev, dtype
         Where and in which precision the term rows live.
+    memory_bytes : int | None
+        The memory budget (the runtime's,
+        :attr:`~mlem_neuro.core.runtime.Runtime.memory_bytes`; ``None``: the default).
     """
 
-    def __init__(self, enc, fit_kw, rng, dev, dtype):
+    def __init__(self, enc, fit_kw, rng, dev, dtype, memory_bytes=None):
         self.n = enc.n_stimuli
         self.k, self.l = term_index(enc.n_features, fit_kw["interactions"])
-        self.terms = PairTerms(enc.to_torch(dev, dtype), self.n, self.k, self.l, build=False)
+        self.terms = PairTerms(enc.to_torch(dev, dtype), self.n, self.k, self.l, build=False,
+                               memory_bytes=memory_bytes)
         # few distinct term rows (categorical designs): work on groups of identical pairs,
         # found from the stimuli's codes when that pays (no row of every pair is built)
         codes = self.terms.codes()
@@ -207,13 +215,18 @@ class _StepTargets:
     a fresh batch of distinct pairs per step, whose exact within-batch target ranks come
     from one global sort per model (:class:`SubsetRanks`) when it pays, else from a sort.
     With few distinct term rows (categorical designs) pairs are handled as groups.
+    ``runtime`` (:class:`~mlem_neuro.core.runtime.Runtime`; ``None``: ``Runtime()``) says
+    whether the compiled kernels are on (:attr:`compiled`, which the backends read) and
+    the memory budget of the batches' tables.
     """
 
-    def __init__(self, enc, targets, fit_kw, rng, dev, dtype, setup=None):
+    def __init__(self, enc, targets, fit_kw, rng, dev, dtype, setup=None, runtime=None):
+        runtime = Runtime() if runtime is None else runtime
+        self.compiled, budget = runtime.compiled, runtime.memory_bytes
         self.n, self.M = enc.n_stimuli, targets.n_models
         self.total = n_pairs(self.n)
         if setup is None:
-            setup = PairSetup(enc, fit_kw, rng, dev, dtype)
+            setup = PairSetup(enc, fit_kw, rng, dev, dtype, memory_bytes=budget)
         else:
             rng = setup.stream()
         self.rng, self.dev, self.dtype, self.targets = rng, dev, dtype, targets
@@ -231,12 +244,14 @@ class _StepTargets:
         # grid mini-batches: per-block tables (M, cells, blocks), within an eighth of the
         # memory budget (else batches of pairs, ranked within the batch)
         if (setup.blocks is not None and not self.full and targets.full is not None
-                and self.M * self.n_groups * quantise.N_BLOCKS * 8 <= memory_budget() // 8):
-            self.blocks = setup.blocks.targets(targets.full.to(dev), rng, targets.ranked)
+                and self.M * self.n_groups * quantise.N_BLOCKS * 8 <= budget // 8):
+            self.blocks = setup.blocks.targets(targets.full.to(dev), rng, targets.ranked,
+                                               compiled=self.compiled)
         # one sort per model pays while the pairs are at most ~8 batches
         if (self.blocks is None and not self.full and targets.full is not None
                 and self.M * self.total <= MAX_RANKER_ELEMENTS and self.total <= 8 * self.b):
-            self.ranker = SubsetRanks(targets.full.to(dev), self.uid if self.grouped else None)
+            self.ranker = SubsetRanks(targets.full.to(dev), self.uid if self.grouped else None,
+                                      compiled=self.compiled)
             self.ranker_rows = torch.arange(self.M, device=dev)
         if self.full:
             self._init_full()
@@ -368,8 +383,9 @@ def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.floa
         already computed (e.g. for another chunk of models of the same fold; the fit then
         continues its random stream and ``random_state`` is not used); ``None`` computes it.
     runtime : Runtime | None
-        The analysis's :class:`~mlem_neuro.core.runtime.Runtime` (the compiled loop's
-        threads); ``None``: ``Runtime()``, one thread.
+        The analysis's :class:`~mlem_neuro.core.runtime.Runtime` (the compiled kernels on
+        or off, the compiled loop's threads, the memory budget); ``None``: ``Runtime()``,
+        one thread.
 
     Returns
     -------
@@ -379,7 +395,8 @@ def fit_stack(enc, targets, options=None, *, random_state=None, dtype=torch.floa
     fit_kw = opts.fit_kwargs()
     dev = check_device(opts.device)
     rng = check_random_state(random_state)
-    data = _StepTargets(enc, targets, fit_kw, rng, dev, dtype, setup)
+    runtime = Runtime() if runtime is None else runtime
+    data = _StepTargets(enc, targets, fit_kw, rng, dev, dtype, setup, runtime)
     logger.debug("fit_stack: %d models, %d stimuli, %d features, %d terms, %s", data.M,
                  data.n, enc.n_features, len(data.k), data.describe())
     return _train(data, enc.n_features, fit_kw, dev, dtype, runtime=runtime)
@@ -406,13 +423,17 @@ class GroupedTargets:
         Sums of each model's standardised exact target ranks over each row's pairs.
     fit_kw : dict
         :meth:`MLEMOptions.fit_kwargs`.
+    compiled : bool
+        Whether the compiled loop may train them (the runtime's
+        :attr:`~mlem_neuro.core.runtime.Runtime.compiled`).
     """
 
     #: count given to a row a model lacks (the soft rank needs positive weights).
     ABSENT_COUNT = 1e-9
     grouped = True
 
-    def __init__(self, D_uniq, counts, target_sums, fit_kw):
+    def __init__(self, D_uniq, counts, target_sums, fit_kw, *, compiled=True):
+        self.compiled = bool(compiled)
         m = D_uniq.shape[1]
         self.k, self.l = term_index(m, fit_kw["interactions"])
         self.P_uniq = term_matrix(D_uniq.double(), self.k, self.l)
@@ -462,7 +483,9 @@ def fit_grouped(D_uniq, counts, target_sums, options=None, *, dtype=torch.float3
     opts = MLEMOptions() if options is None else options
     fit_kw = opts.fit_kwargs()
     dev = check_device(opts.device)
-    data = GroupedTargets(D_uniq.to(dev), counts.to(dev), target_sums.to(dev), fit_kw)
+    runtime = Runtime() if runtime is None else runtime
+    data = GroupedTargets(D_uniq.to(dev), counts.to(dev), target_sums.to(dev), fit_kw,
+                          compiled=runtime.compiled)
     logger.debug("fit_grouped: %d models, %s", data.M, data.describe())
     return _train(data, D_uniq.shape[1], fit_kw, dev, dtype, history=False,
                   runtime=runtime)

@@ -284,23 +284,24 @@ class GridBlocks:
         iu = torch.triu_indices(T, T, offset=1)
         return float(corr[:, iu[0], iu[1]].std(dim=0).max())
 
-    def targets(self, values, rng, ranked=False):
+    def targets(self, values, rng, ranked=False, *, compiled=True):
         """The batches of a fit on the models' target distances ``values (M, P)``
-        (``ranked``: rows that already hold their own average ranks)."""
-        return _BlockTargets(self, values, rng, ranked)
+        (``ranked``: rows that already hold their own average ranks; ``compiled``: the
+        runtime's switch of the compiled kernels, which sum the tables on the CPU)."""
+        return _BlockTargets(self, values, rng, ranked, compiled=compiled)
 
 
 class _BlockTargets:
     """Per-block target tables of a fit's models; :meth:`draw` gives a batch's sums."""
 
-    def __init__(self, blocks, values, rng, ranked=False):
+    def __init__(self, blocks, values, rng, ranked=False, *, compiled=True):
         M, P = values.shape
         K = N_BLOCKS
         ranks = (values if ranked else rankdata(values)).to(torch.float64)
         # on the CPU one compiled pass (the same sums, in the same order)
         tables = None if ranks.device.type != "cpu" else kernels.block_tables(
             blocks.key.numpy(), blocks.block.numpy(), ranks.contiguous().numpy(),
-            blocks.n_cells * K, K)
+            blocks.n_cells * K, K, compiled=compiled)
         if tables is not None:
             T, S1, S2 = (torch.from_numpy(a) for a in tables)
             self.T, self.S1, self.S2 = T.view(M, blocks.n_cells, K), S1, S2
