@@ -111,10 +111,14 @@ def main():
           f"point: what the staged default fitted before it fitted them where interactions "
           f"are found): {t_full:7.1f} s; staged / combined = {t / t_full:.2f}; FWE-significant "
           f"{found}")
-    _, t_rsa_test, found = tests(rsa.rsa_array)
+    # the yardstick is short and noisy: the median of 2 * repeats + 1 runs
+    rsa_runs = [tests(rsa.rsa_array) for _ in range(2 * args.repeats + 1)]
+    t_rsa_test = float(np.median([r[1] for r in rsa_runs]))
+    found = rsa_runs[-1][2]
     print(f"rsa_array with n_null={args.n_null} (max statistic over time points): "
-          f"{t_rsa_test:7.2f} s; the default tests = {t / t_rsa_test:.0f}x it (issue 38 "
-          f"target <= 100x); FWE-significant {found}")
+          f"{t_rsa_test:7.2f} s (median of runs "
+          f"{', '.join(f'{r[1]:.2f}' for r in rsa_runs)}); the default tests = "
+          f"{t / t_rsa_test:.0f}x it (issue 38 target <= 100x); FWE-significant {found}")
     from mlem_neuro.core.rdms.sources import DenseRDMSource
     from mlem_neuro.core.scoring.main_effect import main_effect_tests
     from mlem_neuro.core.scoring.nulls import null_permutations
