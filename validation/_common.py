@@ -36,3 +36,29 @@ def save_each(where, seeds, run, label):
         np.savez(file + ".tmp.npz", **run(seed))
         os.replace(file + ".tmp.npz", file)
         print(f"{label} {seed}", flush=True)
+
+
+def add_out_report(parser, name):
+    """``--out`` (default a folder ``name`` in the temporary directory) and ``--report``:
+    the options of a script that saves each dataset as it comes and reports from what was
+    saved."""
+    import os
+    import tempfile
+
+    parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), name))
+    parser.add_argument("--report", action="store_true")
+
+
+def reported(args, report):
+    """Make ``args.out``; with ``--report`` print ``report(args.out)`` and return True
+    (the script then stops), else set torch to one thread for the runs and return False."""
+    import os
+
+    import torch
+
+    os.makedirs(args.out, exist_ok=True)
+    if args.report:
+        report(args.out)
+        return True
+    torch.set_num_threads(1)
+    return False

@@ -18,16 +18,13 @@ Each dataset's p-values and CPU seconds are saved as they come (``--out``).
 """
 import argparse
 import os
-import tempfile
 import time
 import warnings
 
-import numpy as np
 import pandas as pd
-import torch
-
-from _common import wilson
+from _common import add_out_report, reported, wilson
 from feature_statistic import make
+
 from mlem_neuro.core.options import MLEMOptions
 from mlem_neuro.core.rdms.sources import DenseRDMSource
 from mlem_neuro.crossval import run_cv
@@ -80,14 +77,10 @@ def main():
     p.add_argument("--amplitudes", nargs="+", type=float, default=[0.2])
     p.add_argument("--folds", nargs="+", type=int, default=[4, 10, 20])
     p.add_argument("--first-seed", type=int, default=0)
-    p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "interaction_folds"))
-    p.add_argument("--report", action="store_true")
+    add_out_report(p, "interaction_folds")
     args = p.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    if args.report:
-        report(args.out)
+    if reported(args, report):
         return
-    torch.set_num_threads(1)
     for design in args.designs:
         for a in args.amplitudes:
             for seed in range(args.first_seed, args.first_seed + args.datasets):

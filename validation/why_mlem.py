@@ -44,14 +44,12 @@ Run on one core::
 """
 import argparse
 import os
-import tempfile
 import time
 import warnings
 
 import numpy as np
 import pandas as pd
-import torch
-from _common import wilson
+from _common import add_out_report, reported, wilson
 
 import mlem_neuro
 from mlem_neuro import rsa
@@ -192,14 +190,10 @@ def main():
     p.add_argument("--only", nargs="+", default=[*DESIGNS, "recovery"])
     p.add_argument("--recovery-seeds", type=int, default=100)
     p.add_argument("--noise", type=float, nargs="+", default=[0.5, 1.0, 2.0])
-    p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "why_mlem"))
-    p.add_argument("--report", action="store_true")
+    add_out_report(p, "why_mlem")
     args = p.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    if args.report:
-        report(args.out)
+    if reported(args, report):
         return
-    torch.set_num_threads(1)
     designs = [d for d in args.only if d != "recovery"]
     for seed in range(args.datasets if designs else 0):   # designs interleaved: balanced
         for design in designs:
