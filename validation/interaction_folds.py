@@ -17,6 +17,7 @@ code is found only where the test opens the gate::
 Each dataset's p-values and CPU seconds are saved as they come (``--out``).
 """
 import argparse
+import dataclasses
 import os
 import time
 import warnings
@@ -33,7 +34,17 @@ from mlem_neuro.interaction import interaction_test
 N_NULL = 99
 
 
-def run_one(design, a, seed, folds_read):
+def rule_options(rule):
+    """``"default"`` or ``"name=value"`` (an option of the fits, e.g. ``patience=5``,
+    ``max_steps=30``): the keyword arguments of :class:`MLEMOptions`."""
+    if rule == "default":
+        return {}
+    name, value = rule.split("=")
+    number = float(value)
+    return {name: int(number) if number.is_integer() and name != "lr" else number}
+
+
+def run_one(design, a, seed, folds_read, rules=("default",)):
     X, table = make(design, a, seed)
     X = (X - X.mean(axis=0)) / X.std(axis=0)
     source = DenseRDMSource(X[None], "euclidean")
@@ -45,13 +56,15 @@ def run_one(design, a, seed, folds_read):
         folds = run_cv(source, table, MLEMOptions(random_state=10**6 + seed)).folds
         seed_int = 10**7 + seed
         rows = []
-        for k in folds_read:
+        for rule, k in ((r, k) for r in rules for k in folds_read):
             t0 = time.process_time()
-            obs, null = interaction_test(source, table, opts, n_null=N_NULL,
-                                         random_state=int(seed_int), folds=folds[:k])
+            obs, null = interaction_test(source, table, dataclasses.replace(
+                opts, **rule_options(rule)), n_null=N_NULL, random_state=int(seed_int),
+                folds=folds[:k])
             cpu = time.process_time() - t0
             p = float((1 + (null[:, 0] >= obs[0] - 1e-12).sum()) / (1 + N_NULL))
-            rows.append(dict(design=design, a=a, seed=seed, folds=k, p=p, cpu=cpu))
+            rows.append(dict(design=design, a=a, seed=seed, rule=rule, folds=k, p=p,
+                             cpu=cpu))
     return rows
 
 
@@ -60,13 +73,18 @@ def report(out):
                        if f.endswith(".csv")], ignore_index=True)
     for (design, a), sub in frame.groupby(["design", "a"]):
         print(f"\n{design}, a = {a:g}: rate of p <= 0.05 (the gate) [Wilson 95 %], CPU s")
-        ref = sub[sub.folds == sub.folds.max()].set_index("seed").p <= 0.05
-        for k, g in sub.groupby("folds"):
+        if "rule" not in sub:
+            sub = sub.assign(rule="default")
+        sub = sub.fillna({"rule": "default"})
+        base = sub[sub.rule == "default"]
+        for (rule, k), g in sub.groupby(["rule", "folds"]):
+            ref = base[base.folds == (k if rule != "default" else base.folds.max())]
+            ref = ref.set_index("seed").p <= 0.05
             hit = g.set_index("seed").p <= 0.05
             lo, hi = wilson(int(hit.sum()), len(hit))
             both = hit.reindex(ref.index)
-            print(f"  {k:3d} folds: {hit.mean():.2f} [{lo:.2f}, {hi:.2f}] n={len(hit)}, "
-                  f"{g.cpu.mean():.2f} s; only here : only at {sub.folds.max()} folds "
+            print(f"  {rule:<13s} {k:3d} folds: {hit.mean():.2f} [{lo:.2f}, {hi:.2f}] "
+                  f"n={len(hit)}, {g.cpu.mean():.2f} s; only here : only the reference "
                   f"{int((both & ~ref).sum())} : {int((~both & ref).sum())}")
 
 
@@ -77,6 +95,8 @@ def main():
     p.add_argument("--amplitudes", nargs="+", type=float, default=[0.2])
     p.add_argument("--folds", nargs="+", type=int, default=[4, 10, 20])
     p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument("--rules", nargs="+", default=["default"],
+                   help="stopping rules of the fits: default, patience=5, max_steps=30, ...")
     add_out_report(p, "interaction_folds")
     args = p.parse_args()
     if reported(args, report):
@@ -86,8 +106,8 @@ def main():
             for seed in range(args.first_seed, args.first_seed + args.datasets):
                 file = os.path.join(args.out, f"{design}_{a:g}_{seed}.csv")
                 if not os.path.exists(file):
-                    pd.DataFrame(run_one(design, a, seed, args.folds)).to_csv(file,
-                                                                               index=False)
+                    pd.DataFrame(run_one(design, a, seed, args.folds, args.rules)).to_csv(
+                        file, index=False)
 
 
 if __name__ == "__main__":
