@@ -97,7 +97,8 @@ METHODS = ("default", "full", "main", "combined", "sum", "min p", "Fisher", "gat
            "gate 0.2", "gate 0.5", "additive", "max", "Mantel", "partial Mantel")
 #: also run the additive model (``--no-additive`` halves the cost per dataset)
 ADDITIVE = True
-#: the analyses' step rule and repeats (``--lr``, ``--patience``, ``--n-repeats``; default
+#: the analyses' step rule and repeats (``--lr``, ``--patience``, ``--max-steps``,
+#: ``--n-repeats``; default
 #: the package's, "auto")
 STEP_RULE = {}
 
@@ -435,6 +436,8 @@ def main():
     p.add_argument("--lr", default="auto", help="the analyses' lr (default auto)")
     p.add_argument("--patience", default="auto",
                    help="the analyses' patience (default auto)")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="the analyses' max_steps (default the package's)")
     p.add_argument("--n-repeats", default="auto",
                    help="the analyses' n_repeats (default auto; an int: every test on "
                         "every fold)")
@@ -445,6 +448,8 @@ def main():
     STEP_RULE.update(lr=args.lr if args.lr == "auto" else float(args.lr),
                      patience=(args.patience if args.patience == "auto"
                                else int(args.patience)))
+    if args.max_steps is not None:
+        STEP_RULE["max_steps"] = args.max_steps
     N_NULL = args.n_null
     if args.it:
         torch.set_num_threads(1)
