@@ -68,6 +68,9 @@ from scipy.spatial.distance import pdist
 import mlem_neuro
 
 N_TRIALS, N_CHANNELS, N_TIMES = 40, 8, 10
+#: options of the analyses other than the defaults (``--patience``: another stopping rule
+#: measured side by side; give it its own ``--out``)
+OPTIONS = {}
 SMOOTH_SD = 2.0                     # samples
 N_NULL = 99
 WINDOW = np.arange(3, 7)            # time points where A is encoded in ``power``
@@ -151,7 +154,7 @@ def run_one(design, seed, amplitude=0.0):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = mlem_neuro.mlem_array(data, table, n_null=N_NULL, random_state=10**6 + seed,
-                                    verbose="WARNING")
+                                    verbose="WARNING", **OPTIONS)
     cpu = time.process_time() - t0
     # folds whose held-out stimuli all share a feature's value (importance 0 there)
     constant = sum("every held-out pair has the same distance" in str(w.message)
@@ -355,7 +358,11 @@ def main():
     parser.add_argument("--first-seed", type=int, default=0,
                         help="datasets' seeds from this one on (fresh datasets beside a "
                              "saved run: give another --out)")
+    parser.add_argument("--patience", type=int, default=None,
+                        help="the analyses' patience (default the package's, auto)")
     args = parser.parse_args()
+    if args.patience is not None:
+        OPTIONS["patience"] = args.patience
     if args.main_only:
         main_only(args.datasets, (args.only,) if args.only else ("smooth", "unbalanced",
                                                                   "levels"), args.n_null,
