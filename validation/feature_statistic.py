@@ -224,7 +224,7 @@ def run_one(design, a, seed):
         rows.append(dict(method="sum", feature=name,
                          p=_p(zs[0][0] + zs[1][0], zs[0][1] + zs[1][1]),
                          cpu=cpus["default"]))
-        p_comb = _p(max(zs[0][0], zs[1][0]), np.maximum(zs[0][1], zs[1][1]))
+        p_comb = _p(np.maximum(zs[0][0], zs[1][0]), np.maximum(zs[0][1], zs[1][1]))
         p_main = _p(*stats["main"])
         rows.append(dict(method="combined", feature=name, p=p_comb, cpu=cpus["default"]))
         # where the gate is shut the default reads the main effect on every relabelling
