@@ -20,14 +20,16 @@ ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 0.9, 0.999, 1e-8
 #: ``lr="auto", patience="auto"`` (the defaults): AdamW's learning rate and the patience of
 #: fits on the full batch of exact feature-distance rows (categorical features, grouped:
 #: :class:`~mlem_neuro.core.training.engine.GroupedTargets` and grouped full-batch
-#: :func:`~mlem_neuro.core.training.engine.fit_stack`).  Measured on the 13,000 grouped
-#: fits of the single-subject tests (``benchmarks/grouped_steps.py``, options page
-#: "Categorical designs: the step size"): at ``0.03 / 50`` one fit in ten stopped 0.01-0.04
-#: below the training optimum that larger steps reach (median 159 steps); at ``0.1 / 20``
-#: none did (largest shortfall 0.011, mean 0.0003; median 75 steps).  The default tests took
-#: 1.43x less time on 200 trials x 64 channels x 100 times (2.55x fewer steps) and 1.4x on
-#: 40 x 8 x 10 (``benchmarks/bench_step_rule.py``, 2026-11-29).
-GROUPED_STEP_RULE = (0.1, 20)
+#: :func:`~mlem_neuro.core.training.engine.fit_stack`).  Measured on the grouped fits of the
+#: single-subject tests (``benchmarks/grouped_steps.py``, options page "Categorical
+#: designs: the step size"): at ``0.03 / 50`` one fit in ten stopped 0.01-0.04 below the
+#: training optimum that larger steps reach (median 159 steps); at ``0.1 / 20`` none did
+#: (2026-11-29); on 2026-11-30, 28,000 fits: ``0.1 / 20`` largest shortfall 0.008, median 78
+#: steps; ``0.1 / 10`` none more than 0.01 below (largest 0.016), median 51 steps; ``0.1 /
+#: 5`` 5.4 % more than 0.01 below (up to 0.05), and on the strong fits its ``W`` moved 0.22
+#: from ``0.1 / 20``'s where another seed moves it 0.002 (``0.1 / 10``: 0.003).  So 10:
+#: the default tests 0.88x the CPU of patience 20, the same significant time points.
+GROUPED_STEP_RULE = (0.1, 10)
 #: ... and of every other fit (numeric features per pair or on the grid, mini-batches):
 #: there ``0.1`` recovered an ill-conditioned metric less precisely (``sweep_optimiser.py``:
 #: W error 0.097-0.123 against 0.078), so those keep ``0.03 / 50``.
