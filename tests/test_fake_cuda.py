@@ -33,8 +33,8 @@ from mlem_neuro.core.training import compiled
 from mlem_neuro.simulation import simulate_epochs, simulate_item_trials
 
 HERE = Path(__file__).parent
-# the former step rule for every fit: with lr="auto" (0.1, patience 20 on grouped
-# designs) float rounding between the CUDA and the compiled CPU path flipped one model's
+# the former step rule for every fit: with lr="auto" (0.1, patience 20 then, now 10, on
+# grouped designs) float rounding between the CUDA and the compiled CPU path flipped one model's
 # stopping step on the source-space design (20 stimuli, score 0.074 apart; every other
 # analysis equal to 1e-16); these tests compare the paths' arithmetic, which the rule
 # does not change (tests/test_backends.py checks the backends at the default rule)

@@ -7,6 +7,7 @@ import pytest
 
 import mlem_neuro
 from mlem_neuro import read_result
+from mlem_neuro.core.constants import GROUPED_STEP_RULE, PER_PAIR_STEP_RULE
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +108,8 @@ def test_results_record_the_training_paths_that_trained_them(monkeypatch):
     used = res.provenance["training"]
     assert used == ["compiled loop (numba)"] and "training_used" not in res.settings
     assert res.provenance["versions"]["numba"] == compiled.numba.__version__
-    assert "trained by compiled loop (numba) (lr 0.1, patience 20)" in \
+    lr, patience = GROUPED_STEP_RULE
+    assert f"trained by compiled loop (numba) (lr {lr:g}, patience {patience})" in \
         _provenance.describe(res.provenance)
     monkeypatch.setenv(_numba.NO_COMPILED_VAR, "1")   # set before the analysis, no re-import
     res = mlem_neuro.mlem_array(rng.standard_normal((20, 3, 2)), table, **kw)
@@ -155,7 +157,7 @@ def test_the_test_of_interactions_records_its_backend(backend, name, monkeypatch
     source = DenseRDMSource(X.transpose(2, 0, 1))
     *_, trained = interaction.interaction_test(source, table, opts, n_null=3,
                                                random_state=1, return_training=True)
-    assert trained == {(name, 0.1, 20)}                   # both fits, categorical rule
+    assert trained == {(name, *GROUPED_STEP_RULE)}        # both fits, categorical rule
     # the analysis records what the test returns: a marker through the test
     seen = []
     real = inference._interaction_test
@@ -168,9 +170,9 @@ def test_the_test_of_interactions_records_its_backend(backend, name, monkeypatch
     monkeypatch.setattr(inference, "_interaction_test", marked)
     res = mlem_neuro.mlem_array(X, table, cv=2, n_repeats=1, max_steps=5, n_null=9,
                                 random_state=0, backend=backend, verbose="ERROR")
-    assert "interactions" in res.tests and seen == [{(name, 0.1, 20)}]
+    assert "interactions" in res.tests and seen == [{(name, *GROUPED_STEP_RULE)}]
     assert res.provenance["training"] == sorted([name, "marker"])
-    assert res.provenance["step_rules"] == [{"lr": 0.1, "patience": 20},
+    assert res.provenance["step_rules"] == [dict(zip(("lr", "patience"), GROUPED_STEP_RULE)),
                                             {"lr": 0.5, "patience": 7}]
 
 
@@ -185,13 +187,14 @@ def test_the_interaction_tests_workers_return_their_backend():
     opts = MLEMOptions(cv=2, n_repeats=1, max_steps=5, random_state=0, n_jobs=2)
     *_, trained = interaction_test(DenseRDMSource(X.transpose(2, 0, 1)), table, opts,
                                    n_null=3, random_state=1, return_training=True)
-    assert trained == {("compiled loop (numba)", 0.1, 20)}
+    assert trained == {("compiled loop (numba)", *GROUPED_STEP_RULE)}
 
 
-@pytest.mark.parametrize("numeric, rule", [(False, {"lr": 0.1, "patience": 20}),
-                                           (True, {"lr": 0.03, "patience": 50})])
+@pytest.mark.parametrize("numeric, rule", [
+    (False, dict(zip(("lr", "patience"), GROUPED_STEP_RULE))),
+    (True, dict(zip(("lr", "patience"), PER_PAIR_STEP_RULE)))])
 def test_results_record_the_step_rule_used(numeric, rule):
-    """``lr="auto"`` and ``patience="auto"`` resolved: 0.1 / 20 for a categorical design
+    """``lr="auto"`` and ``patience="auto"`` resolved: 0.1 / 10 for a categorical design
     (grouped full batches; its null models and test of interactions too), 0.03 / 50 for
     a numeric one trained pair by pair; the settings keep what was asked."""
     X, table = _two_features()
@@ -233,7 +236,7 @@ def test_the_estimator_records_its_provenance():
     X, table = _two_features()
     est = MLEM(max_steps=5, random_state=0).fit(X[:, :, 0], table)
     assert est.provenance_["training"] == ["compiled loop (numba)"]
-    assert est.provenance_["step_rules"] == [{"lr": 0.1, "patience": 20}]
+    assert est.provenance_["step_rules"] == [dict(zip(("lr", "patience"), GROUPED_STEP_RULE))]
     assert est.provenance_["device"] == "cpu"
     est = MLEM(max_steps=5, random_state=0, backend="torch").fit(X[:, :, 0], table)
     assert est.provenance_["training"] == ["torch (cpu)"]
