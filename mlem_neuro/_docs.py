@@ -321,6 +321,18 @@ _GROUPS_NULLS = """\
 """
 
 # --------------------------------------------------------------------------------- G
+docdict["gate_open"] = _numbers("""
+gate_open : ndarray of bool (n_models,) | None
+    With the staged feature test (``feature_test="staged"``, the default), the models
+    where its gate was open: the test of interactions was family-wise significant
+    (``p_fwe <= <GATE>``), so each feature's test there is the larger of its standardised
+    held-out importance and its main effect and rests on the interactions found (open
+    in every model when the source cannot take the test of interactions;
+    :meth:`significant` warns, :meth:`rests_on_interactions`; method page, "Where the
+    gate opens").  ``None`` for another feature test, without tests (``n_null=0``), or
+    in a file saved before it was recorded.
+""", GATE=f"{STAGED_GATE:g}")
+
 docdict["groups_bids"] = """
 groups : str | None
     An events.tsv column (session, block...) whose trials stay in one fold: the folds

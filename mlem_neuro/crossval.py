@@ -1390,10 +1390,15 @@ def result_tests(out):
     """The ``tests``, ``pvalues`` and ``pvalues_fwe`` a result takes from ``out`` (all
     ``None`` when no null was computed), its ``main_effect`` (``None`` when not
     computed), its ``training`` (:attr:`CVOutput.training`) and ``compiled``
-    (:attr:`CVOutput.compiled`), which the result records in its provenance)."""
+    (:attr:`CVOutput.compiled`), which the result records in its provenance), and its
+    ``gate_open`` (:attr:`CVOutput.gate_open`: the models where the staged feature test
+    read the importance too; ``None`` without tests or with another feature test)."""
     names, p, p_fwe = out.pvalues()
+    gate = None
+    if out.tests and out.feature_test == "staged" and out.gate_open is not None:
+        gate = np.asarray(out.gate_open, bool)
     return dict(tests=names, pvalues=p, pvalues_fwe=p_fwe, main_effect=out.main_effect,
-                training=sorted(out.training), compiled=out.compiled)
+                gate_open=gate, training=sorted(out.training), compiled=out.compiled)
 
 
 def cv_settings(cv, folds):

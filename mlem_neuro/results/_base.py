@@ -67,6 +67,7 @@ class BaseResult:
     %(pvalues)s
     %(pvalues_fwe)s
     %(main_effect)s
+    %(gate_open)s
     %(training)s
     %(compiled)s
 
@@ -80,7 +81,7 @@ class BaseResult:
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, tests=None, pvalues=None,
-                 pvalues_fwe=None, main_effect=None, training=None,
+                 pvalues_fwe=None, main_effect=None, gate_open=None, training=None,
                  compiled=None):
         for name, values in (("fold_importance", fold_importance),
                              ("fold_score", fold_score), ("fold_weights", fold_weights),
@@ -119,6 +120,7 @@ class BaseResult:
                 raise ValueError(f"main_effect must have shape (models, features) = "
                                  f"{(M, m)} for {M} models and {m} features "
                                  f"{self.feature_names}; got {self.main_effect.shape}")
+        self.gate_open = _check_gate_open(gate_open, M)
         #: what the result was computed with (versions, platform, device): collected now,
         #: or read back from the file (:mod:`mlem_neuro._provenance`)
         self.provenance = collect_provenance(self.settings.get("device"), training,
@@ -206,7 +208,63 @@ class BaseResult:
         test"), and its floor is theirs.  With ``corrected="all"`` and ``k`` tests the
         smallest is ``k / (1 + n_null)``, and the warning comes when that is not below
         ``alpha`` (4 tests need ``n_null >= 80``; 199 or more leaves room).
+
+        With the staged feature test (:attr:`gate_open` not ``None``), a feature that is
+        significant in models where the gate is open gets one warning saying in how many:
+        there its test includes the held-out importance, so the finding rests on the
+        test of interactions too (:meth:`rests_on_interactions` returns those models).
         """
+        mask = self._significant(test, alpha, corrected, stacklevel=3)
+        if test in self.feature_names and self.gate_open is not None:
+            n_open = int(np.count_nonzero(mask & self.gate_open))
+            if n_open:
+                warnings.warn(f"{test!r} is significant in {n_open} model(s) (of "
+                              f"{int(mask.sum())}) where the test of interactions found "
+                              "interactions (result.gate_open): there its test includes the "
+                              "feature's interactions, so it rests on them; on null data a "
+                              "chance interaction carried into it (method page, 'Where the "
+                              "gate opens'). result.rests_on_interactions("
+                              f"{test!r}) gives these models.", UserWarning, stacklevel=2)
+        return mask
+
+    def rests_on_interactions(self, test, alpha=0.05, corrected=True):
+        """Models where a feature is significant *and* the staged test's gate is open.
+
+        With ``feature_test="staged"`` (the default) a feature's test is its main effect
+        alone, except in the models where the test of interactions is family-wise
+        significant (:attr:`gate_open`): there it is the larger of the standardised
+        held-out importance and the main effect, so a finding there rests on the test of
+        interactions too (a chance interaction carries into it; method page, "Where the
+        gate opens").  :meth:`significant` warns when a feature's significant models
+        include such models; this returns them, without that warning.
+
+        Parameters
+        ----------
+        test : str
+            A feature of :attr:`tests`.
+        alpha : float
+            Level of the test.
+        corrected : bool | "models" | "all"
+            Which p-values, as in :meth:`significant`.
+
+        Returns
+        -------
+        mask : ndarray of bool (n_models,)
+            ``significant(test, alpha, corrected) & gate_open``; all False when
+            :attr:`gate_open` is ``None`` (not a staged test, or a file saved before it
+            was recorded).
+        """
+        if test not in self.feature_names:
+            raise ValueError(f"rests_on_interactions reads a feature's test; {test!r} is "
+                             f"none of the features {self.feature_names}")
+        mask = self._significant(test, alpha, corrected, stacklevel=3)
+        if self.gate_open is None:
+            return np.zeros_like(mask)
+        return mask & self.gate_open
+
+    def _significant(self, test, alpha, corrected, stacklevel):
+        """The mask of :meth:`significant`, with its warnings about the p-values (at
+        ``stacklevel``) but not the one about the gate."""
         k = self._test_index(test)
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1]; got {alpha!r}")
@@ -223,19 +281,19 @@ class BaseResult:
                           f"{n_tests / (1 + n_null):.3g}, not below alpha={alpha:g}: no "
                           "model can be significant with corrected='all'. Run the "
                           "analysis with more null relabellings (n_null >= "
-                          f"{_least_n_null(alpha / n_tests)}).", UserWarning, stacklevel=2)
+                          f"{_least_n_null(alpha / n_tests)}).", UserWarning, stacklevel=stacklevel)
         elif n_null is not None and 1.0 / (1 + n_null) >= alpha:
             warnings.warn(f"with n_null={n_null} the smallest p-value is 1/{n_null + 1} = "
                           f"{1.0 / (1 + n_null):.3g}, not below alpha={alpha:g}: no model "
                           "can be significant. Run the analysis with more null "
                           f"relabellings (n_null >= {_least_n_null(alpha)}, e.g. 99).",
-                          UserWarning, stacklevel=2)
+                          UserWarning, stacklevel=stacklevel)
         if np.isnan(p[:, k]).all():
             why = self.untestable_tests.get(test)
             warnings.warn(f"the test of {test!r} could not be run"
                           f"{': ' + why if why else ''}: its p-values are all NaN (not "
                           "testable), so no model is marked significant; that is no "
-                          "evidence against an effect.", UserWarning, stacklevel=2)
+                          "evidence against an effect.", UserWarning, stacklevel=stacklevel)
         return p[:, k] < alpha
 
     # ------------------------------------------------------------- summaries
@@ -331,6 +389,8 @@ class BaseResult:
             untestable = self.untestable_tests
             if untestable:          # why a term's p-values are NaN
                 data["test_note"] = np.tile([untestable.get(t, "") for t in self.terms], M)
+        if self.gate_open is not None:          # the staged test's gate, per model
+            data["gate_open"] = np.repeat(self.gate_open, T)
         return pd.DataFrame(data)
 
     @property
@@ -363,6 +423,8 @@ class BaseResult:
             meta["tests"] = self.tests
         if self.main_effect is not None:
             arrays["main_effect"] = self.main_effect
+        if self.gate_open is not None:
+            arrays["gate_open"] = self.gate_open
         return arrays, meta
 
     def _extra_meta(self):
@@ -377,6 +439,8 @@ class BaseResult:
                      pvalues_fwe=arrays.get("pvalues_fwe"))
         # files written before the main effects existed have none: None
         tests["main_effect"] = arrays.get("main_effect")
+        # nor those written before the staged test's gate was recorded: None
+        tests["gate_open"] = arrays.get("gate_open")
         res = cls(fold_importance=arrays["fold_importance"], fold_score=arrays["fold_score"],
                   fold_weights=arrays["fold_weights"], n_iter=arrays["n_iter"],
                   terms=meta["terms"], feature_names=meta["feature_names"],
@@ -430,11 +494,30 @@ class BaseResult:
         M, T = self.importance.shape
         note = (f", not testable: {sorted(self.untestable_tests)}" if self.untestable_tests
                 else "")
+        if self.gate_open is not None and self.gate_open.any():
+            note += f", gate open in {int(self.gate_open.sum())} of {M} models"
         versions = (self.provenance or {}).get("versions", {})
         if versions.get("mlem_neuro"):
             note += f", mlem_neuro {versions['mlem_neuro']}"
         return (f"<{type(self).__name__} | {M} models, {T} terms, {self.n_folds} fold(s), "
                 f"mean score {np.nanmean(self.score):.3f}{note}>")
+
+
+def _check_gate_open(gate_open, M):
+    """``gate_open`` as an ``(M,)`` bool array (``None`` stays ``None``); ValueError
+    for another shape or for values other than True / False (or 0 / 1)."""
+    if gate_open is None:
+        return None
+    gate = np.asarray(gate_open)
+    if gate.shape != (M,):
+        raise ValueError(f"gate_open must have shape (models,) = {(M,)}, one bool per "
+                         f"model; got {gate.shape}")
+    if gate.dtype != bool:
+        if gate.dtype.kind not in "iuf" or not np.isin(gate, (0, 1)).all():
+            raise ValueError("gate_open must hold True / False, one per model; got "
+                             f"values of dtype {gate.dtype}")
+        gate = gate.astype(bool)
+    return gate.copy()
 
 
 def _json_settings(value, where="settings"):

@@ -58,6 +58,7 @@ class BrainMapResult(BaseResult):
     %(pvalues)s
     %(pvalues_fwe)s
     %(main_effect)s
+    %(gate_open)s
     %(training)s
     %(compiled)s
 
@@ -84,12 +85,12 @@ class BrainMapResult(BaseResult):
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, affine, shape, voxel_indices,
                  voxel_model=None, kind="searchlight", region_labels=None, background=None,
-                 tests=None, pvalues=None, pvalues_fwe=None, main_effect=None, training=None,
-                 compiled=None):
+                 tests=None, pvalues=None, pvalues_fwe=None, main_effect=None, gate_open=None,
+                 training=None, compiled=None):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, tests=tests, pvalues=pvalues,
-                         pvalues_fwe=pvalues_fwe, main_effect=main_effect, training=training,
-                         compiled=compiled)
+                         pvalues_fwe=pvalues_fwe, main_effect=main_effect, gate_open=gate_open,
+                         training=training, compiled=compiled)
         self.affine = np.asarray(affine, dtype=float)
         self.shape = tuple(int(s) for s in np.asarray(shape).ravel())
         self.voxel_indices = np.asarray(voxel_indices, dtype=np.int64).reshape(-1, 3)
@@ -359,7 +360,8 @@ class BrainMapResult(BaseResult):
             models) and ``pvalue_fwe_tests`` (over models and tests) of the term's test
             (NaN for a term without one), then ``score_pvalue``, ``score_pvalue_fwe``,
             ``score_pvalue_fwe_tests``, and the same three ``interactions_*`` columns
-            when the test of interactions ran.
+            when the test of interactions ran; with :attr:`gate_open` (the staged feature
+            test), a ``gate_open`` column: whether its gate was open in the row's model.
         """
         xyz = self.model_coords()
         if self.kind == "searchlight":

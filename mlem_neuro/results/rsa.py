@@ -57,6 +57,8 @@ class RSATimeCourseResult(TimeCourseResult):
     %(pvalues_fwe)s
     main_effect : None
         Unused by RSA (its statistic is already each feature's RDM correlation).
+    gate_open : None
+        Unused by RSA (no staged feature test).
     training : None
         Unused by RSA (nothing is trained).
     compiled : None
@@ -152,6 +154,8 @@ class RSABrainMapResult(BrainMapResult):
     %(pvalues_fwe)s
     main_effect : None
         Unused by RSA (its statistic is already each feature's RDM correlation).
+    gate_open : None
+        Unused by RSA (no staged feature test).
     training : None
         Unused by RSA (nothing is trained).
     compiled : None

@@ -27,12 +27,12 @@ class _SpaceTimeResult(BaseResult):
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, times, n_locations, tests=None,
-                 pvalues=None, pvalues_fwe=None, main_effect=None, training=None,
+                 pvalues=None, pvalues_fwe=None, main_effect=None, gate_open=None, training=None,
                  compiled=None):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, tests=tests, pvalues=pvalues,
-                         pvalues_fwe=pvalues_fwe, main_effect=main_effect, training=training,
-                         compiled=compiled)
+                         pvalues_fwe=pvalues_fwe, main_effect=main_effect, gate_open=gate_open,
+                         training=training, compiled=compiled)
         self.times = np.asarray(times, dtype=float).ravel()
         self._n_locations = int(n_locations)
         M = self.fold_score.shape[1]
@@ -113,7 +113,9 @@ class _SpaceTimeResult(BaseResult):
         -------
         DataFrame
             ``time``, the location's columns, ``term``, ``importance``,
-            ``importance_fold_std`` and ``score`` (with tests: the p-values).
+            ``importance_fold_std`` and ``score`` (with tests: the p-values; with
+            :attr:`gate_open`, the staged feature test, a ``gate_open`` column: whether
+            its gate was open in the row's model).
         """
         coords = {"time": np.repeat(self.times, self.n_locations)}
         for name, values in self._location_columns().items():
@@ -172,6 +174,7 @@ class SourceMapResult(_SpaceTimeResult):
     %(pvalues)s
     %(pvalues_fwe)s
     %(main_effect)s
+    %(gate_open)s
     %(training)s
     %(compiled)s
 
@@ -191,8 +194,8 @@ class SourceMapResult(_SpaceTimeResult):
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, times, vertices, n_locations=None,
                  vertex_model=None, kind="surface", subject=None, label_names=None,
-                 tests=None, pvalues=None, pvalues_fwe=None, main_effect=None, training=None,
-                 compiled=None):
+                 tests=None, pvalues=None, pvalues_fwe=None, main_effect=None, gate_open=None,
+                 training=None, compiled=None):
         self.vertices = [np.asarray(v, dtype=np.int64).ravel() for v in vertices]
         n_vertices = sum(len(v) for v in self.vertices)
         if n_locations is None:
@@ -200,8 +203,8 @@ class SourceMapResult(_SpaceTimeResult):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, times=times, n_locations=n_locations,
                          tests=tests, pvalues=pvalues, pvalues_fwe=pvalues_fwe,
-                         main_effect=main_effect, training=training,
-                         compiled=compiled)
+                         main_effect=main_effect, gate_open=gate_open,
+                         training=training, compiled=compiled)
         if kind not in ("surface", "volume"):
             raise ValueError(f"kind must be 'surface' or 'volume'; got {kind!r}")
         self.kind = kind
@@ -351,6 +354,7 @@ class SensorMapResult(_SpaceTimeResult):
     %(pvalues)s
     %(pvalues_fwe)s
     %(main_effect)s
+    %(gate_open)s
     %(training)s
     %(compiled)s
 
@@ -367,7 +371,7 @@ class SensorMapResult(_SpaceTimeResult):
 
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, *, times, info, tests=None, pvalues=None,
-                 pvalues_fwe=None, main_effect=None, training=None,
+                 pvalues_fwe=None, main_effect=None, gate_open=None, training=None,
                  compiled=None):
         import mne
 
@@ -377,8 +381,8 @@ class SensorMapResult(_SpaceTimeResult):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, times=times, n_locations=info["nchan"],
                          tests=tests, pvalues=pvalues, pvalues_fwe=pvalues_fwe,
-                         main_effect=main_effect, training=training,
-                         compiled=compiled)
+                         main_effect=main_effect, gate_open=gate_open,
+                         training=training, compiled=compiled)
 
     @property
     def ch_names(self):

@@ -42,6 +42,7 @@ class TimeCourseResult(BaseResult):
     %(pvalues)s
     %(pvalues_fwe)s
     %(main_effect)s
+    %(gate_open)s
     %(training)s
     %(compiled)s
 
@@ -69,12 +70,12 @@ class TimeCourseResult(BaseResult):
     def __init__(self, fold_importance, fold_score, fold_weights, n_iter, terms,
                  feature_names, settings=None, times=None, ch_names=None,
                  fold_importance_perm_std=None, converged=None, tests=None, pvalues=None,
-                 pvalues_fwe=None, *, main_effect=None, training=None,
+                 pvalues_fwe=None, *, main_effect=None, gate_open=None, training=None,
                  compiled=None):
         super().__init__(fold_importance, fold_score, fold_weights, n_iter, terms,
                          feature_names, settings, tests=tests, pvalues=pvalues,
-                         pvalues_fwe=pvalues_fwe, main_effect=main_effect, training=training,
-                         compiled=compiled)
+                         pvalues_fwe=pvalues_fwe, main_effect=main_effect, gate_open=gate_open,
+                         training=training, compiled=compiled)
         F, M, T = self.fold_importance.shape
         times = np.arange(M, dtype=float) if times is None else np.asarray(times, dtype=float)
         if times.shape != (M,):
@@ -133,7 +134,10 @@ class TimeCourseResult(BaseResult):
             ``score_pvalue_fwe``, ``score_pvalue_fwe_tests``, and the same three
             ``interactions_*`` columns when the test of interactions ran; with
             :attr:`main_effect`, a ``main_effect`` column: the in-sample main effect of
-            the row's term when it is a feature (NaN for an interaction term).
+            the row's term when it is a feature (NaN for an interaction term); with
+            :attr:`gate_open` (the staged feature test), a ``gate_open`` column: whether
+            the staged test's gate was open at that time (its features' tests there rest
+            on the interactions found).
         """
         df = self._long_frame({"time": self.times})
         df["score_std"] = np.repeat(self.score_std, len(self.terms))
