@@ -80,7 +80,8 @@ def test_init_does_not_validate_or_alter_params():
 
 def test_fit_keeps_params_and_sets_trailing_underscore_attributes(sim):
     X, y = sim
-    est = MLEM(random_state=0, **FAST)
+    # patience beyond max_steps, so that training cannot stop early (below)
+    est = MLEM(random_state=0, patience=50, **FAST)
     before_params = est.get_params()
     before_attrs = set(vars(est))
     for attr in FITTED:
