@@ -1,7 +1,8 @@
 """The step rule (``lr``, ``patience``): training steps, time and answers, before and after.
 
 ``lr="auto", patience="auto"`` (the defaults since 2026-11-29) train fits on the full batch
-of exact feature-distance rows (categorical designs) with ``lr=0.1, patience=20`` and every
+of exact feature-distance rows (categorical designs) with ``lr=0.1`` and patience 10 (20 until
+2026-11-30, when the options page's table of this script was measured) and every
 other fit with ``lr=0.03, patience=50`` (the former defaults of every fit).  This script
 runs each design with both, one after the other in this process, on the same arrays and
 seeds, and prints per design:

@@ -43,8 +43,7 @@ GATES = (0.05, 0.04, 0.03, 0.02, 0.01)
 
 
 def rate(k, n):
-    lo, hi = wilson(int(k), n)
-    return f"{k / n:.3f} ({lo:.3f}-{hi:.3f})"
+    return f"{k / n:.3f} ({cd.fmt(wilson(int(k), n))})"
 
 
 def null_frontier(file, first_seed, design):

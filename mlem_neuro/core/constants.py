@@ -28,7 +28,7 @@ ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 0.9, 0.999, 1e-8
 #: steps; ``0.1 / 10`` none more than 0.01 below (largest 0.016), median 51 steps; ``0.1 /
 #: 5`` 5.4 % more than 0.01 below (up to 0.05), and on the strong fits its ``W`` moved 0.22
 #: from ``0.1 / 20``'s where another seed moves it 0.002 (``0.1 / 10``: 0.003).  So 10:
-#: the default tests 0.88x the CPU of patience 20, the same significant time points.
+#: the default tests 0.87x the CPU of patience 20, the same significant time points.
 GROUPED_STEP_RULE = (0.1, 10)
 #: ... and of every other fit (numeric features per pair or on the grid, mini-batches):
 #: there ``0.1`` recovered an ill-conditioned metric less precisely (``sweep_optimiser.py``:
