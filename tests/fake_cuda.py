@@ -43,7 +43,9 @@ _GET_DEVICE, _GET_IS_CUDA, _GET_IS_CPU, _GET_GRAD = (
 #: operations run on emulated CUDA tensors since import (tests check the CUDA path ran)
 CUDA_OPS = [0]
 #: host synchronisations since import: CUDA tensors read by the host (``.item()``,
-#: ``bool()``, ``.tolist()``, ``.cpu()``...), each a wait for the GPU on a real device
+#: ``bool()``, ``.tolist()``, ``.cpu()``...) or operations whose output is sized by the
+#: values (``nonzero``, a boolean-mask index, ``unique``...), each a wait for the GPU on
+#: a real device
 SYNCS = [0]
 
 
@@ -117,6 +119,26 @@ _CROSS_DEVICE_OK = {T.copy_, T.to, T.cpu, T.cuda, T.__setstate__, T.__reduce_ex_
                     T.__deepcopy__}
 _INDEXING = {T.__getitem__, T.__setitem__}
 _SYNC = {T.item, T.tolist, T.cpu, T.__bool__, T.__int__, T.__float__, T.__index__}
+#: operations whose output's size depends on the values: a GPU must tell the host how
+#: much to allocate, so each is a host synchronisation too
+_SIZED_BY_VALUES = {T.nonzero, torch.nonzero, torch.argwhere, T.argwhere, T.masked_select,
+                    torch.masked_select, torch.unique, T.unique, torch.unique_consecutive,
+                    T.unique_consecutive}
+
+
+def _reads_values(func, args, kwargs):
+    """Whether ``func`` on a CUDA tensor waits for the device: a read by the host, an
+    output sized by the values, a boolean mask as an index, ``repeat_interleave`` by a
+    tensor of repeats without ``output_size``."""
+    if func in _SYNC or func in _SIZED_BY_VALUES:
+        return True
+    if func in _INDEXING or func is T.index_put_ or func is T.index_put:
+        index = args[1] if len(args) > 1 else ()
+        return any(t.dtype == torch.bool for t in _tensors(index))
+    if func in (torch.repeat_interleave, T.repeat_interleave):
+        repeats = args[1] if len(args) > 1 else kwargs.get("repeats", args[0])
+        return isinstance(repeats, T) and kwargs.get("output_size") is None
+    return False
 
 
 class _Tagged(torch.Tensor):
@@ -186,7 +208,7 @@ def _dispatch(func, args, kwargs):
                         "to copy the tensor to host memory first. (emulated CUDA)")
     if func is T.get_device:
         return 0 if on_cuda else -1
-    if on_cuda and func in _SYNC:
+    if on_cuda and _reads_values(func, args, kwargs):
         SYNCS[0] += 1
     if func in (T.cpu, T.cuda, T.to):
         out = _move(func, self, args[1:], kwargs)

@@ -369,3 +369,46 @@ def test_backends_on_the_gpu_torch_trains_and_the_cpu_loops_say_why_not():
     np.testing.assert_allclose(gpu.fold_weights, cpu.fold_weights, atol=6e-6)
     with pytest.raises(ValueError, match="cannot train this design"):
         mlem_neuro.mlem_array(data, table, device="cuda", backend="compiled", **kw)
+
+
+needs_real_cuda = pytest.mark.skipif(not torch.cuda.is_available() or torch.version.cuda is None,
+                                     reason="needs a real CUDA GPU (graphs are not emulated)")
+
+
+@needs_real_cuda
+@pytest.mark.parametrize("stops", [False, True])
+def test_cuda_graph_steps_equal_the_eager_steps(stops, monkeypatch):
+    """``MLEM_NEURO_CUDA_GRAPHS=1``: the full-batch steps replayed from a captured CUDA
+    graph give the fits of the eager steps (the same kernels; the AdamW step count is a
+    device tensor there), with and without models stopping (a new capture after each
+    check that drops rows).  Tolerance: float32 training rounding (1e-5)."""
+    from mlem_neuro.core.training import graphs
+    X, y = _categorical(n=80)
+    enc = FeatureSpace().fit_transform(y)
+    rng = np.random.default_rng(0)
+    Y = np.stack([X + s * rng.standard_normal(X.shape) for s in np.linspace(0.1, 3.0, 32)])
+    runners = []
+
+    def keep(*args):
+        out = graphs.GraphRunner(*args)
+        runners.append(out)
+        return out
+    fits = {}
+    for on in (False, True):
+        monkeypatch.setenv(graphs.ENV, "1" if on else "0")
+        monkeypatch.setattr(graphs, "GraphRunner", keep)
+        kw = dict(patience=10, max_steps=400) if stops else dict(max_steps=60)
+        fits[on] = _fit(enc, NeuralTargets.from_data(Y, "euclidean", "cuda"), "cuda",
+                        tol=1e-4 if stops else -np.inf, batch_size="full", random_state=0, **kw)
+    assert len(runners) == 1 and runners[0].failed is None, runners[0].failed
+    assert runners[0].replays > 0 and runners[0].captures >= (2 if stops else 1)
+    a, b = fits[False], fits[True]
+    print(f"MEASURED graphs ({'with' if stops else 'without'} stops): {runners[0].captures} "
+          f"captures, {runners[0].replays} replays; max |W graph - W eager| = "
+          f"{np.abs(a.W - b.W).max():.3g}; steps differ in "
+          f"{int((a.n_iter != b.n_iter).sum())} of {len(a.n_iter)} models")
+    if not stops:
+        np.testing.assert_array_equal(a.n_iter, b.n_iter)
+    assert (a.n_iter == b.n_iter).mean() >= 0.9
+    same = a.n_iter == b.n_iter
+    np.testing.assert_allclose(b.W[same], a.W[same], atol=1e-5)

@@ -1,5 +1,8 @@
 """The batched engine: same answers as single fits, torch's AdamW, masking by model."""
+import contextlib
+
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -122,6 +125,76 @@ def test_stack_equals_independent_fits():
         # history is NaN after a model stopped
         assert np.isnan(res.history[t, res.n_iter[t]:]).all()
         np.testing.assert_allclose(res.history[t, :res.n_iter[t]], est.history_, atol=1e-5)
+
+
+@pytest.mark.parametrize("batch_size", ["full", 150])
+@pytest.mark.parametrize("categorical", [False, True])
+def test_fits_do_not_depend_on_how_often_the_host_checks_the_stops(categorical, batch_size,
+                                                                   monkeypatch):
+    """The torch loop checks which models still train every step on the CPU and every
+    ``GPU_CHECK_EVERY`` steps on a GPU; a model that stopped between checks is held (its
+    step computed, not applied), so the fits, their steps and their histories are those
+    of a check at every step (measured: identical, bit for bit, on these designs and on
+    per-pair, grid and mini-batch analyses)."""
+    from mlem_neuro.core.training import torch_loop
+    Y, y = _stack(M=6)
+    kw = {}
+    if not categorical:            # numeric features, trained pair by pair (no grid)
+        y = pd.DataFrame(np.random.default_rng(1).standard_normal((len(y), 3)),
+                         columns=["f0", "f1", "f2"])
+        kw = {"numeric_levels": None}
+    enc = FeatureSpace().fit_transform(y)
+    fits = {}
+    for every in (1, 7):
+        monkeypatch.setattr(torch_loop, "check_every", lambda dev, every=every: every)
+        fits[every] = _fit(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"),
+                           batch_size=batch_size, patience=10, max_steps=300,
+                           backend="torch", random_state=0, **kw)
+    a, b = fits[1], fits[7]
+    assert len(set(a.n_iter.tolist())) > 1            # the models stopped at different steps
+    assert a.n_iter.max() % 7 != 0                     # the last stop fell between checks
+    np.testing.assert_array_equal(b.n_iter, a.n_iter)
+    np.testing.assert_array_equal(b.converged, a.converged)
+    np.testing.assert_allclose(b.W, a.W, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(b.best_score, a.best_score, rtol=0, atol=1e-12)
+    # the histories: NaN once a model stopped, up to the steps the last model ran
+    np.testing.assert_array_equal(np.isnan(b.history[:, :a.history.shape[1]]),
+                                  np.isnan(a.history))
+    np.testing.assert_allclose(b.history[:, :a.history.shape[1]], a.history, atol=1e-12)
+    assert np.isnan(b.history[:, a.history.shape[1]:]).all()
+
+
+def test_cuda_graph_runner_keeps_the_eager_steps(monkeypatch):
+    """The CUDA graph runner's bookkeeping, on the CPU with the capture replaced by the
+    step itself (replayed by calling it) and no side stream: the warm-up steps, the step
+    count as a tensor, the rows written back into their own tensors, a new capture after
+    each check that drops rows.  The fits are the eager loop's (AdamW's step count as a
+    float64 tensor instead of a Python number: measured equal here, W within 1e-7
+    allowed) and every model stops at the same step.  The capture itself needs a GPU
+    (``tests/test_cuda.py``)."""
+    from mlem_neuro.core.training import graphs, torch_loop
+    monkeypatch.setattr(graphs, "capture", lambda fn, dev: fn)
+    monkeypatch.setattr(graphs, "side_stream", lambda dev: contextlib.nullcontext())
+    monkeypatch.setattr(torch_loop, "check_every", lambda dev: 10)
+    Y, y = _stack(M=8)
+    enc = FeatureSpace().fit_transform(y)
+    made, fits = [], {}
+    for on in (False, True):
+        if on:
+            monkeypatch.setattr(graphs, "runner", lambda data, f, lr, dev: made.append(
+                graphs.GraphRunner(f, lr, dev)) or made[-1])
+        fits[on] = _fit(enc, NeuralTargets.from_data(Y, "euclidean", "cpu"),
+                        batch_size="full", patience=10, max_steps=300, backend="torch")
+    runner = made[0]
+    a, b = fits[False], fits[True]
+    assert len(made) == 1 and runner.failed is None
+    assert len(set(a.n_iter.tolist())) > 2
+    assert runner.captures >= 2 and runner.replays >= a.n_iter.max() // 2, (
+        runner.captures, runner.replays)
+    np.testing.assert_array_equal(b.n_iter, a.n_iter)
+    np.testing.assert_array_equal(b.converged, a.converged)
+    np.testing.assert_allclose(b.W, a.W, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(b.history, a.history, atol=1e-7)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -21,6 +21,12 @@
 #               on CUDA then on the CPU.
 #   nulls       bench_null.py at the size of issue 10's target (100 time points, n_null
 #               0, 20, 200) on CUDA then on the CPU: the cost of the permutation tests.
+#   issue41     issue 41 in one go (after setup): tests/test_cuda.py (-s), then
+#               benchmarks/bench_gpu_chunks.py --profile on 8,000 centres of the whole
+#               brain: the torch loop checking its stops every step, every GPU_CHECK_EVERY
+#               steps, and with CUDA graphs (MLEM_NEURO_CUDA_GRAPHS=1), side by side, the
+#               whole brain extrapolated, the maps compared, one chunk's training profiled.
+#               About 5 minutes on an H200 (estimated from the 2026-11-27 figures).
 # Source this script's environment in other commands with: source tools/gpu_check.sh env
 set -uo pipefail
 
@@ -152,14 +158,19 @@ for phase in "$@"; do
                run_bench_one bench_null.py 2>&1 | tee "$OUT/nulls.log" ;;
         wb) BENCH_SL="--skip-small --wb-chunk 4000" run_bench_one bench_searchlight.py \
                 2>&1 | tee "$OUT/wb.log" ;;
+        issue41) { $PY -m pytest -q -s -p no:cacheprovider tests/test_cuda.py 2>&1 | tail -40
+                   (cd benchmarks && timeout "${BENCH_TIMEOUT_41:-420}" $PY bench_gpu_chunks.py \
+                        --device cuda --profile 2>&1 | grep -v Warning); } \
+                 | tee "$OUT/issue41.log" ;;
         *) echo "unknown phase $phase"; exit 2 ;;
     esac
     echo "### phase $phase: $((SECONDS - t0)) s"
 done
 # short table last
 echo "### summary"
-grep -h "passed\|failed\|error" "$OUT"/tests.log "$OUT"/suite.log 2>/dev/null | grep -v "^E " | tail -6
-grep -h "MEASURED" "$OUT"/tests.log 2>/dev/null | sed 's/^.*MEASURED/MEASURED/' | sort -u
+grep -h "passed\|failed\|error" "$OUT"/tests.log "$OUT"/suite.log "$OUT"/issue41.log 2>/dev/null | grep -v "^E " | tail -6
+grep -h "MEASURED" "$OUT"/tests.log "$OUT"/issue41.log 2>/dev/null | sed 's/^.*MEASURED/MEASURED/' | sort -u
 grep -h "^=== \|speed-up\|engine, one call\|sequential fits\|mlem_epochs (\|per-time-point\|mlem_searchlight, all\|nilearn SearchLight, all\|(a) \|(b) \|-> whole" \
     "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/wb.log 2>/dev/null | cut -c1-160
 cat "$OUT"/scaling.log 2>/dev/null
+grep -h "^check every\|^graphs \|against every" "$OUT"/issue41.log 2>/dev/null | cut -c1-200

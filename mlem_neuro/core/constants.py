@@ -34,6 +34,19 @@ GROUPED_STEP_RULE = (0.1, 10)
 #: there ``0.1`` recovered an ill-conditioned metric less precisely (``sweep_optimiser.py``:
 #: W error 0.097-0.123 against 0.078), so those keep ``0.03 / 50``.
 PER_PAIR_STEP_RULE = (0.03, 50)
+#: steps between the host's checks of which models still train in the torch loop on a GPU
+#: (:func:`~mlem_neuro.core.training.torch_loop.check_every`; every step on the CPU, where
+#: a check costs nothing): each check waits for the device, and a model that stopped
+#: after a check is held (its step computed, not applied) until the next.  Not measured on
+#: a GPU yet (no GPU was lent since it was written, 2026-11-30): 10 keeps the held steps
+#: under one patience (10) and the checks to a tenth of the steps.  The fits are the same
+#: at any value (``tests/test_engine.py``).
+GPU_CHECK_EVERY = 10
+#: eager steps, on a side stream, before each capture of a CUDA graph of the torch loop's
+#: step (:mod:`~mlem_neuro.core.training.graphs`): torch's CUDA graph documentation warms up
+#: three iterations before a capture (allocator and library start-up); not measured here
+#: (no GPU lent since the graphs were written).
+CUDA_GRAPH_WARMUP_STEPS = 3
 
 
 # ---- Memory: block and chunk sizes (speed and peak memory only; results do not depend on them)

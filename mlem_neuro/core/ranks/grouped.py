@@ -199,21 +199,22 @@ def _minmax_isotonic(y, c):
     return R.min(dim=-2).values                                          # v_i = min_{j<=i}
 
 
-def _expanded_isotonic(s, c):
+def _expanded_isotonic(s, c, b=None):
     """The same regression as :func:`_minmax_isotonic` for soft ranks, in ``O(b)`` per row.
 
     ``s (M, U)`` are sorted (decreasing) values, ``c`` their integer counts (each row sums to
     ``b``).  Each value is repeated ``c`` times and torchsort's pool-adjacent-violators
     kernel solves ``isotonic(s_expanded − (b, b−1, …, 1))``; every run of repeats is pooled
     whole, so the solution at a run's first position is the weighted solution for the group
-    (``y_u = s_u − mean of w over its positions``).
+    (``y_u = s_u − mean of w over its positions``).  ``b``: the pairs per row when the
+    caller knows it (else read from ``c``, a host synchronisation on a GPU).
     """
     M, U = s.shape
     counts = c.to(torch.long)
-    b = int(counts[0].sum())
+    b = int(counts[0].sum()) if b is None else int(b)
     offset = torch.arange(M, device=s.device)[:, None] * U
     block = torch.repeat_interleave((offset + torch.arange(U, device=s.device)).reshape(-1),
-                                    counts.reshape(-1)).view(M, b) - offset
+                                    counts.reshape(-1), output_size=M * b).view(M, b) - offset
     w = torch.arange(b, 0, -1, dtype=s.dtype, device=s.device)
     dual = _pav_kernel(s.device.type)(s.gather(1, block) - w)
     start = torch.cumsum(counts, dim=-1) - counts
@@ -309,11 +310,11 @@ class _WeightedIsotonic(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, y, c, s=None, method="table"):
+    def forward(ctx, y, c, s=None, method="table", n_pairs=None):
         if method == "pav":
             v = _pav_isotonic(y, c)
         elif method == "expansion" and _pav_kernel(s.device.type) is not None:
-            v = _expanded_isotonic(s, c)
+            v = _expanded_isotonic(s, c, n_pairs)
         else:
             v = _minmax_isotonic(y, c)
         ctx.save_for_backward(v, c)
@@ -329,14 +330,15 @@ class _WeightedIsotonic(torch.autograd.Function):
         block = torch.cumsum(new, dim=-1) - 1
         g_sum = torch.zeros_like(grad).scatter_add_(1, block, grad)
         c_sum = torch.zeros_like(c).scatter_add_(1, block, c)
-        return c * (g_sum / c_sum).gather(1, block), None, None, None
+        return c * (g_sum / c_sum).gather(1, block), None, None, None, None
 
 
-def grouped_soft_rank(pred, counts, strength):
+def grouped_soft_rank(pred, counts, strength, n_pairs=None):
     """Soft ranks ``(M, U)`` of ``U`` distinct values per row, each repeated ``counts[u]`` times.
 
     Equal to :func:`mlem_neuro.core.ranks.spearman.soft_rank` applied to the expanded rows (every
-    repeat of a value gets the value's soft rank).
+    repeat of a value gets the value's soft rank).  ``n_pairs``: ``counts``' sum (an int),
+    when the caller knows it: the expansion then reads nothing back from the device.
     """
     c = counts.to(pred.dtype)
     b = c.sum() if c.dim() == 1 else c.sum(dim=-1, keepdim=True)
@@ -352,7 +354,7 @@ def grouped_soft_rank(pred, counts, strength):
     method = _isotonic_method(pred.shape[-1], b.max(), pred.shape[0], pred.device.type)
     if c.dim() == 2 and method == "expansion":
         method = "table"                 # the expansion needs integer counts shared by rows
-    dual = _WeightedIsotonic.apply(s - w_mean, c_s, s.detach(), method)
+    dual = _WeightedIsotonic.apply(s - w_mean, c_s, s.detach(), method, n_pairs)
     r_sorted = s - dual
     return r_sorted.gather(1, inverse_order(perm))
 
@@ -462,7 +464,7 @@ class _SoftSpearmanPAV(torch.autograd.Function):
         return torch.from_numpy(g_p).to(ctx.dtype), None, None, None
 
 
-def grouped_soft_spearman(pred, counts, target_sums, strength):
+def grouped_soft_spearman(pred, counts, target_sums, strength, n_pairs=None):
     """Soft Spearman ``(M,)`` from grouped predictions.
 
     Parameters
@@ -475,10 +477,12 @@ def grouped_soft_spearman(pred, counts, target_sums, strength):
         may hold a negligible positive count, e.g. ``1e-9``).
     target_sums : tensor (M, U)
         Sum, over each group's pairs, of the standardised exact target ranks.
+    n_pairs : int | None
+        The sum of shared ``counts``, when the caller knows it (:func:`grouped_soft_rank`).
     """
     if pred.device.type == "cpu" and _scipy_pav() is not None and USE_FUSED:
         return _SoftSpearmanPAV.apply(pred, counts, target_sums, strength)
-    r = grouped_soft_rank(pred, counts, strength)
+    r = grouped_soft_rank(pred, counts, strength, n_pairs)
     c = counts.to(r.dtype)
     b = c.sum() if c.dim() == 1 else c.sum(dim=-1, keepdim=True)
     rc = r - (r * c).sum(dim=-1, keepdim=True) / b

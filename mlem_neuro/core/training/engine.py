@@ -264,6 +264,7 @@ class _StepTargets:
         tz = standardize(values if self.targets.ranked else rankdata(values))
         if self.grouped:
             self.counts = torch.bincount(self.uid, minlength=self.n_groups)
+            self.all_present = bool((self.counts > 0).all())
             self.t_active = torch.zeros(self.M, self.n_groups, dtype=torch.float64,
                                         device=self.dev).scatter_add_(
                 1, self.uid.expand(self.M, self.total), tz.double())
@@ -314,10 +315,13 @@ class _StepTargets:
         P, counts, t = self._grouped_batch()
         q = quadratic_forms(tw.double(), P)
         return grouped.grouped_soft_spearman(predict(q, constraint), counts, t,
-                                          SOFT_RANK_STRENGTH).to(self.dtype)
+                                             SOFT_RANK_STRENGTH,
+                                             self.total if self.full else None).to(self.dtype)
 
     def _grouped_batch(self):
         """Term rows, counts and target sums of the groups present in this step's batch."""
+        if self.full and self.all_present:     # read once: no host read per step
+            return self.P_uniq, self.counts, self.t_active
         present = self.counts > 0
         if bool(present.all()):
             return self.P_uniq, self.counts, self.t_active

@@ -1,0 +1,139 @@
+"""The whole brain on one GPU, measured on chunks: the torch loop's variants side by side.
+
+Issue 41's setting, on ``--spheres`` random centres (default 8,000: two chunks of 4,000 a
+fold) of ``bench_wholebrain.py``'s data (MNI152 grey matter at 3 mm, 64,292 centres,
+radius 6 mm, 96 images, 8 binary features with their interactions, 5 folds, 10
+permutations of each feature), each variant run in turn in this one process:
+
+* ``check every step``: the host reads which models still train after every step (the
+  loop's rule before 2026-11-30; each read waits for the GPU);
+* ``check every N``: :data:`~mlem_neuro.core.constants.GPU_CHECK_EVERY` (the GPU default);
+* ``graphs``: the same with ``MLEM_NEURO_CUDA_GRAPHS=1`` (the full-batch steps replayed
+  from a captured CUDA graph).
+
+Each prints its wall time (the device synchronised), the part spent training
+(``fit_stack``) and the rest (the spheres' RDMs, ranks and importances), the steps, the
+whole brain extrapolated by centres (64,292 / ``--spheres``; chunks are alike), and the
+largest difference of its maps from the first variant's.  ``--profile`` then profiles one
+chunk's training (first fold) of the last variant: the operations taking most device
+time (CPU time on the CPU).
+
+Run on a GPU: ``python benchmarks/bench_gpu_chunks.py --device cuda [--profile]``; on the
+CPU, to check that it runs: ``--device cpu --spheres 200 --chunk-size 100``.
+"""
+import argparse
+import os
+import time
+import warnings
+
+import numpy as np
+import torch
+from _common import add_device_argument, clock, describe, warm_up
+from bench_wholebrain import centres_img, make_data
+
+import mlem_neuro
+import mlem_neuro.crossval as crossval
+from mlem_neuro.core import constants
+from mlem_neuro.core.training import graphs, torch_loop
+
+WHOLE_BRAIN = 64_292
+
+
+class Timed:
+    """``crossval.fit_stack`` timed (device synchronised), optionally profiling its first
+    call on ``profile`` models or more (a whole chunk)."""
+
+    def __init__(self, device, profile=0):
+        self.device, self.profile, self.seconds, self.calls = device, profile, 0.0, 0
+        self.real = crossval.fit_stack
+        self.table = None
+
+    def __call__(self, *args, **kwargs):
+        t0 = clock(self.device)
+        if self.profile and self.table is None and args[1].n_models >= self.profile:
+            from torch.profiler import ProfilerActivity, profile
+            acts = [ProfilerActivity.CPU]
+            if str(self.device).startswith("cuda"):
+                acts.append(ProfilerActivity.CUDA)
+            with profile(activities=acts) as prof:
+                out = self.real(*args, **kwargs)
+                clock(self.device)
+            key = "cuda_time_total" if len(acts) > 1 else "cpu_time_total"
+            self.table = prof.key_averages().table(sort_by=key, row_limit=15)
+        else:
+            out = self.real(*args, **kwargs)
+        self.seconds += clock(self.device) - t0
+        self.calls += 1
+        return out
+
+
+def run(name, args, data, every=None, graphs_on=False, profile=False):
+    imgs, table, mask_img, process = data
+    os.environ[graphs.ENV] = "1" if graphs_on else "0"
+    real_every = torch_loop.check_every
+    if every is not None:
+        torch_loop.check_every = lambda dev: every
+    timed = Timed(args.device, args.chunk_size if profile else 0)
+    crossval.fit_stack = timed
+    try:
+        t0 = clock(args.device)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            res = mlem_neuro.mlem_searchlight(
+                imgs, table, mask_img, process_mask_img=process, radius=6.0, cv=5,
+                n_permutations=10, n_jobs=1, chunk_size=args.chunk_size,
+                device=args.device, random_state=0)
+        wall = clock(args.device) - t0
+    finally:
+        crossval.fit_stack = timed.real
+        torch_loop.check_every = real_every
+        os.environ.pop(graphs.ENV, None)
+    S = len(res.score)
+    print(f"{name:18s} wall {wall:7.1f} s: training {timed.seconds:7.1f} s in {timed.calls} "
+          f"fits, the rest {wall - timed.seconds:6.1f} s; steps median "
+          f"{np.median(res.n_iter):.0f}, max {res.n_iter.max()} -> whole brain "
+          f"{wall * WHOLE_BRAIN / S:6.0f} s (EXTRAPOLATED from {S} centres)", flush=True)
+    if timed.table is not None:
+        print(f"-- profile of one chunk's training (first fold), {name}:\n{timed.table}")
+    return res
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--spheres", type=int, default=8000)
+    p.add_argument("--chunk-size", type=int, default=4000)
+    p.add_argument("--profile", action="store_true")
+    p.add_argument("--variants", nargs="*", default=["every-step", "every-n", "graphs"])
+    add_device_argument(p)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    warm_up(args.device)
+    imgs, table, mask_img, region = make_data(96, 0.5, seed=0)
+    process = centres_img(mask_img, region, args.spheres, np.random.default_rng(4))
+    print(f"{args.spheres} random centres of MNI152 grey matter at 3 mm (a quarter in the "
+          f"encoded region), chunks of {args.chunk_size}, 96 images, 8 binary features, 5 "
+          f"folds, 10 permutations; {describe(args.device)}; GPU_CHECK_EVERY = "
+          f"{constants.GPU_CHECK_EVERY}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    data = (imgs, table, mask_img, process)
+    settings = {"every-step": dict(every=1),
+                "every-n": dict(every=None),
+                "graphs": dict(every=None, graphs_on=True)}
+    first = None
+    for i, name in enumerate(args.variants):
+        last = i == len(args.variants) - 1
+        label = {"every-step": "check every step",
+                 "every-n": f"check every {torch_loop.check_every(args.device)}",
+                 "graphs": "graphs"}[name]
+        res = run(label, args, data, profile=args.profile and last, **settings[name])
+        if first is None:
+            first = res
+            continue
+        d_imp = np.nanmax(np.abs(res.importance - first.importance))
+        d_score = np.nanmax(np.abs(res.score - first.score))
+        steps = int((res.n_iter != first.n_iter).sum())
+        print(f"{'':18s} against {args.variants[0]}: max |d importance| {d_imp:.2e}, "
+              f"max |d score| {d_score:.2e}, steps differ in {steps} of {res.n_iter.size}")
+
+
+if __name__ == "__main__":
+    main()
