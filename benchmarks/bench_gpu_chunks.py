@@ -9,8 +9,13 @@ this one process:
 * ``check every step``: the host reads which models still train after every step (the
   loop's rule before 2026-11-30; each read waits for the GPU);
 * ``check every N``: :data:`~mlem_neuro.core.constants.GPU_CHECK_EVERY` (the GPU default);
-* ``graphs``: the same with ``MLEM_NEURO_CUDA_GRAPHS=1`` (the full-batch steps replayed
-  from a captured CUDA graph).
+* ``table``: checks every N steps, the grouped soft ranks solved by the interval table
+  whatever its size (on a GPU the package takes torchsort's kernel on the groups
+  expanded to the pairs, one sequential thread per model, when ``M x U^2`` exceeds
+  ``MAX_TABLE_ELEMENTS``: 4,000 spheres of about 256 groups need 2.6e8 elements, about
+  13 GB of float64 intermediates, which an H200 holds);
+* ``graphs``: checks every N steps with ``MLEM_NEURO_CUDA_GRAPHS=1`` (the full-batch
+  steps replayed from a captured CUDA graph).
 
 Each prints its wall time (the device synchronised), the part spent training
 (``fit_stack``), in the spheres' RDMs (``SphereRDMSource.rdm``, on the CPU) and the rest
@@ -36,6 +41,7 @@ from bench_wholebrain import CENTRE_MM, make_data
 import mlem_neuro
 import mlem_neuro.crossval as crossval
 from mlem_neuro.core import constants
+from mlem_neuro.core.ranks import grouped
 from mlem_neuro.core.training import graphs, torch_loop
 
 WHOLE_BRAIN = 64_292
@@ -107,12 +113,15 @@ def nearest_centres(mask_img, n):
     return nib.Nifti1Image(out, mask_img.affine)
 
 
-def run(name, args, data, every=None, graphs_on=False, profile=False):
+def run(name, args, data, every=None, graphs_on=False, table_always=False, profile=False):
     imgs, table, mask_img, process = data
     os.environ[graphs.ENV] = "1" if graphs_on else "0"
-    real_every = torch_loop.check_every
+    real_every, real_method = torch_loop.check_every, grouped._isotonic_method
     if every is not None:
         torch_loop.check_every = lambda dev: every
+    if table_always:
+        grouped._isotonic_method = lambda U, b, M, device_type="cpu": (
+            "table" if device_type == "cuda" else real_method(U, b, M, device_type))
     timed = Timed(args.device, args.chunk_size if profile else 0)
     crossval.fit_stack = timed
     try:
@@ -127,6 +136,7 @@ def run(name, args, data, every=None, graphs_on=False, profile=False):
     finally:
         crossval.fit_stack = timed.real
         torch_loop.check_every = real_every
+        grouped._isotonic_method = real_method
         os.environ.pop(graphs.ENV, None)
     S = len(res.score)
     print(f"{name:18s} wall {wall:7.1f} s: training {timed.seconds:7.1f} s in {timed.calls} "
@@ -144,7 +154,8 @@ def main():
     p.add_argument("--spheres", type=int, default=8000)
     p.add_argument("--chunk-size", type=int, default=4000)
     p.add_argument("--profile", action="store_true")
-    p.add_argument("--variants", nargs="*", default=["every-step", "every-n", "graphs"])
+    p.add_argument("--variants", nargs="*",
+                   default=["every-step", "every-n", "table", "graphs"])
     add_device_argument(p)
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -158,13 +169,14 @@ def main():
     data = (imgs, table, mask_img, process)
     settings = {"every-step": dict(every=1),
                 "every-n": dict(every=None),
+                "table": dict(every=None, table_always=True),
                 "graphs": dict(every=None, graphs_on=True)}
     first = None
     for i, name in enumerate(args.variants):
         last = i == len(args.variants) - 1
         label = {"every-step": "check every step",
                  "every-n": f"check every {torch_loop.check_every(args.device)}",
-                 "graphs": "graphs"}[name]
+                 "table": "table", "graphs": "graphs"}[name]
         res = run(label, args, data, profile=args.profile and last, **settings[name])
         if first is None:
             first = res

@@ -24,7 +24,8 @@
 #   issue41     issue 41 in one go (after setup): tests/test_cuda.py (-s), then
 #               benchmarks/bench_gpu_chunks.py --profile on 8,000 centres of the whole
 #               brain: the torch loop checking its stops every step, every GPU_CHECK_EVERY
-#               steps, and with CUDA graphs (MLEM_NEURO_CUDA_GRAPHS=1), side by side, the
+#               steps, with the soft ranks by the interval table at any size, and with
+#               CUDA graphs (MLEM_NEURO_CUDA_GRAPHS=1), side by side, the
 #               whole brain extrapolated, the maps compared, one chunk's training profiled.
 #               About 5 minutes on an H200 (estimated from the 2026-11-27 figures).
 # Source this script's environment in other commands with: source tools/gpu_check.sh env
@@ -173,4 +174,4 @@ grep -h "MEASURED" "$OUT"/tests.log "$OUT"/issue41.log 2>/dev/null | sed 's/^.*M
 grep -h "^=== \|speed-up\|engine, one call\|sequential fits\|mlem_epochs (\|per-time-point\|mlem_searchlight, all\|nilearn SearchLight, all\|(a) \|(b) \|-> whole" \
     "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/wb.log 2>/dev/null | cut -c1-160
 cat "$OUT"/scaling.log 2>/dev/null
-grep -h "^check every\|^graphs \|against every" "$OUT"/issue41.log 2>/dev/null | cut -c1-200
+grep -h "^check every\|^graphs \|^table \|against every" "$OUT"/issue41.log 2>/dev/null | cut -c1-200
