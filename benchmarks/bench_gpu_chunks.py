@@ -21,9 +21,11 @@ Each prints its wall time (the device synchronised), the part spent training
 (``fit_stack``), in the spheres' RDMs (``SphereRDMSource.rdm``, on the CPU) and the rest
 (ranks, importances, the tests' setup), the steps, the
 whole brain extrapolated by centres (64,292 / ``--spheres``; chunks are alike), and the
-largest difference of its maps from the first variant's.  ``--profile`` then profiles one
-chunk's training (first fold) of the last variant: the operations taking most device
-time (CPU time on the CPU).
+largest difference of its maps from the first variant's.  ``--profile`` also profiles one
+chunk's training (first fold) of the first variant: the operations taking most device
+time (CPU time on the CPU).  The variants run in the order given (``--variants``; by
+default the GPU default first, the former rule last, so that a run cut short keeps the
+most telling ones).
 
 Run on a GPU: ``python benchmarks/bench_gpu_chunks.py --device cuda [--profile]``; on the
 CPU, to check that it runs: ``--device cpu --spheres 200 --chunk-size 100``.
@@ -155,7 +157,7 @@ def main():
     p.add_argument("--chunk-size", type=int, default=4000)
     p.add_argument("--profile", action="store_true")
     p.add_argument("--variants", nargs="*",
-                   default=["every-step", "every-n", "table", "graphs"])
+                   default=["every-n", "graphs", "table", "every-step"])
     add_device_argument(p)
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -173,11 +175,10 @@ def main():
                 "graphs": dict(every=None, graphs_on=True)}
     first = None
     for i, name in enumerate(args.variants):
-        last = i == len(args.variants) - 1
         label = {"every-step": "check every step",
                  "every-n": f"check every {torch_loop.check_every(args.device)}",
                  "table": "table", "graphs": "graphs"}[name]
-        res = run(label, args, data, profile=args.profile and last, **settings[name])
+        res = run(label, args, data, profile=args.profile and i == 0, **settings[name])
         if first is None:
             first = res
             continue

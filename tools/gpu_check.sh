@@ -22,7 +22,7 @@
 #   nulls       bench_null.py at the size of issue 10's target (100 time points, n_null
 #               0, 20, 200) on CUDA then on the CPU: the cost of the permutation tests.
 #   issue41     issue 41 in one go (after setup): tests/test_cuda.py (-s), then
-#               benchmarks/bench_gpu_chunks.py --profile on 8,000 centres of the whole
+#               benchmarks/bench_gpu_chunks.py --profile on 4,000 centres of the whole
 #               brain: the torch loop checking its stops every step, every GPU_CHECK_EVERY
 #               steps, with the soft ranks by the interval table at any size, and with
 #               CUDA graphs (MLEM_NEURO_CUDA_GRAPHS=1), side by side, the
@@ -160,8 +160,8 @@ for phase in "$@"; do
         wb) BENCH_SL="--skip-small --wb-chunk 4000" run_bench_one bench_searchlight.py \
                 2>&1 | tee "$OUT/wb.log" ;;
         issue41) { $PY -m pytest -q -s -p no:cacheprovider tests/test_cuda.py 2>&1 | tail -40
-                   (cd benchmarks && timeout "${BENCH_TIMEOUT_41:-420}" $PY bench_gpu_chunks.py \
-                        --device cuda --profile 2>&1 | grep -v Warning); } \
+                   (cd benchmarks && timeout "${BENCH_TIMEOUT_41:-480}" $PY bench_gpu_chunks.py \
+                        --device cuda --profile --spheres 4000 2>&1 | grep -v Warning); } \
                  | tee "$OUT/issue41.log" ;;
         *) echo "unknown phase $phase"; exit 2 ;;
     esac
