@@ -7,7 +7,8 @@ interactions, 5 folds, 10 permutations of each feature), each variant run in tur
 this one process:
 
 * ``check every step``: the host reads which models still train after every step (the
-  loop's rule before 2026-11-30; each read waits for the GPU);
+  rule before 2026-11-30, whose loop also read four more values per step; each read
+  waits for the GPU);
 * ``check every N``: :data:`~mlem_neuro.core.constants.GPU_CHECK_EVERY` (the GPU default);
 * ``table``: checks every N steps, the grouped soft ranks solved by the interval table
   whatever its size (on a GPU the package takes torchsort's kernel on the groups

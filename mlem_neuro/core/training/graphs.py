@@ -1,13 +1,14 @@
 """CUDA graphs of the torch loop's full-batch steps (opt-in, awaiting their GPU check).
 
-A full-batch step on a GPU is a few hundred small kernels whose launches cost more than
-their work (the whole brain's chunks of 4,000 spheres measured 16 ms per step on an H200,
-2026-11-27).  Between two checks of which models still train
-(:func:`~mlem_neuro.core.training.torch_loop.check_every`) a full-batch step reads and
-writes the same tensors with the same shapes, so it can be captured once in a CUDA graph
-and replayed: one launch per step.  The captured step is the eager one (the same
-functions), with the step count a device tensor and every row's state written back into
-fixed buffers.
+A full-batch step on a GPU is many small kernels (about 130 operations besides the
+backward pass's, counted on the emulated GPU for a grouped design), whose launches may
+cost more than their work (the H200 run of 2026-11-27 measured 16 ms per step for chunks
+of 4,000 spheres and called it launch- and synchronisation-bound).  Between two checks
+of which models still train (:func:`~mlem_neuro.core.training.torch_loop.check_every`) a
+full-batch step reads and writes the same tensors with the same shapes, so it can be
+captured once in a CUDA graph and replayed: one launch per step.  The captured step is
+the eager one (the same functions), with the step count a device tensor and every row's
+state written back into fixed buffers.
 
 Set ``MLEM_NEURO_CUDA_GRAPHS=1`` to use it.  It is off by default until a GPU run checks
 the replayed fits against the eager ones and measures the gain (``tools/gpu_check.sh
@@ -74,18 +75,13 @@ class GraphRunner:
         self.failed = None
         self.captures = self.replays = 0
 
-    def ready(self, rows, n):
-        """Whether to run the next ``n`` steps here (no capture has failed)."""
-        return self.failed is None
-
     def step(self, rows, t):
         """One step of ``rows`` written back into their own tensors (``t``: the step
         count, an int or a device tensor); returns the scores and the rows that
         trained."""
         rho, grad = self.scores_and_grads(rows.A)
         buffers = {name: getattr(rows, name) for name in rows.FIELDS}
-        live = rows.record(rho)
-        rows.adam(grad, live, self.lr, t)
+        live = rows.update(rho, grad, self.lr, t)
         for name, buf in buffers.items():
             buf.copy_(getattr(rows, name))
             setattr(rows, name, buf)

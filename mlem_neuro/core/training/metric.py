@@ -78,7 +78,8 @@ def make_W(A, constraint):
 
 
 def term_weights(W, k, l):
-    """Weights ``w_t = W[k_t, l_t]`` of each term, shape ``(M, n_terms)``."""
+    """Weights ``w_t = W[k_t, l_t]`` of each term, shape ``(M, n_terms)`` (``k, l``: arrays,
+    or index tensors already on ``W``'s device, which are used as they are)."""
     return W[:, torch.as_tensor(k, device=W.device), torch.as_tensor(l, device=W.device)]
 
 

@@ -33,7 +33,7 @@ from ..constants import ADAM_BETA2 as _BETA2
 from ..constants import ADAM_EPS as _ADAM_EPS
 from ..constants import GPU_CHECK_EVERY
 from . import graphs
-from .metric import init_params, make_W
+from .metric import init_params, make_W, term_weights
 from .stackfit import StackFit
 
 #: the name results record for this backend (with the device's type, e.g. ``"torch (cuda)"``)
@@ -95,6 +95,13 @@ class _Rows:
         self.n_iter = self.n_iter + live.long()
         return live
 
+    def update(self, rho, grad, lr, t):
+        """One step: record the scores ``rho`` (:meth:`record`), then AdamW
+        (:meth:`adam`) at step count ``t``; return the mask of the rows that trained."""
+        live = self.record(rho)
+        self.adam(grad, live, lr, t)
+        return live
+
     def adam(self, grad, live, lr, t):
         """AdamW (weight_decay=0) on the rows that trained this step, ``t`` steps in
         (an int, or a 0-dim device tensor in a captured step), ``grad`` the gradient of
@@ -139,8 +146,7 @@ class _Records:
 def _scores_and_grads(data, A, constraint, kt, lt):
     """Every row's soft Spearman on this batch and its gradient with respect to ``A``."""
     A = A.detach().requires_grad_(True)
-    W = make_W(A, constraint)
-    rho = data.soft_spearman(W[:, kt, lt], constraint)
+    rho = data.soft_spearman(term_weights(make_W(A, constraint), kt, lt), constraint)
     (grad,) = torch.autograd.grad(-rho.sum(), A)
     return rho.detach(), grad
 
@@ -151,6 +157,7 @@ def train(data, m, fit_kw, dev, dtype, history=True):
     keywords, the step rule resolved); return a
     :class:`~mlem_neuro.core.training.stackfit.StackFit`."""
     constraint, lr = fit_kw["constraint"], fit_kw["lr"]
+    # the term indices on the device once (not copied from the host at every step)
     kt = torch.as_tensor(data.k, device=dev)
     lt = torch.as_tensor(data.l, device=dev)
     rows = _Rows.start(init_params(data.M, m, constraint, dev, dtype), fit_kw["patience"],
@@ -162,15 +169,14 @@ def train(data, m, fit_kw, dev, dtype, history=True):
     step = 0
     while step < fit_kw["max_steps"] and len(rows):
         n = min(every, fit_kw["max_steps"] - step)
-        if runner is not None and runner.ready(rows, n):
+        if runner is not None and runner.failed is None:
             runner.run(rows, records, step, n)
         else:
             for s in range(step, step + n):
                 data.next_batch(rows.idx)
                 rho, grad = _scores_and_grads(data, rows.A, constraint, kt, lt)
                 with torch.no_grad():
-                    live = rows.record(rho)
-                    rows.adam(grad, live, lr, s + 1)
+                    live = rows.update(rho, grad, lr, s + 1)
                     records.step(rows, rho, live)
         step += n
         keep = rows.training()
